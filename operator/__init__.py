@@ -1,0 +1,1 @@
+"""harnessrl.operator: the control plane (API models, plan, manifests, kopf handlers, local runner)."""

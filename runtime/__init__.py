@@ -1,0 +1,1 @@
+"""harnessrl.runtime: the programs that run in the pods. Never imports harnessrl.operator."""

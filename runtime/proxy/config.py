@@ -1,0 +1,85 @@
+"""ProxyConfig: everything `harnessrl proxy --config FILE` needs (YAML or JSON file, rendered by the operator)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+
+
+class UpstreamLimits(BaseModel):
+    """Connection pool of the one shared upstream HTTP client (httpx defaults were the reference's bottleneck)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_connections: int = Field(1024, ge=1, le=100_000)
+    max_keepalive_connections: int = Field(512, ge=0, le=100_000)
+    keepalive_expiry_s: float = Field(60.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    # A long generation may take minutes; the read timeout bounds silence between bytes, not the whole call.
+    read_timeout_s: float = Field(600.0, gt=0)
+    pool_timeout_s: float = Field(30.0, gt=0)
+
+
+class AdmissionLimits(BaseModel):
+    """Bounded work instead of unbounded queues: beyond these, callers get an overloaded error + Retry-After."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_inflight_calls: int = Field(4096, ge=1)
+    max_inflight_per_engine: int = Field(2048, ge=1)
+    max_sessions: int = Field(100_000, ge=1)
+    retry_after_s: int = Field(2, ge=1, le=3600)
+
+
+class ProxyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "0.0.0.0"
+    port: int = Field(8080, ge=0, le=65535)
+    # The stable URL of THIS replica (StatefulSet pod DNS in a cluster); returned by POST /sessions so the
+    # harness talks to the replica that owns its session, without a shared store or sticky load balancer.
+    public_base_url: HttpUrl | None = None
+    replica_id: str = Field("proxy-0", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._-]+$")
+    upstream_urls: list[HttpUrl] = Field(min_length=1, max_length=64)
+    # Policy the proxy samples from: the served base model, or a LoRA adapter `<name>-v<N>` set via PUT /policy.
+    served_model: str = Field(min_length=1, max_length=512)
+    policy_version: int = Field(0, ge=0)
+    # File holding the admin bearer token (a mounted Secret). The token itself is never logged.
+    admin_token_file: Path
+    journal_dir: Path
+    session_ttl_s: float = Field(6 * 3600.0, gt=0)
+    call_budget_default: int = Field(200, ge=1, le=100_000)
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    upstream: UpstreamLimits = UpstreamLimits()  # type: ignore[call-arg]
+    admission: AdmissionLimits = AdmissionLimits()  # type: ignore[call-arg]
+    # Journal durability: fsync each turn (True) or only flush to the OS (survives a process kill, not a host crash).
+    journal_fsync: bool = True
+    log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
+
+    @field_validator("upstream_urls")
+    @classmethod
+    def _distinct(cls, urls: list[HttpUrl]) -> list[HttpUrl]:
+        if len({str(u) for u in urls}) != len(urls):
+            raise ValueError("upstream_urls must be distinct")
+        return urls
+
+    def base_url(self) -> str:
+        """The URL harnesses of sessions owned by this replica should use (no trailing slash)."""
+        if self.public_base_url is not None:
+            return str(self.public_base_url).rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+    def read_admin_token(self) -> str:
+        token = self.admin_token_file.read_text().strip()
+        if not token:
+            raise ValueError(f"admin token file {self.admin_token_file} is empty")
+        return token
+
+
+def load_config(path: Path) -> ProxyConfig:
+    """Read a ProxyConfig from a YAML (or JSON, a YAML subset) file."""
+    data = yaml.safe_load(Path(path).read_text())
+    return ProxyConfig.model_validate(data or {})
