@@ -1,1 +1,21 @@
-"""kube."""
+"""Plan -> Kubernetes manifests (plain dicts), one module per component. Pure: no API calls.
+
+`render` gives every child of a run except the proxy's admin-token Secret, whose token the operator
+generates once and keeps (`proxy.admin_secret`).
+"""
+
+from __future__ import annotations
+
+from harnessrl.operator.kube import engine, learner, network, proxy, runner
+from harnessrl.operator.kube.common import Manifest, Owner
+from harnessrl.operator.plan import Plan
+
+__all__ = ["Manifest", "Owner", "render"]
+
+
+def render(plan: Plan, owner: Owner) -> list[Manifest]:
+    """Every manifest of the run, in a workable creation order (configs and services before workloads)."""
+    out = [*engine.manifests(plan, owner), *proxy.manifests(plan, owner), *learner.manifests(plan, owner)]
+    for component in plan.runners:
+        out += runner.manifests(plan, owner, component)
+    return [*out, *network.manifests(plan, owner)]

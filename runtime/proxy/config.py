@@ -52,8 +52,8 @@ class ProxyConfig(BaseModel):
     session_ttl_s: float = Field(6 * 3600.0, gt=0)
     call_budget_default: int = Field(200, ge=1, le=100_000)
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
-    upstream: UpstreamLimits = UpstreamLimits()  # type: ignore[call-arg]
-    admission: AdmissionLimits = AdmissionLimits()  # type: ignore[call-arg]
+    upstream: UpstreamLimits = UpstreamLimits()
+    admission: AdmissionLimits = AdmissionLimits()
     # Journal durability: fsync each turn (True) or only flush to the OS (survives a process kill, not a host crash).
     journal_fsync: bool = True
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")

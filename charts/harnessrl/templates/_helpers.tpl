@@ -1,0 +1,77 @@
+{{- define "harnessrl.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "harnessrl.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "harnessrl.labels" -}}
+{{ include "harnessrl.selectorLabels" . }}
+app.kubernetes.io/part-of: harnessrl
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "harnessrl.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "harnessrl.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Namespaces watched when not cluster-wide: the listed ones, or the release namespace. */}}
+{{- define "harnessrl.watchedNamespaces" -}}
+{{- if .Values.watch.namespaces -}}
+{{- join "," .Values.watch.namespaces -}}
+{{- else -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What the operator does in a watched namespace: its kinds, and the children it creates for them. */}}
+{{- define "harnessrl.namespacedRules" -}}
+- apiGroups: [harnessrl.io]
+  resources: [trainingruns, harnesspools]
+  verbs: [get, list, watch, patch, update, delete]
+- apiGroups: [harnessrl.io]
+  resources: [trainingruns/status, harnesspools/status, harnesspools/scale]
+  verbs: [get, patch, update]
+- apiGroups: [""]
+  resources: [configmaps, secrets, services, serviceaccounts, persistentvolumeclaims]
+  verbs: [get, list, watch, create, patch, update, delete]
+# Pods: read to surface image-pull / scheduling / crash-loop trouble; the rest because a runner's Role
+# (kubernetes sandbox) grants it and RBAC lets the operator grant only what it holds.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [pods/exec]
+  verbs: [create, get]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [apps]
+  resources: [statefulsets, deployments]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, update, delete]
+{{- end -}}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Verifier (Harbor layout): the workspace is the cwd, tests/ is at $TESTS_DIR, the reward goes to
+# $LOGS_DIR/verifier/reward.txt. Defaults are Harbor's container paths.
+set -u
+LOGS="${LOGS_DIR:-/logs}"
+TESTS="${TESTS_DIR:-/tests}"
+cd "${WORKSPACE:-/workspace}"
+mkdir -p "$LOGS/verifier"
+python3 "$TESTS/check.py" "$TESTS/expected.json"
+status=$?
+# 0: correct, 1: wrong; anything else means the verifier itself broke, so no reward is written.
+case $status in
+  0) echo 1 > "$LOGS/verifier/reward.txt" ;;
+  1) echo 0 > "$LOGS/verifier/reward.txt" ;;
+  *) exit $status ;;
+esac

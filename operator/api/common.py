@@ -1,0 +1,294 @@
+"""Building blocks shared by the TrainingRun and HarnessPool models.
+
+Every API model derives from `ApiModel`: camelCase JSON names, unknown fields rejected, and
+cross-field `Rule`s that are checked in Python *and* emitted as CEL `x-kubernetes-validations`
+in the generated CRD, so `harnessrl run` and the API server reject the same manifests with the
+same message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Final, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StringConstraints,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+
+GROUP: Final = "harnessrl.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = "harnessrl.io/v1alpha1"
+
+# Kubernetes' own patterns, so a value accepted here is accepted by the API server.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# Hugging Face repo ids: "name" or "namespace/name".
+HUB_REPO = r"^[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$"
+# An image reference: registry/path[:tag][@digest]; the registry validates the rest.
+IMAGE = r"^[a-z0-9]([-a-z0-9_.:/]*[a-z0-9])?(:[A-Za-z0-9_][-A-Za-z0-9_.]{0,127})?(@sha256:[a-f0-9]{64})?$"
+
+ResourceName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+LabelName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL)]
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]
+HubRepo = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=HUB_REPO)]
+Image = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=IMAGE)]
+Revision = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# A path inside a volume: relative (the "no .. segment" half is a Rule on VolumePath).
+RelativePath = Annotated[str, StringConstraints(max_length=1024, pattern=r"^([^/].*)?$")]
+_PARENT_SEGMENT = r"(^|/)[.][.](/|$)"  # no backslashes: the same text is a CEL string literal
+Arg = Annotated[str, StringConstraints(max_length=4096)]
+# A Kubernetes resource quantity ("2", "500m", "16Gi") or a plain integer.
+Quantity = int | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY)]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-field rule: `cel` is evaluated by the API server, `check` by the Python model.
+
+    Both must agree; `message` is what the user sees from either. Rules that need the old object
+    (transition rules) have no Python side and are attached to a field's schema instead.
+    """
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+
+    def schema(self) -> dict[str, str]:
+        return {"rule": self.cel, "message": self.message}
+
+
+def _add_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    rules: tuple[Rule, ...] = getattr(cls, "rules", ())
+    if rules:
+        schema["x-kubernetes-validations"] = [rule.schema() for rule in rules]
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: camelCase aliases, Python names accepted too, no unknown fields."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        json_schema_extra=_add_rules,
+    )
+
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Self:
+        for rule in self.rules:
+            if not rule.check(self):
+                raise PydanticCustomError("rule", rule.message)
+        return self
+
+
+@dataclass(frozen=True)
+class Unique:
+    """Annotated marker on a list: items unique by field `key` (a Kubernetes map list), or by value (a set).
+
+    The API server enforces uniqueness from x-kubernetes-list-type; this makes the Python model agree.
+    """
+
+    key: str | None = None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out["x-kubernetes-list-type"] = "map" if self.key else "set"
+        if self.key:
+            out["x-kubernetes-list-map-keys"] = [to_camel(self.key)]
+        return out
+
+    def _check(self, items: list[Any]) -> list[Any]:
+        seen: list[Any] = []
+        for item in items:
+            value = getattr(item, self.key) if self.key else item
+            if value in seen:
+                what = f"{to_camel(self.key)} {value!r}" if self.key else repr(value)
+                raise PydanticCustomError("duplicate", "{what} is listed more than once", {"what": what})
+            seen.append(value)
+        return items
+
+
+def _join_or(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _by_alias(model: BaseModel, names: tuple[str, ...]) -> list[Any]:
+    """The values of the fields whose JSON names are `names`."""
+    python_name = {field.alias or name: name for name, field in type(model).model_fields.items()}
+    return [getattr(model, python_name[name]) for name in names]
+
+
+def exactly_one(*names: str) -> Rule:
+    """Exactly one of the optional fields `names` (JSON names) must be set."""
+    has = [f"has(self.{name})" for name in names]
+    cel = f"{has[0]} != {has[1]}" if len(has) == 2 else f"[{', '.join(has)}].filter(x, x).size() == 1"
+    return Rule(
+        cel=cel,
+        message=f"exactly one of {_join_or(list(names))} must be set",
+        check=lambda model: sum(value is not None for value in _by_alias(model, names)) == 1,
+    )
+
+
+# Names of the resources' children (Services, StatefulSet Pods and their revision-hash labels) extend
+# the resource's name, and must stay DNS labels of at most 63 characters.
+MAX_NAME = 40
+_NAME = f"^[a-z]([-a-z0-9]{{0,{MAX_NAME - 2}}}[a-z0-9])?$"
+
+
+def name_rule(kind: str) -> Rule:
+    """Root rule on metadata.name: short enough, and a DNS-1035 label, to name the resource's children."""
+    return Rule(
+        cel=f"self.metadata.name.matches('{_NAME}')",
+        message=f"metadata.name must be a lowercase DNS label of at most {MAX_NAME} characters starting with "
+        f"a letter: it prefixes the names of the {kind}'s Services and Pods",
+        check=lambda resource: re.match(_NAME, resource.metadata.name) is not None,
+    )
+
+
+def immutable(what: str) -> dict[str, Any]:
+    """Schema extra for a field that may not change once set (a CEL transition rule)."""
+    return {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": f"{what} is immutable"}]}
+
+
+def free_form() -> dict[str, Any]:
+    """Schema extra for a field whose content Kubernetes defines (kept as is, not pruned)."""
+    return {"x-kubernetes-preserve-unknown-fields": True}
+
+
+class SecretKeyRef(ApiModel):
+    """A key in a Secret in the resource's namespace."""
+
+    name: ResourceName = Field(description="Name of the Secret.")
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=SECRET_KEY)] = Field(
+        default="token", description="Key within the Secret whose value is used."
+    )
+
+
+class VolumePath(ApiModel):
+    """A path inside a PersistentVolumeClaim mounted read-only."""
+
+    rules = (
+        Rule(
+            cel=f"!self.path.matches('{_PARENT_SEGMENT}')",
+            message="path may not contain a '..' segment",
+            check=lambda v: re.search(_PARENT_SEGMENT, v.path) is None,
+        ),
+    )
+
+    claim_name: ResourceName = Field(
+        description="Name of the PersistentVolumeClaim in the resource's namespace."
+    )
+    path: RelativePath = Field(default="", description="Directory inside the volume; empty for its root.")
+
+
+class ResourceRequirements(ApiModel):
+    """Compute resources of a container, as in a Pod spec."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, max_length=16, description="Minimum resources, e.g. {cpu: 2, memory: 8Gi}."
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict, max_length=16, description="Maximum resources, e.g. {memory: 8Gi}."
+    )
+
+
+class EnvVar(ApiModel):
+    """An environment variable with a literal value."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=ENV_NAME)] = Field(
+        description="Variable name."
+    )
+    value: Annotated[str, StringConstraints(max_length=4096)] = Field(
+        default="", description="Variable value."
+    )
+
+
+class Toleration(ApiModel):
+    """A Pod toleration, as in a Pod spec."""
+
+    key: Annotated[str, StringConstraints(max_length=316)] | None = Field(
+        default=None, description="Taint key the toleration applies to; empty matches all keys (with Exists)."
+    )
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal", description="How key and value are compared."
+    )
+    value: LabelValue | None = Field(default=None, description="Taint value to match with operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=31_536_000,
+        description="How long a NoExecute taint is tolerated before eviction.",
+    )
+
+
+class PodOverrides(ApiModel):
+    """Scheduling settings copied into every Pod the operator creates for this resource."""
+
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=32, description="Node labels the Pods must match."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Taints the Pods tolerate."
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None,
+        description="A Kubernetes Pod affinity (nodeAffinity, podAffinity, podAntiAffinity), copied as is.",
+        json_schema_extra=free_form(),
+    )
+    priority_class_name: ResourceName | None = Field(default=None, description="PriorityClass of the Pods.")
+    queue_name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=LABEL_VALUE)] | None = (
+        Field(
+            default=None,
+            description="Kueue LocalQueue to admit the workload through (sets the kueue.x-k8s.io/queue-name label).",
+        )
+    )
+    labels: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=32, description="Extra labels on the Pods."
+    )
+    annotations: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, max_length=32, description="Extra annotations on the Pods."
+    )
+    service_account_name: ResourceName | None = Field(
+        default=None, description="ServiceAccount the Pods run as; the operator's default when empty."
+    )
+
+
+class ObjectMeta(ApiModel):
+    """The part of metav1.ObjectMeta the operator reads; the rest is kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: ResourceName = Field(description="Name of the resource.")
+    namespace: LabelName | None = Field(default=None, description="Namespace of the resource.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+    uid: str | None = Field(default=None, description="Set by the API server.")
+    generation: int | None = Field(default=None, description="Set by the API server; bumped on spec changes.")
+    resource_version: str | None = Field(default=None, description="Set by the API server.")

@@ -1,0 +1,393 @@
+"""The TrainingRun resource: one GRPO run of a model across one or more HarnessPools."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
+
+from harnessrl.operator.api.common import (
+    API_VERSION,
+    ApiModel,
+    Arg,
+    EnvVar,
+    HubRepo,
+    Image,
+    ObjectMeta,
+    PodOverrides,
+    ResourceName,
+    ResourceRequirements,
+    Revision,
+    Rule,
+    SecretKeyRef,
+    Unique,
+    VolumePath,
+    exactly_one,
+    immutable,
+    name_rule,
+)
+from harnessrl.operator.api.status import Conditions, conditions_field, kopf_field
+from pydantic import Field, StringConstraints
+
+KIND: Final = "TrainingRun"
+PLURAL = "trainingruns"
+
+Split = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
+]
+DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class HubSource(ApiModel):
+    """A repository on the Hugging Face Hub."""
+
+    repo: HubRepo = Field(
+        description='Repository id, "namespace/name": a model repository for weights, a dataset one for tasks.'
+    )
+    revision: Revision = Field(default="main", description="Branch, tag or commit to use.")
+
+
+class ImageSource(ApiModel):
+    """An OCI image whose filesystem holds the task set."""
+
+    image: Image = Field(description="Image reference, e.g. ghcr.io/org/tasks:v1.")
+    path: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")] = Field(
+        default="/tasks", description="Absolute directory inside the image that holds the tasks."
+    )
+
+
+class BaseModelSource(ApiModel):
+    """Where the base weights come from: exactly one of hub or pvc."""
+
+    rules = (exactly_one("hub", "pvc"),)
+
+    hub: HubSource | None = Field(default=None, description="Download the weights from the Hub.")
+    pvc: VolumePath | None = Field(default=None, description="Read the weights from a PersistentVolumeClaim.")
+
+
+class LoraAdapter(ApiModel):
+    """Train a LoRA adapter on top of frozen base weights."""
+
+    rank: int = Field(default=16, ge=1, le=1024, description="LoRA rank r.")
+    alpha: int = Field(
+        default=32, ge=1, le=4096, description="LoRA scaling alpha (the update is scaled by alpha/r)."
+    )
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=128)]], Unique()
+    ] = Field(
+        default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+        min_length=1,
+        max_length=64,
+        description="Names of the linear modules that get an adapter.",
+    )
+
+
+class FullFineTune(ApiModel):
+    """Train every weight. Needs engine.weightSync nccl or restart."""
+
+
+class AdapterSpec(ApiModel):
+    """What is trained: exactly one of lora or full."""
+
+    rules = (exactly_one("lora", "full"),)
+
+    lora: LoraAdapter | None = Field(default=None, description="Train a LoRA adapter.")
+    full: FullFineTune | None = Field(default=None, description="Train all weights.")
+
+
+class ModelSpec(ApiModel):
+    """The policy being trained."""
+
+    base: BaseModelSource = Field(
+        description="Base weights. Immutable: a run's checkpoints only make sense on its own base.",
+        json_schema_extra=immutable("model.base"),
+    )
+    adapter: AdapterSpec = Field(
+        default_factory=lambda: AdapterSpec(lora=LoraAdapter()),
+        description="What is trained; LoRA by default.",
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        default="bfloat16", description="Weight dtype for serving and training."
+    )
+    served_name: Annotated[
+        str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_./]*$")
+    ] = Field(
+        default="policy",
+        description="Model name the harnesses ask for; the proxy routes it to the current policy.",
+    )
+
+
+class TaskSource(ApiModel):
+    """A Harbor-format task set: exactly one of hub, pvc or image."""
+
+    rules = (exactly_one("hub", "pvc", "image"),)
+
+    hub: HubSource | None = Field(default=None, description="A dataset repository on the Hub.")
+    pvc: VolumePath | None = Field(default=None, description="A directory in a PersistentVolumeClaim.")
+    image: ImageSource | None = Field(default=None, description="A directory in an OCI image.")
+    split: Split = Field(default="train", description="Split trained on.")
+    limit: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="Use at most this many tasks (the first in name order)."
+    )
+
+
+class HarnessRef(ApiModel):
+    """A HarnessPool the run draws rollouts from, and how often."""
+
+    pool: ResourceName = Field(description="Name of a HarnessPool in the run's namespace.")
+    weight: int = Field(
+        default=1, ge=1, le=1000, description="Relative share of GRPO groups given to this pool's harness."
+    )
+
+
+class GrpoSpec(ApiModel):
+    """Group-relative policy optimisation settings."""
+
+    rules = (
+        Rule(
+            cel="self.clipHigh >= self.clipLow",
+            message="grpo.clipHigh must be greater than or equal to grpo.clipLow",
+            check=lambda g: g.clip_high >= g.clip_low,
+        ),
+    )
+
+    group_size: int = Field(
+        default=8,
+        ge=2,
+        le=256,
+        description="Rollouts per group: one task under one harness, this many times.",
+    )
+    batch: int = Field(default=4, ge=1, le=1024, description="Groups per optimiser step.")
+    steps: int = Field(
+        default=100, ge=1, le=1_000_000, description="Optimiser steps before the run completes."
+    )
+    max_staleness: int = Field(
+        default=1, ge=0, le=64, description="Drop rollouts sampled more than this many policy versions ago."
+    )
+    learning_rate: float = Field(default=1e-5, gt=0.0, le=1.0, description="Optimiser learning rate.")
+    clip_low: float = Field(
+        default=0.2, ge=0.0, le=1.0, description="Lower clip epsilon: the ratio is clipped at 1 - clipLow."
+    )
+    clip_high: float = Field(
+        default=0.28, ge=0.0, le=10.0, description="Upper clip epsilon: the ratio is clipped at 1 + clipHigh."
+    )
+    max_tokens_per_step: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="Cap on trained tokens per step; longer batches are split into micro-batches.",
+    )
+    temperature: float = Field(default=1.0, gt=0.0, le=2.0, description="Sampling temperature of rollouts.")
+    seed: int = Field(
+        default=0, ge=0, le=2_147_483_647, description="Seed of task order and harness rotation."
+    )
+
+
+class RewardSpec(ApiModel):
+    """Reward = correctness × (1 + bonus × scale / (scale + toolCalls)); the bonus only for correct answers."""
+
+    bonus: float = Field(default=0.1, ge=0.0, le=10.0, description="Weight b of the tool-efficiency bonus.")
+    scale: float = Field(
+        default=15.0, gt=0.0, le=1_000_000.0, description="Tool-call count s at which the bonus halves."
+    )
+
+
+class EngineSpec(ApiModel):
+    """The vLLM inference servers."""
+
+    image: Image = Field(default=DEFAULT_ENGINE_IMAGE, description="vLLM OpenAI-server image.")
+    args: list[Arg] = Field(default_factory=list, max_length=64, description="Extra vLLM server arguments.")
+    env: Annotated[list[EnvVar], Unique("name")] = Field(
+        default_factory=list, max_length=64, description="Extra environment of the vLLM container."
+    )
+    replicas: int = Field(default=1, ge=1, le=64, description="Number of vLLM servers.")
+    gpus: int = Field(
+        default=1, ge=0, le=16, description="GPUs per server (tensor parallel size); 0 runs on CPU."
+    )
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="CPU and memory of each server (GPUs come from gpus).",
+    )
+    weight_sync: Literal["lora", "nccl", "restart"] = Field(
+        default="lora",
+        description="How new weights reach the servers: hot-load a LoRA adapter, broadcast over NCCL, "
+        "or restart the servers from the checkpoint.",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=256, le=4_194_304, description="Context length served; the model's own when empty."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use."
+    )
+
+
+class ProxySpec(ApiModel):
+    """The capture proxy between harnesses and vLLM."""
+
+    replicas: int = Field(
+        default=1, ge=1, le=64, description="Number of proxy replicas; sessions are sharded."
+    )
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="CPU and memory of each replica."
+    )
+    call_budget: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Most model calls one session may make; later calls get an error in the harness's dialect.",
+    )
+    max_sessions_per_replica: int = Field(
+        default=512,
+        ge=1,
+        le=100_000,
+        description="Live sessions one replica accepts before it refuses new ones.",
+    )
+
+
+class LearnerSpec(ApiModel):
+    """The learner: coordinator, GRPO steps, checkpoints."""
+
+    gpus: int = Field(default=1, ge=0, le=64, description="GPUs of the learner Pod; 0 trains on CPU.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="CPU and memory of the learner Pod."
+    )
+    checkpoint_every: int = Field(
+        default=50, ge=1, le=1_000_000, description="Save a checkpoint every N steps."
+    )
+    keep_checkpoints: int = Field(
+        default=3, ge=1, le=1000, description="Checkpoints kept; older ones are deleted."
+    )
+    restart_budget: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Times the learner may fail and resume from its checkpoint before the run is Failed.",
+    )
+    checkpoint_claim_name: ResourceName | None = Field(
+        default=None,
+        description="PersistentVolumeClaim for checkpoints; without it they live in an emptyDir and die with the Pod.",
+    )
+
+
+class EvalSpec(ApiModel):
+    """Periodic pass@1 evaluation; it also runs after the last step."""
+
+    every_steps: int = Field(default=50, ge=1, le=1_000_000, description="Evaluate every N steps.")
+    split: Split = Field(default="test", description="Task split evaluated.")
+    harnesses: Annotated[list[ResourceName], Unique()] = Field(
+        default_factory=list,
+        max_length=16,
+        description="HarnessPools to evaluate under (may include pools not trained on); "
+        "every pool in spec.harnesses when empty.",
+    )
+    limit: int | None = Field(default=None, ge=1, le=100_000, description="Evaluate at most this many tasks.")
+    attempts: int = Field(default=1, ge=1, le=64, description="Samples per task; pass@1 is their mean.")
+
+
+class ExportSpec(ApiModel):
+    """Push checkpoints to a Hugging Face Hub model repository."""
+
+    hub_repo: HubRepo = Field(description='Target model repository, e.g. "org/my-agent-model".')
+    token_secret: SecretKeyRef = Field(description="Secret key holding a Hub token with write access.")
+    every_steps: int = Field(
+        default=100, ge=1, le=1_000_000, description="Push every N steps (and after the last step)."
+    )
+    private: bool = Field(default=True, description="Create the repository as private.")
+    endpoint: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://[^\s]+$")] | None = Field(
+        default=None, description="Hub endpoint URL; https://huggingface.co when empty."
+    )
+
+
+class TrainingRunSpec(ApiModel):
+    """Desired state of a TrainingRun."""
+
+    rules = (
+        Rule(
+            cel="self.engine.weightSync != 'lora' || has(self.model.adapter.lora)",
+            message="engine.weightSync lora needs model.adapter.lora",
+            check=lambda s: s.engine.weight_sync != "lora" or s.model.adapter.lora is not None,
+        ),
+    )
+
+    model: ModelSpec = Field(description="Base weights and what is trained.")
+    tasks: TaskSource = Field(description="Task set rollouts are drawn from.")
+    harnesses: Annotated[list[HarnessRef], Unique("pool")] = Field(
+        min_length=1,
+        max_length=16,
+        description="HarnessPools that produce rollouts; groups rotate between them by weight.",
+    )
+    grpo: GrpoSpec = Field(default_factory=GrpoSpec, description="GRPO settings.")
+    reward: RewardSpec = Field(default_factory=RewardSpec, description="Reward shaping.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Inference engine (vLLM).")
+    proxy: ProxySpec = Field(default_factory=ProxySpec, description="Capture proxy.")
+    learner: LearnerSpec = Field(default_factory=LearnerSpec, description="Learner.")
+    eval: EvalSpec | None = Field(default=None, description="Evaluation; none when empty.")
+    export: ExportSpec | None = Field(default=None, description="Export to the Hub; none when empty.")
+    suspend: bool = Field(
+        default=False,
+        description="Stop the run's Pods, keeping its state; false resumes from the last checkpoint.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=31_536_000,
+        description="Delete the TrainingRun this long after it completes or fails; kept when empty.",
+    )
+    pod: PodOverrides = Field(
+        default_factory=PodOverrides, description="Scheduling settings of every Pod of the run."
+    )
+
+
+class RolloutCounts(ApiModel):
+    """Rollouts completed so far, by fate."""
+
+    scored: int = Field(default=0, ge=0, description="Rollouts graded and used in a GRPO step.")
+    unscored: int = Field(
+        default=0, ge=0, description="Rollouts that ended without a grade (errors, timeouts)."
+    )
+    stale: int = Field(
+        default=0, ge=0, description="Rollouts dropped for being older than grpo.maxStaleness."
+    )
+
+
+class TrainingRunStatus(ApiModel):
+    """Observed state of a TrainingRun, written by the operator."""
+
+    phase: Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"] | None = Field(
+        default=None, description="Summary of the conditions."
+    )
+    observed_generation: int = Field(default=0, ge=0, description="metadata.generation last acted on.")
+    conditions: Conditions = conditions_field("Ready, Training, Complete, Failed, Suspended.")
+    step: int = Field(default=0, ge=0, description="Optimiser steps taken.")
+    policy_version: int = Field(default=0, ge=0, description="Version of the weights the engine serves.")
+    rollouts: RolloutCounts = Field(default_factory=RolloutCounts, description="Rollout counters.")
+    mean_reward: float | None = Field(default=None, description="Mean reward of the last step's rollouts.")
+    pass_at1: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="pass@1 of the latest evaluation, by HarnessPool name.",
+    )
+    latest_checkpoint: Annotated[str, StringConstraints(max_length=1024)] | None = Field(
+        default=None, description="Path of the latest checkpoint in the learner's storage."
+    )
+    hub_revision: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None, description="Hub commit of the latest export."
+    )
+    start_time: datetime | None = Field(default=None, description="When the first step started.")
+    completion_time: datetime | None = Field(default=None, description="When the run completed or failed.")
+    kopf: dict[str, Any] | None = kopf_field()
+
+
+class TrainingRun(ApiModel):
+    """A GRPO training run of a coding-agent model inside one or more agent harnesses."""
+
+    rules = (name_rule(KIND),)
+
+    api_version: Literal["harnessrl.io/v1alpha1"] = Field(
+        default=API_VERSION, description="harnessrl.io/v1alpha1"
+    )
+    kind: Literal["TrainingRun"] = Field(default=KIND, description="TrainingRun")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: TrainingRunSpec = Field(description="Desired state.")
+    status: TrainingRunStatus | None = Field(default=None, description="Observed state.")

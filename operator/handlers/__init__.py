@@ -1,0 +1,63 @@
+"""kopf handlers: thin. Events only trigger level-based reconciles (see context.py); the reconcilers read,
+plan, apply and write status (trainingrun.py, harnesspool.py; status.py computes conditions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import kubernetes.client
+from harnessrl.operator.api.common import GROUP, VERSION
+from harnessrl.operator.api.harnesspool import KIND as POOL_KIND
+from harnessrl.operator.api.harnesspool import PLURAL as POOL_PLURAL
+from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
+from harnessrl.operator.api.trainingrun import PLURAL as RUN_PLURAL
+from harnessrl.operator.handlers import harnesspool, trainingrun
+from harnessrl.operator.handlers.context import Context, OperatorOptions
+from harnessrl.operator.kube.common import INSTANCE, MANAGED_BY
+
+__all__ = ["Context", "OperatorOptions", "build_registry"]
+
+# Children whose changes (status, deletion) are worth an immediate reconcile of their run.
+WATCHED_CHILDREN = [("apps", "v1", "statefulsets"), ("apps", "v1", "deployments"), ("batch", "v1", "jobs")]
+
+
+def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -> tuple[kopf.OperatorRegistry, Context]:
+    """A kopf registry with the operator's handlers (no login handler: the caller adds the one it needs).
+
+    No handler here needs a finalizer (no on.delete, no kopf timers or daemons): deletion never waits for
+    the operator, and children are garbage-collected through their ownerReferences.
+    """
+    registry = kopf.OperatorRegistry()
+    ctx = Context(options, api)
+    ctx.register(RUN_KIND, trainingrun.reconcile)
+    ctx.register(POOL_KIND, harnesspool.reconcile)
+
+    @kopf.on.startup(registry=registry)
+    def start(**_: Any) -> None:
+        ctx.start()
+
+    @kopf.on.cleanup(registry=registry)
+    def stop(**_: Any) -> None:
+        ctx.stop()
+
+    @kopf.on.event(GROUP, VERSION, RUN_PLURAL, registry=registry)
+    def run_event(type: str | None, namespace: str, name: str, **_: Any) -> None:
+        ctx.seen(RUN_KIND, namespace, name, deleted=type == "DELETED")
+
+    @kopf.on.event(GROUP, VERSION, POOL_PLURAL, registry=registry)
+    def pool_event(type: str | None, namespace: str, name: str, **_: Any) -> None:
+        ctx.seen(POOL_KIND, namespace, name, deleted=type == "DELETED")
+        ctx.trigger_namespace(RUN_KIND, namespace)
+
+    for group, version, plural in WATCHED_CHILDREN:
+
+        @kopf.on.event(group, version, plural, labels={"app.kubernetes.io/managed-by": MANAGED_BY}, registry=registry,
+                       id=f"child-{plural}")
+        def child_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
+            run = labels.get(INSTANCE)
+            if run:
+                ctx.trigger((RUN_KIND, namespace, run))
+                ctx.trigger_namespace(POOL_KIND, namespace)
+
+    return registry, ctx

@@ -1,0 +1,172 @@
+"""Create-or-patch children with the official kubernetes client: idempotent, restart-safe, no duplicates.
+
+Children have deterministic names, so "does it exist" is one GET, and a create racing another create
+gets 409 and falls back to a patch. A child is patched only when the desired fields differ from the live
+object (drift), and only in fields Kubernetes lets change after creation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+import kubernetes.client
+from harnessrl.operator.kube.learner import KUEUE_ADMITTED
+from kubernetes.client.exceptions import ApiException
+
+Manifest = dict[str, Any]
+log = logging.getLogger("harnessrl.operator.apply")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+# (apiVersion, kind) -> plural, for every kind the operator creates or reads.
+PLURALS: dict[tuple[str, str], str] = {
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Secret"): "secrets",
+    ("v1", "Service"): "services",
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("v1", "Pod"): "pods",
+    ("v1", "Event"): "events",
+    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("apps/v1", "Deployment"): "deployments",
+    ("batch/v1", "Job"): "jobs",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("harnessrl.io/v1alpha1", "TrainingRun"): "trainingruns",
+    ("harnessrl.io/v1alpha1", "HarnessPool"): "harnesspools",
+}
+
+# Spec fields that may change after creation; the rest is immutable (or owned by another controller).
+MUTABLE_SPEC: dict[str, set[str] | None] = {
+    "StatefulSet": {"replicas", "template", "updateStrategy", "minReadySeconds", "persistentVolumeClaimRetentionPolicy"},
+    "Deployment": {"replicas", "template", "strategy", "minReadySeconds"},
+    "Job": {"suspend", "parallelism"},  # a Job's Pod template is fixed once created
+    "Service": {"ports", "selector", "publishNotReadyAddresses", "type"},
+    "PersistentVolumeClaim": set(),
+    "NetworkPolicy": None,  # None = the whole spec
+}
+# Kinds never patched after creation: a Secret's generated value must stay; a RoleBinding's roleRef is immutable.
+CREATE_ONLY = {"Secret", "PersistentVolumeClaim"}
+
+
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+    plural = PLURALS[(api_version, kind)]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{base}{scope}/{plural}" + (f"/{name}" if name else "")
+
+
+def patch_body(desired: Manifest) -> Manifest:
+    """The part of `desired` the operator keeps converged on a live object."""
+    kind = desired["kind"]
+    meta = desired["metadata"]
+    body: Manifest = {"metadata": {"labels": meta.get("labels", {}), "ownerReferences": meta.get("ownerReferences", [])}}
+    for key, value in desired.items():
+        if key in ("apiVersion", "kind", "metadata", "status"):
+            continue
+        if key == "spec" and kind in MUTABLE_SPEC:
+            allowed = MUTABLE_SPEC[kind]
+            body["spec"] = value if allowed is None else {k: v for k, v in value.items() if k in allowed}
+            if (meta.get("annotations") or {}).get(KUEUE_ADMITTED):
+                body["spec"].pop("suspend", None)  # Kueue unsuspends the Job when it admits it
+        elif key == "roleRef":
+            continue
+        else:
+            body[key] = value
+    return body
+
+
+def drifted(desired: Any, live: Any) -> bool:
+    """True when some value in `desired` is missing or different in `live` (extra live fields are fine:
+    the API server adds defaults)."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return True
+        return any(drifted(value, live.get(key)) for key, value in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return True
+        return any(drifted(d, l_) for d, l_ in zip(desired, live, strict=True))
+    if (isinstance(desired, (int, float)) and isinstance(live, str)) or (isinstance(desired, str) and isinstance(live, (int, float))):
+        return str(desired) != str(live)
+    return bool(desired != live)
+
+
+class Kube:
+    """A thin JSON-over-HTTP layer on `kubernetes.client.ApiClient` for any kind in PLURALS."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, timeout: float = 10.0) -> None:
+        self.api = api
+        self.timeout = timeout
+
+    def request(self, method: str, url: str, body: Any = None, *, content_type: str | None = None) -> Manifest:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        method, full_url, headers, serialized, _ = self.api.param_serialize(
+            method=method, resource_path=url, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        response = self.api.call_api(method, full_url, header_params=headers, body=serialized, _request_timeout=self.timeout)
+        response.read()
+        if response.status >= 400:
+            raise ApiException(http_resp=response)
+        result: Manifest = json.loads(response.data or b"{}")
+        return result
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        try:
+            return self.request("GET", path(api_version, kind, namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
+        query = urlencode({"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))})
+        items: list[Manifest] = self.request("GET", f"{path(api_version, kind, namespace)}?{query}").get("items") or []
+        return items
+
+    def create(self, manifest: Manifest) -> Manifest:
+        meta = manifest["metadata"]
+        return self.request("POST", path(manifest["apiVersion"], manifest["kind"], meta["namespace"]), manifest)
+
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Manifest) -> Manifest:
+        return self.request("PATCH", path(api_version, kind, namespace, name), body, content_type=MERGE_PATCH)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        try:
+            self.request("DELETE", path(api_version, kind, namespace, name), {"propagationPolicy": "Background"})
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def ensure(self, desired: Manifest) -> str:
+        """Create `desired`, or converge the live object on it. Returns created / patched / unchanged."""
+        api_version, kind = desired["apiVersion"], desired["kind"]
+        namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
+        live = self.get(api_version, kind, namespace, name)
+        if live is None:
+            try:
+                self.create(desired)
+                return "created"
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                # Another reconcile (or an operator replica) created it between our GET and POST.
+                live = self.get(api_version, kind, namespace, name)
+                if live is None:
+                    raise
+        if kind in CREATE_ONLY:
+            return "unchanged"
+        body = patch_body(desired)
+        if not drifted(body, live):
+            return "unchanged"
+        self.patch(api_version, kind, namespace, name, body)
+        log.info("converged %s %s/%s", kind, namespace, name)
+        return "patched"

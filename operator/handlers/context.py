@@ -1,0 +1,119 @@
+"""What the handlers share: options, the API client, which runs and pools exist, and a reconcile queue.
+
+Reconciliation is level-based and keyed by object: any event about a run (its own, a child's, a pool's)
+only *triggers* a reconcile of that run, which re-reads everything. Triggers for a run that is already
+being reconciled coalesce into one more pass, so a burst of events costs at most two passes and two
+passes of one run never overlap. A resync thread triggers every known object periodically, which is what
+restores a child deleted while nobody was watching and refreshes progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import kubernetes.client
+from harnessrl.operator.handlers.apply import Kube
+from harnessrl.operator.handlers.progress import LearnerProgress
+from harnessrl.operator.plan import Images
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger("harnessrl.operator")
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+class OperatorOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    resync_seconds: float = Field(10.0, gt=0, le=3600, description="period of the level-based resync")
+    images: Images = Images()
+    # Where the operator reads a run's learner status; {run} and {namespace} are filled in.
+    # Empty = the learner's Service DNS name (the operator runs in the cluster).
+    learner_url_template: str = ""
+    workers: int = Field(4, ge=1, le=64, description="reconciles running at once (different objects)")
+    request_timeout_s: float = Field(10.0, gt=0)
+
+
+class Context:
+    def __init__(self, options: OperatorOptions, api: kubernetes.client.ApiClient) -> None:
+        self.options = options
+        self.kube = Kube(api, timeout=options.request_timeout_s)
+        self.known: set[Key] = set()
+        self.progress: dict[tuple[str, str], LearnerProgress] = {}  # (namespace, run) -> last learner status
+        self._reconcilers: dict[str, Callable[[Context, str, str], None]] = {}
+        self._mu = threading.Lock()
+        self._running: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._executor: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._resync: threading.Thread | None = None
+
+    def register(self, kind: str, reconcile: Callable[[Context, str, str], None]) -> None:
+        self._reconcilers[kind] = reconcile
+
+    # -- lifecycle (kopf startup / cleanup) ---------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._executor = ThreadPoolExecutor(self.options.workers, thread_name_prefix="harnessrl-reconcile")
+        self._resync = threading.Thread(target=self._resync_loop, name="harnessrl-resync", daemon=True)
+        self._resync.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._resync is not None:
+            self._resync.join(timeout=5)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    # -- triggers ---------------------------------------------------------------------------------------
+    def seen(self, kind: str, namespace: str, name: str, *, deleted: bool = False) -> None:
+        key = (kind, namespace, name)
+        with self._mu:
+            if deleted:
+                self.known.discard(key)
+            else:
+                self.known.add(key)
+        if deleted:
+            self.progress.pop((namespace, name), None)
+        else:
+            self.trigger(key)
+
+    def trigger(self, key: Key) -> None:
+        with self._mu:
+            if key in self._running:
+                self._dirty.add(key)
+                return
+            if self._executor is None:
+                return
+            self._running.add(key)
+            self._executor.submit(self._run, key)
+
+    def trigger_namespace(self, kind: str, namespace: str) -> None:
+        with self._mu:
+            keys = [k for k in self.known if k[0] == kind and k[1] == namespace]
+        for key in keys:
+            self.trigger(key)
+
+    def _run(self, key: Key) -> None:
+        kind, namespace, name = key
+        while True:
+            try:
+                self._reconcilers[kind](self, namespace, name)
+            except Exception:  # one object's failure must not stop the others; the resync retries it
+                log.exception("reconcile of %s %s/%s failed", kind, namespace, name)
+            with self._mu:
+                if key in self._dirty and not self._stop.is_set():
+                    self._dirty.discard(key)
+                    continue
+                self._running.discard(key)
+                return
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.options.resync_seconds):
+            with self._mu:
+                keys = sorted(self.known)
+            for key in keys:
+                self.trigger(key)

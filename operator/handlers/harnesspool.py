@@ -1,0 +1,33 @@
+"""Reconcile one HarnessPool's status: its runner replicas across the runs using it (for the scale
+subresource and HPA), readiness, and rollout counters from those runs' learners. A pool's spec change
+(e.g. `kubectl scale`) triggers the runs in its namespace, which resize their runner Deployments."""
+
+from __future__ import annotations
+
+from harnessrl.operator.api.common import API_VERSION
+from harnessrl.operator.api.harnesspool import KIND, HarnessPoolStatus, PoolRolloutCounts
+from harnessrl.operator.handlers.context import Context
+from harnessrl.operator.handlers.status import pool_status
+from harnessrl.operator.handlers.trainingrun import read_status, write_status
+from harnessrl.operator.kube.common import COMPONENT, POOL
+from harnessrl.operator.plan import ComponentKind
+
+
+def reconcile(ctx: Context, namespace: str, name: str) -> None:
+    kube = ctx.kube
+    body = kube.get(API_VERSION, KIND, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    selector = {COMPONENT: str(ComponentKind.RUNNER), POOL: name}
+    deployments = kube.list("apps/v1", "Deployment", namespace, selector)
+    pods = kube.list("v1", "Pod", namespace, selector)
+    counts = [p.pools[name] for (ns, _), p in list(ctx.progress.items()) if ns == namespace and name in p.pools]
+    rollouts = PoolRolloutCounts(
+        active=sum(c.active for c in counts),
+        completed=sum(c.completed for c in counts),
+        failed=sum(c.failed for c in counts),
+        timed_out=sum(c.timed_out for c in counts),
+    )
+    old = read_status(HarnessPoolStatus, body)
+    new = pool_status(int(body["metadata"].get("generation") or 0), old, name, deployments, pods, rollouts)
+    write_status(kube, KIND, body, old, new)

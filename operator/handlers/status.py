@@ -1,0 +1,332 @@
+"""Children's state -> a run's (or pool's) status: conditions with stable reasons, phase, progress. Pure.
+
+Condition types of a TrainingRun: EngineReady, ProxyReady, HarnessesReady, Ready (all three), Training,
+Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts match on them):
+
+  trouble a user must act on, read from the children's Pods:
+    ImagePullBackOff      an image cannot be pulled (ErrImagePull / ImagePullBackOff / InvalidImageName)
+    InsufficientGPU       a Pod is Unschedulable for lack of nvidia.com/gpu
+    Unschedulable         a Pod is Unschedulable for another reason
+    CrashLoopBackOff      a container keeps crashing
+    ConfigError           the kubelet cannot set up a container (CreateContainerConfigError, ...)
+    HubExportFailing      the learner trains, but its last Hub export failed
+  progress:
+    AllReplicasReady, ReplicasNotReady, Creating, Suspended, Training, WaitingForLearner,
+    TrainingComplete, RestartBudgetExhausted, LearnerFailed, RunFinished, SuspendedByUser, NotSuspended,
+    HarnessPoolNotFound, InvalidSpec
+
+`Complete` comes from the learner's Job succeeding: the learner exits 0 only after its last step (and its
+final checkpoint and export), so a Job success is the run's success. `Failed` comes from the Job failing
+(the restart budget is its backoffLimit).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from harnessrl.operator.api.harnesspool import HarnessPoolStatus, PoolRolloutCounts
+from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition
+from harnessrl.operator.api.trainingrun import RolloutCounts, TrainingRunSpec, TrainingRunStatus
+from harnessrl.operator.handlers.progress import LearnerProgress
+from pydantic import BaseModel, ConfigDict
+
+Manifest = dict[str, Any]
+
+ENGINE_READY = "EngineReady"
+PROXY_READY = "ProxyReady"
+HARNESSES_READY = "HarnessesReady"
+READY = "Ready"
+TRAINING = "Training"
+SUSPENDED = "Suspended"
+COMPLETE = "Complete"
+FAILED = "Failed"
+
+IMAGE_PULL = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+# Reasons that are trouble (a Warning Event), as opposed to progress (Normal).
+WARNING_REASONS = {
+    "ImagePullBackOff",
+    "InsufficientGPU",
+    "Unschedulable",
+    "CrashLoopBackOff",
+    "ConfigError",
+    "HubExportFailing",
+    "RestartBudgetExhausted",
+    "LearnerFailed",
+    "HarnessPoolNotFound",
+    "InvalidSpec",
+}
+
+
+class Trouble(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    reason: str
+    message: str
+
+
+class Observed(BaseModel):
+    """The children of a run as last read from the API (None = absent)."""
+
+    engine: Manifest | None = None
+    proxy: Manifest | None = None
+    learner: Manifest | None = None  # the Job
+    runners: dict[str, Manifest | None] = {}  # pool -> Deployment
+    pods: list[Manifest] = []
+    progress: LearnerProgress | None = None
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+def pod_trouble(pods: list[Manifest]) -> Trouble | None:
+    """The first problem a user must act on among `pods` (by name, so the answer is stable)."""
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+                message = cond.get("message", "")
+                reason = "InsufficientGPU" if "nvidia.com/gpu" in message else "Unschedulable"
+                return Trouble(reason=reason, message=f"pod {name}: {message}")
+        for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            why = waiting.get("reason", "")
+            detail = f"pod {name} container {cs.get('name')}: {why}" + (f": {waiting['message']}" if waiting.get("message") else "")
+            if why in IMAGE_PULL:
+                return Trouble(reason="ImagePullBackOff", message=detail)
+            if why == "CrashLoopBackOff":
+                return Trouble(reason="CrashLoopBackOff", message=detail)
+            if why in CONFIG_ERRORS:
+                return Trouble(reason="ConfigError", message=detail)
+    return None
+
+
+def _pods_of(pods: list[Manifest], component: str, pool: str | None = None) -> list[Manifest]:
+    def match(pod: Manifest) -> bool:
+        labels = pod["metadata"].get("labels") or {}
+        return labels.get("app.kubernetes.io/component") == component and (pool is None or labels.get("harnessrl.io/pool") == pool)
+
+    return [p for p in pods if match(p)]
+
+
+def workload_condition(workload: Manifest | None, pods: list[Manifest], what: str) -> tuple[ConditionStatus, str, str]:
+    """(status, reason, message) of a StatefulSet or Deployment and its Pods."""
+    if workload is None:
+        return "False", "Creating", f"{what} is being created"
+    want = int((workload.get("spec") or {}).get("replicas", 1))
+    ready = int((workload.get("status") or {}).get("readyReplicas") or 0)
+    if want == 0:
+        return "False", "Suspended", f"{what} is scaled to zero"
+    if ready >= want:
+        return "True", "AllReplicasReady", f"{what}: {ready}/{want} replicas ready"
+    trouble = pod_trouble(pods)
+    if trouble is not None:
+        return "False", trouble.reason, trouble.message
+    return "False", "ReplicasNotReady", f"{what}: {ready}/{want} replicas ready"
+
+
+def _job_condition(job: Manifest | None, kind: str) -> Manifest | None:
+    for cond in ((job or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def _is_true(conditions: list[Condition], type_: str) -> bool:
+    return any(c.type == type_ and c.status == "True" for c in conditions)
+
+
+def is_terminal(status: TrainingRunStatus | None) -> bool:
+    return status is not None and (_is_true(status.conditions, COMPLETE) or _is_true(status.conditions, FAILED))
+
+
+def run_status(
+    spec: TrainingRunSpec,
+    generation: int,
+    old: TrainingRunStatus | None,
+    observed: Observed,
+    now: datetime | None = None,
+) -> TrainingRunStatus:
+    """The run's new status from its children. A terminal run stays terminal."""
+    now = (now or datetime.now(UTC)).replace(microsecond=0)
+    old = old or TrainingRunStatus()
+    conds = list(old.conditions)
+
+    def put(type_: str, status: ConditionStatus, reason: str, message: str) -> None:
+        nonlocal conds
+        conds = set_condition(conds, type_, status, reason, message, generation, now)
+
+    finished = is_terminal(old)
+    complete = _job_condition(observed.learner, "Complete")
+    failed = _job_condition(observed.learner, "Failed")
+    if not finished and complete:
+        put(COMPLETE, "True", "TrainingComplete", f"the learner finished {spec.grpo.steps} steps")
+        put(FAILED, "False", "TrainingComplete", "")
+        finished = True
+    elif not finished and failed:
+        reason = "RestartBudgetExhausted" if failed.get("reason") == "BackoffLimitExceeded" else "LearnerFailed"
+        detail = failed.get("message") or "the learner failed"
+        put(FAILED, "True", reason, f"{detail} (restart budget {spec.learner.restart_budget})")
+        put(COMPLETE, "False", reason, "")
+        finished = True
+    elif not finished:
+        put(COMPLETE, "False", "TrainingNotFinished", "")
+        put(FAILED, "False", "NoFailure", "")
+
+    pods = observed.pods
+    if finished:
+        for type_ in (ENGINE_READY, PROXY_READY, HARNESSES_READY, READY, TRAINING):
+            put(type_, "False", "RunFinished", "the run has finished; its Pods are scaled to zero")
+        put(SUSPENDED, "False", "RunFinished", "")
+    elif spec.suspend:
+        for type_ in (ENGINE_READY, PROXY_READY, HARNESSES_READY, READY, TRAINING):
+            put(type_, "False", "Suspended", "the run is suspended")
+        put(SUSPENDED, "True", "SuspendedByUser", "Pods scaled to zero; checkpoints kept")
+    else:
+        put(SUSPENDED, "False", "NotSuspended", "")
+        put(ENGINE_READY, *workload_condition(observed.engine, _pods_of(pods, "engine"), "engine"))
+        put(PROXY_READY, *workload_condition(observed.proxy, _pods_of(pods, "proxy"), "proxy"))
+        put(HARNESSES_READY, *_harnesses_condition(observed, pods))
+        parts = [c for c in conds if c.type in (ENGINE_READY, PROXY_READY, HARNESSES_READY)]
+        not_ready = [c for c in parts if c.status != "True"]
+        if not_ready:
+            put(READY, "False", not_ready[0].reason, f"{not_ready[0].type}: {not_ready[0].message}")
+        else:
+            put(READY, "True", "AllComponentsReady", "engine, proxy and harness runners are ready")
+        put(TRAINING, *_training_condition(spec, observed, pods))
+
+    training_now = _is_true(conds, TRAINING)
+    status = old.model_copy(
+        update={
+            "conditions": conds,
+            "observed_generation": generation,
+            "phase": _phase(conds),
+            "start_time": old.start_time or (now if training_now else None),
+            "completion_time": old.completion_time or (now if finished else None),
+        }
+    )
+    progress = observed.progress
+    if progress is not None:
+        status = status.model_copy(
+            update={
+                "step": progress.step,
+                "policy_version": progress.policy_version,
+                "rollouts": RolloutCounts(
+                    scored=progress.rollouts_scored, unscored=progress.rollouts_unscored, stale=progress.rollouts_stale
+                ),
+                "mean_reward": progress.mean_reward if progress.mean_reward is not None else old.mean_reward,
+                "pass_at1": progress.pass_at1 or old.pass_at1,
+                "latest_checkpoint": progress.latest_checkpoint or old.latest_checkpoint,
+                "hub_revision": progress.hub_revision or old.hub_revision,
+            }
+        )
+    return status
+
+
+def _harnesses_condition(observed: Observed, pods: list[Manifest]) -> tuple[ConditionStatus, str, str]:
+    for pool, deployment in sorted(observed.runners.items()):
+        result = workload_condition(deployment, _pods_of(pods, "runner", pool), f"runners of pool {pool}")
+        if result[0] != "True":
+            return result
+    return "True", "AllReplicasReady", f"runners of {len(observed.runners)} pool(s) ready"
+
+
+def _training_condition(spec: TrainingRunSpec, observed: Observed, pods: list[Manifest]) -> tuple[ConditionStatus, str, str]:
+    job = observed.learner
+    ready = int(((job or {}).get("status") or {}).get("ready") or 0)
+    progress = observed.progress
+    if ready >= 1:
+        step = f"step {progress.step}/{spec.grpo.steps}, policy v{progress.policy_version}" if progress else "starting"
+        if progress is not None and progress.export_error:
+            return "True", "HubExportFailing", f"{step}; Hub export failing: {progress.export_error}"
+        return "True", "Training", step
+    trouble = pod_trouble(_pods_of(pods, "learner"))
+    if trouble is not None:
+        return "False", trouble.reason, trouble.message
+    return "False", "WaitingForLearner", "the learner is not running yet"
+
+
+def _phase(conds: list[Condition]) -> Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]:
+    if _is_true(conds, FAILED):
+        return "Failed"
+    if _is_true(conds, COMPLETE):
+        return "Succeeded"
+    if _is_true(conds, SUSPENDED):
+        return "Suspended"
+    if _is_true(conds, TRAINING):
+        return "Running"
+    return "Pending"
+
+
+def blocked_status(
+    generation: int, old: TrainingRunStatus | None, reason: str, message: str, now: datetime | None = None
+) -> TrainingRunStatus:
+    """The status of a run whose spec cannot be realised (a missing pool, an unsupported combination)."""
+    old = old or TrainingRunStatus()
+    conds = set_condition(list(old.conditions), READY, "False", reason, message, generation, now)
+    conds = set_condition(conds, TRAINING, "False", reason, message, generation, now)
+    return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": "Pending"})
+
+
+def transitions(old: list[Condition], new: list[Condition]) -> list[Event]:
+    """An Event for each condition whose status or reason changed (messages only, never secrets)."""
+    before = {c.type: (c.status, c.reason) for c in old}
+    events = []
+    for cond in new:
+        previous = before.get(cond.type)
+        if previous == (cond.status, cond.reason):
+            continue
+        kind: Literal["Normal", "Warning"] = "Warning" if cond.reason in WARNING_REASONS else "Normal"
+        # Complete/Failed False is bookkeeping; a False that is not trouble is news only when it ends a True
+        # (e.g. resumed: Suspended True -> False).
+        if cond.status != "True" and (
+            cond.type in (COMPLETE, FAILED) or (kind == "Normal" and (previous or ("",))[0] != "True")
+        ):
+            continue
+        text = f"{cond.type} is {cond.status}" + (f": {cond.message}" if cond.message else "")
+        events.append(Event(type=kind, reason=cond.reason, message=text[:1024]))
+    return events
+
+
+def pool_status(
+    generation: int,
+    old: HarnessPoolStatus | None,
+    name: str,
+    deployments: list[Manifest],
+    pods: list[Manifest],
+    rollouts: PoolRolloutCounts,
+    now: datetime | None = None,
+) -> HarnessPoolStatus:
+    """A pool's status: its runner replicas across the runs using it, readiness, rollout counters."""
+    old = old or HarnessPoolStatus()
+    replicas = sum(int((d.get("status") or {}).get("replicas") or 0) for d in deployments)
+    ready = sum(int((d.get("status") or {}).get("readyReplicas") or 0) for d in deployments)
+    want = sum(int((d.get("spec") or {}).get("replicas") or 0) for d in deployments)
+    if not deployments:
+        cond: tuple[ConditionStatus, str, str] = ("False", "NotInUse", "no TrainingRun uses this pool")
+        phase: Literal["Pending", "Ready", "Degraded"] = "Pending"
+    elif ready >= want:
+        cond, phase = ("True", "AllReplicasReady", f"{ready}/{want} runners ready"), "Ready"
+    else:
+        trouble = pod_trouble(pods)
+        reason, message = (trouble.reason, trouble.message) if trouble else ("ReplicasNotReady", f"{ready}/{want} runners ready")
+        cond, phase = ("False", reason, message), ("Degraded" if ready else "Pending")
+    conds = set_condition(list(old.conditions), READY, *cond, generation=generation, now=now)
+    return old.model_copy(
+        update={
+            "conditions": conds,
+            "observed_generation": generation,
+            "phase": phase,
+            "replicas": replicas,
+            "ready_replicas": ready,
+            "selector": f"app.kubernetes.io/component=runner,harnessrl.io/pool={name}",
+            "rollouts": rollouts,
+        }
+    )

@@ -1,0 +1,199 @@
+"""Reconcile one TrainingRun: read it and its pools -> plan -> apply children -> observe -> write status.
+
+Terminal runs (Complete or Failed) stay terminal: their workloads are scaled to zero and nothing is
+recreated; `ttlSecondsAfterFinished` then deletes the run (its children go with it, by ownerReferences).
+No finalizer is ever added, so deleting a run never waits for the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from harnessrl.operator.api.common import API_VERSION
+from harnessrl.operator.api.harnesspool import HarnessPoolSpec
+from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
+from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, path
+from harnessrl.operator.handlers.context import Context
+from harnessrl.operator.handlers.progress import fetch
+from harnessrl.operator.handlers.status import (
+    Event,
+    Observed,
+    blocked_status,
+    is_terminal,
+    run_status,
+    transitions,
+)
+from harnessrl.operator.kube import Owner, proxy, render
+from harnessrl.operator.kube.common import COMPONENT, INSTANCE, MANAGED_BY, POOL
+from harnessrl.operator.plan import ClusterPlacement, ComponentKind, Plan, PlanError, build_plan, child_name
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger("harnessrl.operator.trainingrun")
+Manifest = dict[str, Any]
+S = TypeVar("S", bound=BaseModel)
+
+# Kinds a runner set consists of (removed when its pool leaves spec.harnesses).
+RUNNER_KINDS = [
+    ("apps/v1", "Deployment"),
+    ("v1", "ConfigMap"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+]
+
+
+def read_status(model: type[S], body: Manifest) -> S | None:
+    """The typed status of `body`, ignoring keys others (kopf) keep there."""
+    raw = body.get("status") or {}
+    names = {f.alias or n for n, f in model.model_fields.items()}
+    known = {k: v for k, v in raw.items() if k in names and k != "kopf"}
+    try:
+        return model.model_validate(known) if known else None
+    except ValidationError:
+        log.warning("ignoring unreadable status of %s", body["metadata"].get("name"))
+        return None
+
+
+def write_status(kube: Kube, kind: str, body: Manifest, old: BaseModel | None, new: BaseModel) -> bool:
+    dump = new.model_dump(mode="json", by_alias=True, exclude={"kopf"}, exclude_none=True)
+    if old is not None and old.model_dump(mode="json", by_alias=True, exclude={"kopf"}, exclude_none=True) == dump:
+        return False
+    meta = body["metadata"]
+    url = path(API_VERSION, kind, meta["namespace"], meta["name"]) + "/status"
+    kube.request("PATCH", url, {"status": dump}, content_type=MERGE_PATCH)
+    return True
+
+
+def post_events(kube: Kube, body: Manifest, events: list[Event]) -> None:
+    """Kubernetes Events on the run (what `kubectl describe` shows). Best effort: never fails a reconcile."""
+    meta = body["metadata"]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for event in events:
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message,
+            "source": {"component": MANAGED_BY},
+            "reportingComponent": MANAGED_BY,
+            "reportingInstance": socket.gethostname()[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            kube.create(manifest)
+        except Exception as exc:  # an Event is informational; losing one is better than failing the reconcile
+            log.warning("could not post event %s on %s: %s", event.reason, meta["name"], exc)
+
+
+def reconcile(ctx: Context, namespace: str, name: str) -> None:
+    kube = ctx.kube
+    body = kube.get(API_VERSION, KIND, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    generation = int(body["metadata"].get("generation") or 0)
+    old = read_status(TrainingRunStatus, body)
+    try:
+        spec = TrainingRunSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        # The CRD's schema rejects this at the API server; an older object may still fail the current model.
+        _finish(kube, body, old, blocked_status(generation, old, "InvalidSpec", str(exc)[:2000]))
+        return
+    if is_terminal(old):
+        _finished(ctx, body, spec, old)
+        return
+    pools: dict[str, HarnessPoolSpec] = {}
+    for ref in spec.harnesses:
+        pool = kube.get(API_VERSION, "HarnessPool", namespace, ref.pool)
+        if pool is not None:
+            pools[ref.pool] = HarnessPoolSpec.model_validate(pool.get("spec") or {})
+    placement = ClusterPlacement(namespace)
+    try:
+        plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
+    except PlanError as exc:
+        reason = "HarnessPoolNotFound" if len(pools) < len(spec.harnesses) else "InvalidSpec"
+        _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
+        return
+    owner = Owner(name=name, uid=body["metadata"]["uid"])
+    apply_children(kube, plan, owner)
+    observed = observe(kube, plan)
+    if observed.learner is not None:
+        url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
+        progress = fetch(url)
+        if progress is not None:
+            ctx.progress[(namespace, name)] = progress
+        observed = observed.model_copy(update={"progress": progress})
+    new = run_status(spec, generation, old, observed)
+    _finish(kube, body, old, new)
+    if is_terminal(new):
+        scale_to_zero(kube, namespace, name)
+
+
+def apply_children(kube: Kube, plan: Plan, owner: Owner) -> None:
+    if kube.get("v1", "Secret", plan.namespace, plan.proxy_admin_secret) is None:
+        # Generated once and kept: proxy, learner and runners all read this one token.
+        kube.ensure(proxy.admin_secret(plan, owner, secrets.token_urlsafe(32)))
+    for manifest in render(plan, owner):
+        kube.ensure(manifest)
+    wanted = {c.pool for c in plan.runners}
+    for api_version, kind in RUNNER_KINDS:
+        for child in kube.list(api_version, kind, plan.namespace, {INSTANCE: plan.run, COMPONENT: str(ComponentKind.RUNNER)}):
+            if (child["metadata"].get("labels") or {}).get(POOL) not in wanted:
+                kube.delete(api_version, kind, plan.namespace, child["metadata"]["name"])
+
+
+def observe(kube: Kube, plan: Plan) -> Observed:
+    ns = plan.namespace
+    return Observed(
+        engine=kube.get("apps/v1", "StatefulSet", ns, plan.engine.name),
+        proxy=kube.get("apps/v1", "StatefulSet", ns, plan.proxy.name),
+        learner=kube.get("batch/v1", "Job", ns, plan.learner.name),
+        runners={c.pool or "": kube.get("apps/v1", "Deployment", ns, c.name) for c in plan.runners},
+        pods=kube.list("v1", "Pod", ns, {INSTANCE: plan.run}),
+    )
+
+
+def scale_to_zero(kube: Kube, namespace: str, run: str) -> None:
+    """Free a finished run's GPUs and sandboxes; its checkpoints and Job stay for inspection."""
+    workloads = [("apps/v1", "StatefulSet", child_name(run, ComponentKind.ENGINE)), ("apps/v1", "StatefulSet", child_name(run, ComponentKind.PROXY))]
+    workloads += [
+        ("apps/v1", "Deployment", d["metadata"]["name"])
+        for d in kube.list("apps/v1", "Deployment", namespace, {INSTANCE: run, COMPONENT: str(ComponentKind.RUNNER)})
+    ]
+    for api_version, kind, name in workloads:
+        live = kube.get(api_version, kind, namespace, name)
+        if live is not None and (live.get("spec") or {}).get("replicas", 1) != 0:
+            kube.patch(api_version, kind, namespace, name, {"spec": {"replicas": 0}})
+
+
+def _finished(ctx: Context, body: Manifest, spec: TrainingRunSpec, old: TrainingRunStatus | None) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    generation = int(meta.get("generation") or 0)
+    scale_to_zero(ctx.kube, namespace, name)
+    new = run_status(spec, generation, old, Observed())
+    _finish(ctx.kube, body, old, new)
+    ttl, done = spec.ttl_seconds_after_finished, new.completion_time
+    if ttl is not None and done is not None and datetime.now(UTC) >= done + timedelta(seconds=ttl):
+        log.info("deleting TrainingRun %s/%s: finished %s, ttlSecondsAfterFinished %d", namespace, name, done, ttl)
+        ctx.kube.delete(API_VERSION, KIND, namespace, name)
+
+
+def _finish(kube: Kube, body: Manifest, old: TrainingRunStatus | None, new: TrainingRunStatus) -> None:
+    if write_status(kube, KIND, body, old, new):
+        post_events(kube, body, transitions(old.conditions if old else [], new.conditions))

@@ -1,0 +1,226 @@
+"""Pieces every manifest shares: labels, ownerReferences, pod overrides, config and secret volumes. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from typing import Any
+
+import yaml
+from harnessrl.operator.api.common import API_VERSION, PodOverrides
+from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
+from harnessrl.operator.plan import Component, Plan
+from pydantic import BaseModel, ConfigDict
+
+Manifest = dict[str, Any]
+
+NAME = "harnessrl"
+MANAGED_BY = "harnessrl-operator"
+INSTANCE = "app.kubernetes.io/instance"
+COMPONENT = "app.kubernetes.io/component"
+POOL = "harnessrl.io/pool"
+METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port (the chart's ServiceMonitor)
+QUEUE = "kueue.x-k8s.io/queue-name"
+CONFIG_HASH = "harnessrl.io/config-hash"
+CONFIG_DIR = "/etc/harnessrl"
+# A ConfigMap is shared by all replicas; a replica that needs its own identity fills in its Pod name at start.
+POD_PLACEHOLDER = "__POD_NAME__"
+
+
+class Owner(BaseModel):
+    """The TrainingRun every child belongs to: deleting it deletes them (garbage collection, no finalizer)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    uid: str
+
+    def reference(self) -> Manifest:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": TRAININGRUN_KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def selector(run: str, component: str, pool: str | None = None) -> dict[str, str]:
+    """The labels that select one component's Pods (stable: selectors of StatefulSets are immutable)."""
+    return {INSTANCE: run, COMPONENT: component} | ({POOL: pool} if pool else {})
+
+
+def labels(run: str, component: str, pool: str | None = None) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": NAME,
+        **selector(run, component, pool),
+        "app.kubernetes.io/part-of": NAME,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def metadata(plan: Plan, owner: Owner, name: str, component: str, pool: str | None = None, **extra_labels: str) -> Manifest:
+    return {
+        "name": name,
+        "namespace": plan.namespace,
+        "labels": labels(plan.run, component, pool) | extra_labels,
+        "ownerReferences": [owner.reference()],
+    }
+
+
+def component_metadata(plan: Plan, owner: Owner, component: Component, name: str | None = None) -> Manifest:
+    meta = metadata(plan, owner, name or component.name, component.kind, component.pool)
+    if component.pod.queue_name:
+        # Kueue admits the workload (StatefulSet, Deployment, Job) named by this label.
+        meta["labels"][QUEUE] = component.pod.queue_name
+    return meta
+
+
+def config_map_name(component: Component) -> str:
+    return f"{component.name}-config"
+
+
+def rendered_config(component: Component) -> str:
+    return yaml.safe_dump(component.config_json(), sort_keys=True)
+
+
+def config_map(plan: Plan, owner: Owner, component: Component, config: str | None = None) -> Manifest:
+    """The component's rendered config; `config` overrides the plain rendering (e.g. with placeholders)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(plan, owner, config_map_name(component), component.kind, component.pool),
+        "data": {"config.yaml": config if config is not None else rendered_config(component)},
+    }
+
+
+def config_hash(*parts: Any) -> str:
+    """A digest of what a Pod reads at start: a change rolls the Pods."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def volumes_and_mounts(component: Component) -> tuple[list[Manifest], list[Manifest]]:
+    """The config file and every Secret file the component reads, as volumes and read-only mounts."""
+    volumes: list[Manifest] = [{"name": "config", "configMap": {"name": config_map_name(component)}}]
+    mounts: list[Manifest] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    for index, secret in enumerate(component.secrets):
+        name = f"secret-{index}"
+        volumes.append(
+            {
+                "name": name,
+                "secret": {
+                    "secretName": secret.secret,
+                    "items": [{"key": secret.key, "path": posixpath.basename(secret.path)}],
+                    "defaultMode": 0o440,
+                },
+            }
+        )
+        mounts.append({"name": name, "mountPath": posixpath.dirname(secret.path), "readOnly": True})
+    return volumes, mounts
+
+
+def resources(component: Component) -> Manifest:
+    """Requests and limits; GPUs go in both (extended resources must have requests == limits)."""
+    requests = {k: str(v) for k, v in component.resources.requests.items()}
+    limits = {k: str(v) for k, v in component.resources.limits.items()}
+    if component.gpus:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(component.gpus)
+    return {k: v for k, v in {"requests": requests, "limits": limits}.items() if v}
+
+
+def pod_env() -> list[Manifest]:
+    """Who the Pod is, for components that need a per-replica identity."""
+    return [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+
+
+def env_list(env: dict[str, str]) -> list[Manifest]:
+    return [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+def pod_template(
+    plan: Plan,
+    component: Component,
+    spec: Manifest,
+    *,
+    config_digest: str,
+    service_account: str | None = None,
+) -> Manifest:
+    """A Pod template with the run's pod overrides applied (scheduling, labels, annotations, account)."""
+    pod: PodOverrides = component.pod
+    template_labels = labels(plan.run, component.kind, component.pool) | dict(pod.labels)
+    if pod.queue_name:
+        template_labels[QUEUE] = pod.queue_name
+    spec = dict(spec)
+    if pod.node_selector:
+        spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        spec["tolerations"] = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in pod.tolerations]
+    if pod.affinity:
+        spec["affinity"] = pod.affinity
+    if pod.priority_class_name:
+        spec["priorityClassName"] = pod.priority_class_name
+    account = pod.service_account_name or service_account
+    if account:
+        spec["serviceAccountName"] = account
+    return {
+        "metadata": {
+            "labels": template_labels,
+            "annotations": dict(pod.annotations) | {CONFIG_HASH: config_digest},
+        },
+        "spec": spec,
+    }
+
+
+def http_probe(path: str, *, period: int, failures: int, initial_delay: int = 0) -> Manifest:
+    probe: Manifest = {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
+    if initial_delay:
+        probe["initialDelaySeconds"] = initial_delay
+    return probe
+
+
+def service(
+    plan: Plan,
+    owner: Owner,
+    component: Component,
+    name: str,
+    *,
+    headless: bool = False,
+    metrics: bool = True,
+    publish_not_ready: bool = False,
+) -> Manifest:
+    meta = metadata(plan, owner, name, component.kind, component.pool)
+    if metrics:
+        meta["labels"][METRICS] = "true"
+    spec: Manifest = {
+        "selector": selector(plan.run, component.kind, component.pool),
+        "ports": [{"name": p.name, "port": p.port, "targetPort": p.name, "protocol": "TCP"} for p in component.ports],
+    }
+    if headless:
+        spec["clusterIP"] = "None"
+    if publish_not_ready:
+        spec["publishNotReadyAddresses"] = True
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+
+
+def container_ports(component: Component) -> list[Manifest]:
+    return [{"name": p.name, "containerPort": p.port, "protocol": "TCP"} for p in component.ports]
+
+
+def per_pod_start(subcommand: str) -> list[str]:
+    """Start `harnessrl SUBCOMMAND` on the mounted config with POD_PLACEHOLDER replaced by the Pod's name."""
+    local = f"/tmp/harnessrl-{subcommand}.yaml"
+    script = (
+        f'sed "s/{POD_PLACEHOLDER}/$POD_NAME/g" {CONFIG_DIR}/config.yaml > {local}'
+        f" && exec harnessrl {subcommand} --config {local}"
+    )
+    return ["sh", "-c", script]

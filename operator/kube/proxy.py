@@ -1,0 +1,103 @@
+"""The capture proxy: a StatefulSet (each replica owns its sessions and journal, at a stable DNS name), a
+headless Service for those names, a Service for any-replica access, and its admin-token Secret. Pure."""
+
+from __future__ import annotations
+
+import base64
+
+import yaml
+from harnessrl.operator.kube.common import (
+    POD_PLACEHOLDER,
+    Manifest,
+    Owner,
+    component_metadata,
+    config_hash,
+    config_map,
+    container_ports,
+    http_probe,
+    metadata,
+    per_pod_start,
+    pod_env,
+    pod_template,
+    resources,
+    selector,
+    service,
+    volumes_and_mounts,
+)
+from harnessrl.operator.plan import CLUSTER_PATHS, Plan
+
+JOURNAL_SIZE = "10Gi"
+RUN_AS = 10001  # the images' user: it must own the journal volume
+
+
+def headless_name(plan: Plan) -> str:
+    return f"{plan.proxy.name}-headless"
+
+
+def proxy_config(plan: Plan) -> str:
+    """The rendered ProxyConfig, with each replica's identity and public URL left as placeholders."""
+    data = plan.proxy.config_json()
+    port = plan.proxy.ports[0].port
+    data["replica_id"] = POD_PLACEHOLDER
+    data["public_base_url"] = f"http://{POD_PLACEHOLDER}.{headless_name(plan)}.{plan.namespace}.svc:{port}"
+    return yaml.safe_dump(data, sort_keys=True)
+
+
+def admin_secret(plan: Plan, owner: Owner, token: str) -> Manifest:
+    """The proxy's admin token: generated once by the operator, read by proxy, learner and runners as a file."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(plan, owner, plan.proxy_admin_secret, plan.proxy.kind),
+        "type": "Opaque",
+        "data": {"token": base64.b64encode(token.encode()).decode()},
+    }
+
+
+def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
+    proxy = plan.proxy
+    config = proxy_config(plan)
+    volumes, mounts = volumes_and_mounts(proxy)
+    mounts.append({"name": "journal", "mountPath": CLUSTER_PATHS["journal"]})
+    container = {
+        "name": "proxy",
+        "image": proxy.image,
+        "command": per_pod_start("proxy"),
+        "env": pod_env(),
+        "ports": container_ports(proxy),
+        "resources": resources(proxy),
+        "volumeMounts": mounts,
+        "readinessProbe": http_probe("/healthz", period=5, failures=3),
+        "livenessProbe": http_probe("/healthz", period=20, failures=3, initial_delay=10),
+    }
+    pod = pod_template(
+        plan,
+        proxy,
+        {"containers": [container], "volumes": volumes, "securityContext": {"fsGroup": RUN_AS}},
+        config_digest=config_hash(config),
+    )
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": component_metadata(plan, owner, proxy),
+        "spec": {
+            "serviceName": headless_name(plan),
+            "replicas": proxy.replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector(plan.run, proxy.kind)},
+            "template": pod,
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "journal"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": JOURNAL_SIZE}}},
+                }
+            ],
+        },
+    }
+    return [
+        config_map(plan, owner, proxy, config),
+        # Per-replica DNS must exist before readiness: a harness is sent to its session's replica by name.
+        service(plan, owner, proxy, headless_name(plan), headless=True, metrics=False, publish_not_ready=True),
+        service(plan, owner, proxy, proxy.name),
+        statefulset,
+    ]

@@ -1,0 +1,119 @@
+"""Where a run's data lives in its Pods: base weights, the task set, the task index, checkpoints. Pure."""
+
+from __future__ import annotations
+
+from harnessrl.operator.kube.common import Manifest, Owner, metadata
+from harnessrl.operator.plan import CLUSTER_PATHS, Component, ComponentKind, Plan
+
+CHECKPOINT_SIZE = "50Gi"
+
+
+def checkpoint_claim_name(plan: Plan) -> str:
+    return plan.checkpoint_claim or f"{plan.run}-checkpoints"
+
+
+def checkpoint_claim(plan: Plan, owner: Owner) -> Manifest | None:
+    """The run's own checkpoint volume, unless the spec names one. It outlives suspension; the run's
+    deletion takes it (the Hub export is the durable copy)."""
+    if plan.checkpoint_claim is not None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(plan, owner, checkpoint_claim_name(plan), str(ComponentKind.LEARNER)),
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": CHECKPOINT_SIZE}}},
+    }
+
+
+def base_model(plan: Plan) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:
+    """(volumes, mounts, init containers) giving the learner the base weights at the base-model path.
+
+    A PVC is mounted read-only; a Hub repository is downloaded into an emptyDir by an init container
+    (the engine needs neither: vLLM reads a hub id itself).
+    """
+    path = CLUSTER_PATHS["base-model"]
+    base = plan.spec.model.base
+    if base.pvc is not None:
+        volume = {"name": "base-model", "persistentVolumeClaim": {"claimName": base.pvc.claim_name, "readOnly": True}}
+        mount = {"name": "base-model", "mountPath": path, "subPath": base.pvc.path, "readOnly": True}
+        return [volume], [_drop_empty_subpath(mount)], []
+    assert base.hub is not None
+    init = {
+        "name": "base-model",
+        "image": plan.learner.image,
+        "command": ["hf", "download", base.hub.repo, "--revision", base.hub.revision, "--local-dir", path],
+        "volumeMounts": [{"name": "base-model", "mountPath": path}],
+    }
+    return [{"name": "base-model", "emptyDir": {}}], [{"name": "base-model", "mountPath": path}], [init]
+
+
+def engine_model(plan: Plan) -> tuple[list[Manifest], list[Manifest]]:
+    """(volumes, mounts) of the engine: only a PVC base model needs one."""
+    volumes, mounts, _ = base_model(plan) if plan.spec.model.base.pvc is not None else ([], [], [])
+    return volumes, mounts
+
+
+def task_set(plan: Plan, image: str) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:
+    """(volumes, mounts, init containers) putting the task set at the tasks path.
+
+    A PVC is mounted read-only; an image's task directory is copied out by an init container running
+    that image; a Hub dataset is fetched by the component itself (nothing to mount).
+    """
+    path = CLUSTER_PATHS["tasks"]
+    tasks = plan.spec.tasks
+    if tasks.pvc is not None:
+        volume = {"name": "tasks", "persistentVolumeClaim": {"claimName": tasks.pvc.claim_name, "readOnly": True}}
+        return [volume], [_drop_empty_subpath({"name": "tasks", "mountPath": path, "subPath": tasks.pvc.path, "readOnly": True})], []
+    if tasks.image is not None:
+        copy = {
+            "name": "tasks",
+            "image": tasks.image.image,
+            "command": ["cp", "-R", f"{tasks.image.path.rstrip('/')}/.", path],
+            "volumeMounts": [{"name": "tasks", "mountPath": path}],
+        }
+        return [{"name": "tasks", "emptyDir": {}}], [{"name": "tasks", "mountPath": path}], [copy]
+    return [], [], []
+
+
+# Lists the task ids of the trained split with the runner's own task loader, so learner and runners agree.
+TASK_INDEX = """\
+import os, pathlib
+from pydantic import TypeAdapter
+from harnessrl.runtime.harness.config import TaskSource
+from harnessrl.runtime.harness.tasks import load_source, split_tasks
+source = TypeAdapter(TaskSource).validate_json(os.environ["HARNESSRL_TASKS"])
+ids = sorted(split_tasks(load_source(source), os.environ["HARNESSRL_SPLIT"]))
+limit = int(os.environ.get("HARNESSRL_LIMIT") or len(ids))
+out = pathlib.Path(os.environ["HARNESSRL_TASK_IDS"])
+out.write_text("".join(i + "\\n" for i in ids[:limit]))
+print(f"{min(limit, len(ids))} tasks in split {os.environ['HARNESSRL_SPLIT']}")
+"""
+
+
+def task_index(plan: Plan, runner_source: Component | None) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:
+    """(volumes, mounts, init containers) writing the learner's task-id file from the task set."""
+    ids_file = CLUSTER_PATHS["task-ids"]
+    ids_dir = ids_file.rsplit("/", 1)[0]
+    volumes, mounts, inits = task_set(plan, plan.learner.image)
+    # The runners' task source is the same for every pool; without pools there is nothing to index.
+    source = runner_source.config.tasks.model_dump_json() if runner_source is not None else "{}"  # type: ignore[union-attr]
+    env = {
+        "HARNESSRL_TASKS": source,
+        "HARNESSRL_SPLIT": plan.spec.tasks.split,
+        "HARNESSRL_TASK_IDS": ids_file,
+        "HARNESSRL_LIMIT": str(plan.spec.tasks.limit or ""),
+    }
+    index = {
+        "name": "task-index",
+        "image": plan.learner.image,
+        "command": ["python", "-c", TASK_INDEX],
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "volumeMounts": [*mounts, {"name": "task-ids", "mountPath": ids_dir}],
+    }
+    volumes = [*volumes, {"name": "task-ids", "emptyDir": {}}]
+    return volumes, [{"name": "task-ids", "mountPath": ids_dir, "readOnly": True}], [*inits, index]
+
+
+def _drop_empty_subpath(mount: Manifest) -> Manifest:
+    return {k: v for k, v in mount.items() if not (k == "subPath" and not v)}
+

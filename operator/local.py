@@ -1,0 +1,306 @@
+"""`harnessrl run`: a TrainingRun on this machine, without a cluster (the embedded default).
+
+The same Plan the operator turns into manifests is realised here as local processes: vLLM (the CPU build
+where there is no GPU), the capture proxy, the learner with its coordinator, and one runner per HarnessPool
+with the local sandbox. Everything the run writes lives in its run directory:
+
+    RUN_DIR/plan.json          the rendered plan
+    RUN_DIR/config/*.json      each component's config, as it reads it
+    RUN_DIR/secrets/           the proxy admin token (generated once), the Hub token (from --secret/env)
+    RUN_DIR/logs/*.log         one log per component
+    RUN_DIR/journal/           the proxy's captured turns
+    RUN_DIR/checkpoints/       checkpoints and metrics.jsonl
+
+Running the same command again on the same run directory resumes: the proxy rebuilds its sessions from the
+journal and the learner continues from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+from pathlib import Path
+
+from harnessrl.operator.api.common import VolumePath
+from harnessrl.operator.api.harnesspool import HarnessPool
+from harnessrl.operator.api.manifest import ManifestError, load_manifests
+from harnessrl.operator.api.trainingrun import TrainingRun
+from harnessrl.operator.live import LiveView
+from harnessrl.operator.plan import PATHS, Component, ComponentKind, Placement, Plan, PlanError, build_plan
+from harnessrl.operator.supervisor import ProcessSpec, Supervisor, SupervisorError
+from harnessrl.runtime.engine.config import EngineConfig
+from harnessrl.runtime.engine.launch import engine_argv, engine_env
+from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
+from harnessrl.runtime.learner.config import LearnerConfig
+
+
+class LocalRunError(RuntimeError):
+    """The run cannot start here: the message says what to pass or fix."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalPlacement(Placement):
+    """Components on 127.0.0.1, each on its own port; files under the run directory."""
+
+    def __init__(self, run_dir: Path, model_dir: Path, tasks_dir: Path, engine_replicas: int) -> None:
+        self.run_dir = run_dir
+        self.model_dir = model_dir
+        self.tasks_dir = tasks_dir
+        self.engine_ports = [free_port() for _ in range(engine_replicas)]
+        self.proxy_port = free_port()
+        self.learner_port = free_port()
+        self.engine_port = self.engine_ports[0]
+
+    def engine_url(self, run: str, replica: int) -> str:
+        return f"http://127.0.0.1:{self.engine_ports[replica]}"
+
+    def proxy_url(self, run: str) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    def coordinator_url(self, run: str) -> str:
+        return f"http://127.0.0.1:{self.learner_port}"
+
+    def path(self, what: str) -> str:
+        files = {
+            "config": self.run_dir / "config",
+            "proxy-admin-token": self.run_dir / "secrets" / "proxy-admin-token",
+            "hub-token": self.run_dir / "secrets" / "hub-token",
+            "e2b-api-key": self.run_dir / "secrets" / "e2b-api-key",
+            "journal": self.run_dir / "journal",
+            "checkpoints": self.run_dir / "checkpoints",
+            "base-model": self.model_dir,
+            "tasks": self.tasks_dir,
+            "task-ids": self.run_dir / "task-ids.txt",
+        }
+        assert set(files) == set(PATHS)
+        return str(files[what])
+
+
+def read_inputs(files: list[Path]) -> tuple[TrainingRun, dict[str, HarnessPool]]:
+    """Exactly one TrainingRun and the HarnessPools it names, from any number of (multi-document) files."""
+    runs: list[TrainingRun] = []
+    pools: dict[str, HarnessPool] = {}
+    for path in files:
+        for resource in load_manifests(path):
+            if isinstance(resource, TrainingRun):
+                runs.append(resource)
+            else:
+                pools[resource.metadata.name] = resource
+    if len(runs) != 1:
+        raise LocalRunError(f"expected exactly one TrainingRun in {', '.join(map(str, files))}, found {len(runs)}")
+    return runs[0], pools
+
+
+def resolve_volume(ref: VolumePath, volumes: dict[str, Path], what: str) -> Path:
+    """A PVC path on this machine: `--volume CLAIM=DIR` says where the claim's files are."""
+    if ref.claim_name not in volumes:
+        raise LocalRunError(
+            f"{what} reads PersistentVolumeClaim {ref.claim_name!r}; pass --volume {ref.claim_name}=DIR "
+            "to say where its files are on this machine"
+        )
+    path = volumes[ref.claim_name] / ref.path.lstrip("/")
+    if not path.exists():
+        raise LocalRunError(f"{what}: {path} (volume {ref.claim_name}) does not exist")
+    return path
+
+
+def resolve_model(run: TrainingRun, volumes: dict[str, Path]) -> Path:
+    base = run.spec.model.base
+    if base.pvc is not None:
+        return resolve_volume(base.pvc, volumes, "spec.model.base")
+    assert base.hub is not None
+    from huggingface_hub import snapshot_download
+
+    print(f"harnessrl: downloading {base.hub.repo}@{base.hub.revision} ...", flush=True)
+    return Path(snapshot_download(repo_id=base.hub.repo, revision=base.hub.revision))
+
+
+def resolve_tasks(run: TrainingRun, volumes: dict[str, Path]) -> Path:
+    tasks = run.spec.tasks
+    if tasks.pvc is not None:
+        return resolve_volume(tasks.pvc, volumes, "spec.tasks")
+    if tasks.hub is not None:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id=tasks.hub.repo, repo_type="dataset", revision=tasks.hub.revision))
+    raise LocalRunError("spec.tasks.image needs a cluster; on one machine use a pvc source with --volume CLAIM=DIR")
+
+
+def write_task_ids(run: TrainingRun, tasks_dir: Path, out: Path) -> int:
+    splits: dict[str, Split] = {"train": "train", "test": "test"}
+    split = run.spec.tasks.split
+    if split not in splits:
+        raise LocalRunError(f"spec.tasks.split {split!r}: Harbor-format task sets here have splits train and test")
+    try:
+        chosen = sorted(split_tasks(load_dir(tasks_dir), splits[split]))
+    except TaskError as exc:
+        raise LocalRunError(f"spec.tasks: {exc}") from None
+    if run.spec.tasks.limit is not None:
+        chosen = chosen[: run.spec.tasks.limit]
+    if not chosen:
+        raise LocalRunError(f"spec.tasks: no task in split {run.spec.tasks.split!r} under {tasks_dir}")
+    out.write_text("".join(f"{tid}\n" for tid in chosen))
+    return len(chosen)
+
+
+def write_secret(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value)
+
+
+def prepare_secrets(plan: Plan, placement: LocalPlacement, secret_files: dict[str, Path]) -> None:
+    """The proxy admin token is generated once per run directory; other Secrets come from --secret NAME=FILE."""
+    admin = Path(placement.path("proxy-admin-token"))
+    if not admin.exists():
+        write_secret(admin, secrets.token_urlsafe(32))
+    needed = {s.secret: s for c in plan.components() for s in c.secrets if s.secret != plan.proxy_admin_secret}
+    for name, ref in needed.items():
+        if name not in secret_files:
+            raise LocalRunError(f"the run needs Secret {name!r} (key {ref.key!r}); pass --secret {name}=FILE")
+        write_secret(Path(ref.path), secret_files[name].read_text().strip())
+
+
+def local_config(component: Component) -> dict[str, object]:
+    """A component's config as the plan rendered it, bound to loopback instead of all interfaces."""
+    config = component.config_json()
+    if "host" in config:
+        config["host"] = "127.0.0.1"
+    return config
+
+
+def process_specs(plan: Plan, run_dir: Path) -> list[ProcessSpec]:
+    """Engine replicas, proxy, learner, then runners: each waits for what it talks to."""
+    logs, configs = run_dir / "logs", run_dir / "config"
+    configs.mkdir(parents=True, exist_ok=True)
+    specs: list[ProcessSpec] = []
+    engine = plan.engine.config
+    assert isinstance(engine, EngineConfig)
+    for replica, url in enumerate(learner_config(plan).engine.urls):
+        port = int(url.rsplit(":", 1)[1])
+        replica_config = engine.model_copy(update={"host": "127.0.0.1", "port": port})
+        specs.append(
+            ProcessSpec(
+                name=f"engine-{replica}",
+                argv=engine_argv(replica_config, python=sys.executable),
+                env=engine_env(replica_config),
+                log=logs / f"engine-{replica}.log",
+                health_url=f"{url}/health",
+                start_timeout_s=600.0,
+            )
+        )
+    for component in [plan.proxy, plan.learner, *plan.runners]:
+        path = configs / f"{component.name}.json"
+        path.write_text(json.dumps(local_config(component), indent=2) + "\n")
+        url: str | None = None
+        if component.kind in (ComponentKind.PROXY, ComponentKind.LEARNER):
+            url = f"http://127.0.0.1:{local_config(component)['port']}/healthz"
+        specs.append(
+            ProcessSpec(
+                name=component.name,
+                argv=[sys.executable, "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
+                env={},
+                log=logs / f"{component.name}.log",
+                health_url=url,
+                finishes_run=component.kind == ComponentKind.LEARNER,
+            )
+        )
+    return specs
+
+
+def parse_mapping(items: list[str], flag: str) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise LocalRunError(f"{flag} takes NAME=PATH, got {item!r}")
+        out[name] = Path(value).expanduser().resolve()
+    return out
+
+
+def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
+    run, pools = read_inputs(args.files)
+    spec = run.spec
+    if args.steps is not None:
+        spec = spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"steps": args.steps})})
+    volumes = parse_mapping(args.volume, "--volume")
+    run_dir: Path = args.run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    placement = LocalPlacement(run_dir, resolve_model(run, volumes), resolve_tasks(run, volumes), spec.engine.replicas)
+    plan = build_plan(
+        run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement
+    )
+    n_tasks = write_task_ids(run, placement.tasks_dir, Path(placement.path("task-ids")))
+    prepare_secrets(plan, placement, parse_mapping(args.secret, "--secret"))
+    (run_dir / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
+    print(
+        f"harnessrl: run {plan.run}: {len(plan.runners)} harness pool(s) "
+        f"({', '.join(r.harness or '?' for r in plan.runners)}), {n_tasks} {spec.tasks.split} tasks, "
+        f"{spec.grpo.steps} steps; run directory {run_dir}",
+        flush=True,
+    )
+    return plan, placement
+
+
+def supervise(plan: Plan, run_dir: Path, live: bool) -> int:
+    supervisor = Supervisor(restart_budget=max(plan.restart_budget, 1))
+    learner = learner_config(plan)
+    view = LiveView(learner.metrics_path or learner.checkpoint.dir / "metrics.jsonl", local_coordinator(plan), live)
+    try:
+        for spec in process_specs(plan, run_dir):
+            print(f"harnessrl: starting {spec.name} (log: {spec.log})", flush=True)
+            supervisor.start(spec)
+        while not supervisor.check():
+            view.refresh()
+            time.sleep(1.0)
+        view.refresh(final=True)
+        print(f"harnessrl: run {plan.run} finished; run directory {run_dir}", flush=True)
+        return 0
+    except KeyboardInterrupt:
+        print("\nharnessrl: interrupted; stopping components (run again with the same --run-dir to resume)", flush=True)
+        return 130
+    except SupervisorError as exc:
+        print(f"harnessrl run: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        supervisor.stop_all()
+
+
+def learner_config(plan: Plan) -> LearnerConfig:
+    config = plan.learner.config
+    assert isinstance(config, LearnerConfig)
+    return config
+
+
+def local_coordinator(plan: Plan) -> str:
+    return f"http://127.0.0.1:{local_config(plan.learner)['port']}"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="harnessrl run", description="Run a TrainingRun on this machine.")
+    parser.add_argument("files", nargs="+", type=Path, help="YAML files with one TrainingRun and its HarnessPools")
+    parser.add_argument("--run-dir", type=Path, default=Path("runs/local"), help="where the run keeps its state")
+    parser.add_argument("--volume", action="append", default=[], metavar="CLAIM=DIR",
+                        help="where a PersistentVolumeClaim's files are on this machine")
+    parser.add_argument("--secret", action="append", default=[], metavar="NAME=FILE",
+                        help="the value of a Secret the run names (e.g. the Hub token)")
+    parser.add_argument("--steps", type=int, help="override spec.grpo.steps")
+    parser.add_argument("--no-live", action="store_true", help="print one progress line per step, no live view")
+    args = parser.parse_args(argv)
+    try:
+        plan, _ = plan_run(args)
+    except (LocalRunError, ManifestError, PlanError) as exc:
+        print(f"harnessrl run: {exc}", file=sys.stderr)
+        return 2
+    return supervise(plan, args.run_dir.resolve(), live=not args.no_live and sys.stdout.isatty())

@@ -1,0 +1,86 @@
+"""`harnessrl operator`: run the kopf operator that reconciles TrainingRuns and HarnessPools."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="harnessrl operator", description=__doc__)
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", default=[], help="watch this namespace (repeatable)")
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (the default)")
+    parser.add_argument(
+        "--standalone", action="store_true", help="no peering with other operator replicas (one replica only)"
+    )
+    parser.add_argument("--liveness", default=None, help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--resync-seconds", type=float, default=10.0, help="level-based resync period")
+    parser.add_argument("--image-registry", default=None, help="registry of the component images")
+    parser.add_argument("--image-tag", default=None, help="tag of the component images")
+    parser.add_argument("--learner-url-template", default="", help="learner status URL; {run} and {namespace} filled in")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file; default: in-cluster, then KUBECONFIG")
+    parser.add_argument("--verbose", "-v", action="store_true")
+    return parser.parse_args(argv)
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    """The official client, configured in-cluster (a Pod's ServiceAccount) or from a kubeconfig."""
+    import kubernetes.client
+    import kubernetes.config
+
+    if kubeconfig is None:
+        try:
+            kubernetes.config.load_incluster_config()
+            return kubernetes.client.ApiClient()
+        except kubernetes.config.ConfigException:
+            pass
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return kubernetes.client.ApiClient(configuration)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    import kopf
+    from harnessrl.operator.handlers import OperatorOptions, build_registry
+    from harnessrl.operator.plan import Images
+
+    images = Images().model_copy(
+        update={k: v for k, v in {"registry": args.image_registry, "tag": args.image_tag}.items() if v}
+    )
+    options = OperatorOptions(
+        resync_seconds=args.resync_seconds, images=images, learner_url_template=args.learner_url_template
+    )
+    client = api_client(args.kubeconfig)
+    registry, _ = build_registry(options, client)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        # kopf talks to the same server, with the same credentials, as the client the handlers use; asking
+        # the configuration for the token each time picks up a rotated ServiceAccount token.
+        configuration = client.configuration
+        header = configuration.get_api_key_with_prefix("BearerToken", alias="authorization") or ""
+        token = header.split(" ", 1)[-1].strip() or None
+        return kopf.ConnectionInfo(
+            server=configuration.host,
+            ca_path=configuration.ssl_ca_cert,
+            insecure=not configuration.verify_ssl,
+            certificate_path=configuration.cert_file,
+            private_key_path=configuration.key_file,
+            scheme="Bearer" if token else None,
+            token=token,
+        )
+
+    kopf.run(
+        registry=registry,
+        standalone=args.standalone,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+    return 0

@@ -1,0 +1,527 @@
+"""TrainingRun + its HarnessPools -> Plan: the components of a run and their rendered configs. Pure.
+
+The plan is computed once and realised two ways: `harnessrl.operator.kube` turns it into manifests, the
+local runner (`harnessrl run`) into processes. What differs between the two (URLs, ports, paths inside the
+container or under a run directory) is a `Placement`; everything else (which components, their configs,
+replicas, resources, images) is decided here, from the spec alone.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from enum import StrEnum
+from typing import Any
+
+from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, SecretKeyRef
+from harnessrl.operator.api.harnesspool import HarnessPoolSpec
+from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
+from harnessrl.runtime.harness import config as runner_cfg
+from harnessrl.runtime.harness.config import RunnerConfig
+from harnessrl.runtime.harness.versions import pin
+from harnessrl.runtime.learner import config as learner_cfg
+from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.proxy.config import AdmissionLimits, ProxyConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# vLLM accepts only these LoRA ranks for --max-lora-rank; the engine serves the smallest one that fits.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# The API names the Anthropic dialect after the vendor, the runner after its endpoint.
+RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
+    "openai-chat": "openai-chat",
+    "openai-responses": "openai-responses",
+    "anthropic": "anthropic-messages",
+    "gemini": "gemini",
+}
+
+
+class PlanError(ValueError):
+    """The spec cannot be turned into components (a missing pool, a combination no component supports)."""
+
+
+class ComponentKind(StrEnum):
+    ENGINE = "engine"
+    PROXY = "proxy"
+    LEARNER = "learner"
+    RUNNER = "runner"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Port(_Model):
+    name: str
+    port: int = Field(ge=1, le=65535)
+
+
+class SecretFile(_Model):
+    """A Secret key the component reads as a file (never as a literal in its config or env)."""
+
+    secret: str
+    key: str
+    path: str = Field(description="where the file appears for the component")
+
+
+class Images(_Model):
+    """Where the operator's component images come from (`<registry>/<name>:<tag>`)."""
+
+    registry: str = "ghcr.io/harnessrl"
+    tag: str = "0.1.0"
+
+    def image(self, name: str) -> str:
+        return f"{self.registry}/{name}:{self.tag}"
+
+
+class Placement(ABC):
+    """Where components find each other and their files: in a cluster, or on one machine."""
+
+    engine_port: int = 8000
+    proxy_port: int = 8080
+    learner_port: int = 8090
+
+    @abstractmethod
+    def engine_url(self, run: str, replica: int) -> str:
+        """Base URL (no /v1) of one engine replica: the learner hot-loads weights into each one."""
+
+    @abstractmethod
+    def proxy_url(self, run: str) -> str:
+        """Base URL of the proxy (any replica: POST /sessions answers with the owning replica's URL)."""
+
+    @abstractmethod
+    def coordinator_url(self, run: str) -> str:
+        """Base URL of the learner's coordinator."""
+
+    @abstractmethod
+    def path(self, what: str) -> str:
+        """A file or directory the components use; `what` is one of PATHS."""
+
+
+# Names of the files and directories a Placement locates.
+PATHS = (
+    "config",  # the component's rendered config file
+    "proxy-admin-token",  # the proxy's admin bearer token (a Secret)
+    "hub-token",  # the Hub token of the export (a Secret)
+    "e2b-api-key",  # the E2B API key of an e2b-sandbox pool (a Secret)
+    "journal",  # the proxy's journal directory
+    "checkpoints",  # the learner's checkpoint directory
+    "base-model",  # base weights the learner trains on
+    "tasks",  # the task set, for runners
+    "task-ids",  # the task ids of the trained split, for the learner
+)
+
+
+class ClusterPlacement(Placement):
+    """Components in Pods: Services by DNS, files at fixed paths in the containers."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def engine_url(self, run: str, replica: int) -> str:
+        # Each StatefulSet Pod has a stable DNS name under the engine's headless Service.
+        return f"http://{run}-engine-{replica}.{run}-engine.{self.namespace}.svc:{self.engine_port}"
+
+    def proxy_url(self, run: str) -> str:
+        return f"http://{run}-proxy.{self.namespace}.svc:{self.proxy_port}"
+
+    def coordinator_url(self, run: str) -> str:
+        return f"http://{run}-learner.{self.namespace}.svc:{self.learner_port}"
+
+    def path(self, what: str) -> str:
+        return CLUSTER_PATHS[what]
+
+
+CLUSTER_PATHS: dict[str, str] = {
+    "config": "/etc/harnessrl/config.yaml",
+    "proxy-admin-token": "/var/run/secrets/harnessrl/proxy-admin/token",
+    "hub-token": "/var/run/secrets/harnessrl/hub/token",
+    "e2b-api-key": "/var/run/secrets/harnessrl/e2b/api-key",
+    "journal": "/var/lib/harnessrl/journal",
+    "checkpoints": "/var/lib/harnessrl/checkpoints",
+    "base-model": "/var/lib/harnessrl/model",
+    "tasks": "/var/lib/harnessrl/tasks",
+    "task-ids": "/var/lib/harnessrl/task-ids/ids.txt",
+}
+assert set(CLUSTER_PATHS) == set(PATHS)
+
+
+class Component(_Model):
+    """One component of a run: what runs, how many, with which config."""
+
+    kind: ComponentKind
+    name: str = Field(description="name of its children (StatefulSet, Service, ConfigMap, ...)")
+    image: str
+    replicas: int = Field(ge=0)
+    gpus: int = Field(ge=0)
+    resources: ResourceRequirements
+    ports: list[Port]
+    config: EngineConfig | ProxyConfig | LearnerConfig | RunnerConfig
+    secrets: list[SecretFile] = Field(default_factory=list)
+    pod: PodOverrides = Field(default_factory=PodOverrides)
+    pool: str | None = None
+    harness: str | None = None
+
+    def config_json(self) -> dict[str, Any]:
+        """The config as the component reads it (JSON types, no secrets: those are files)."""
+        return self.config.model_dump(mode="json", exclude_none=True)
+
+
+class Plan(_Model):
+    run: str
+    namespace: str
+    suspended: bool
+    engine: Component
+    proxy: Component
+    learner: Component
+    runners: list[Component]
+    proxy_admin_secret: str = Field(description="Secret holding the proxy admin token (generated once)")
+    checkpoint_claim: str | None = Field(description="user's PVC for checkpoints; None = the run's own")
+    restart_budget: int = Field(ge=0)
+    spec: TrainingRunSpec
+    pools: dict[str, HarnessPoolSpec]
+
+    def components(self) -> list[Component]:
+        return [self.engine, self.proxy, self.learner, *self.runners]
+
+
+def child_name(run: str, component: ComponentKind, pool: str | None = None) -> str:
+    """Deterministic names: `<run>-engine`, `<run>-proxy`, `<run>-learner`, `<run>-<pool>-runner`."""
+    return f"{run}-{pool}-{component}" if pool else f"{run}-{component}"
+
+
+def build_plan(
+    run: str,
+    namespace: str,
+    spec: TrainingRunSpec,
+    pools: dict[str, HarnessPoolSpec],
+    placement: Placement,
+    images: Images | None = None,
+) -> Plan:
+    """The components of `run`. `pools` must hold every pool `spec.harnesses` names."""
+    try:
+        return _build(run, namespace, spec, pools, placement, images or Images())
+    except ValidationError as exc:
+        # A combination the API allows but a component's config does not (e.g. image tasks, local sandbox).
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise PlanError(f"{exc.title} for run {run}: {problems}") from exc
+
+
+def _build(
+    run: str, namespace: str, spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement, images: Images
+) -> Plan:
+    missing = sorted(ref.pool for ref in spec.harnesses if ref.pool not in pools)
+    if missing:
+        raise PlanError(f"HarnessPool {', '.join(missing)} not found in namespace {namespace}")
+    used = {ref.pool: pools[ref.pool] for ref in spec.harnesses}
+    admin_secret = child_name(run, ComponentKind.PROXY) + "-admin"
+    return Plan(
+        run=run,
+        namespace=namespace,
+        suspended=spec.suspend,
+        engine=_engine(run, spec, placement),
+        proxy=_proxy(run, spec, placement, images, admin_secret),
+        learner=_learner(run, spec, used, placement, images, admin_secret),
+        runners=[_runner(run, namespace, spec, name, pool, placement, images, admin_secret) for name, pool in used.items()],
+        proxy_admin_secret=admin_secret,
+        checkpoint_claim=spec.learner.checkpoint_claim_name,
+        restart_budget=spec.learner.restart_budget,
+        spec=spec,
+        pools=used,
+    )
+
+
+def harness_name(pool: HarnessPoolSpec) -> str:
+    known, custom = pool.harness.known, pool.harness.custom
+    return known.name if known is not None else custom.name  # type: ignore[union-attr]
+
+
+def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
+    engine, model = spec.engine, spec.model
+    lora = model.adapter.lora
+    if model.base.hub is not None:
+        # vLLM downloads hub weights itself; a revision other than main is passed through.
+        source = model.base.hub.repo
+        revision = [] if model.base.hub.revision == "main" else ["--revision", model.base.hub.revision]
+    else:
+        source, revision = placement.path("base-model"), []
+    config = EngineConfig(
+        model=source,
+        served_model_name=model.served_name,
+        device="cuda" if engine.gpus else "cpu",
+        dtype=model.dtype,
+        tensor_parallel_size=max(engine.gpus, 1),
+        gpu_memory_utilization=engine.gpu_memory_utilization if engine.gpus else None,
+        lora=LoraSettings(
+            enabled=engine.weight_sync == "lora",
+            max_rank=_lora_rank(lora.rank if lora else 16),
+        ),
+        host="0.0.0.0",
+        port=placement.engine_port,
+        extra_args=[*revision, *engine.args],
+        env={e.name: e.value for e in engine.env},
+        **({"max_model_len": engine.max_model_len} if engine.max_model_len else {}),
+    )
+    return Component(
+        kind=ComponentKind.ENGINE,
+        name=child_name(run, ComponentKind.ENGINE),
+        image=engine.image,
+        replicas=0 if spec.suspend else engine.replicas,
+        gpus=engine.gpus,
+        resources=engine.resources,
+        ports=[Port(name="http", port=placement.engine_port)],
+        config=config,
+        pod=spec.pod,
+    )
+
+
+def _lora_rank(rank: int) -> Any:
+    fitting = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fitting:
+        raise PlanError(f"model.adapter.lora.rank {rank} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+    return fitting[0]
+
+
+def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images, admin_secret: str) -> Component:
+    config = ProxyConfig(
+        host="0.0.0.0",
+        port=placement.proxy_port,
+        upstream_urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],  # type: ignore[misc]
+        served_model=spec.model.served_name,
+        admin_token_file=placement.path("proxy-admin-token"),  # type: ignore[arg-type]
+        journal_dir=placement.path("journal"),  # type: ignore[arg-type]
+        call_budget_default=spec.proxy.call_budget,
+        admission=AdmissionLimits(max_sessions=spec.proxy.max_sessions_per_replica),  # type: ignore[call-arg]
+    )
+    return Component(
+        kind=ComponentKind.PROXY,
+        name=child_name(run, ComponentKind.PROXY),
+        image=images.image("proxy"),
+        replicas=0 if spec.suspend else spec.proxy.replicas,
+        gpus=0,
+        resources=spec.proxy.resources,
+        ports=[Port(name="http", port=placement.proxy_port)],
+        config=config,
+        secrets=[SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))],
+        pod=spec.pod,
+    )
+
+
+def _learner(
+    run: str,
+    spec: TrainingRunSpec,
+    pools: dict[str, HarnessPoolSpec],
+    placement: Placement,
+    images: Images,
+    admin_secret: str,
+) -> Component:
+    grpo, learner, model = spec.grpo, spec.learner, spec.model
+    lora = model.adapter.lora
+    adapter = (
+        learner_cfg.AdapterConfig(
+            kind="lora", rank=lora.rank, alpha=float(lora.alpha), dropout=lora.dropout, target_modules=lora.target_modules
+        )
+        if lora is not None
+        else learner_cfg.AdapterConfig(kind="full")
+    )
+    secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))]
+    export = None
+    if spec.export is not None:
+        secrets.append(_secret(spec.export.token_secret, placement.path("hub-token")))
+        export = learner_cfg.HubExport(
+            repo=spec.export.hub_repo,
+            token_file=placement.path("hub-token"),  # type: ignore[arg-type]
+            # The API counts export intervals in steps; the learner counts checkpoints.
+            every=max(1, spec.export.every_steps // learner.checkpoint_every),
+            private=spec.export.private,
+            endpoint=spec.export.endpoint,
+        )
+    config = LearnerConfig(
+        run_name=run,
+        model=learner_cfg.ModelConfig(
+            path=placement.path("base-model"),  # type: ignore[arg-type]
+            served_name=model.served_name,
+            # The learner trains in bf16 or fp32; fp16 serving still trains in the learner's default.
+            dtype="auto" if model.dtype == "float16" else model.dtype,
+            device="cuda" if learner.gpus else "cpu",
+        ),
+        adapter=adapter,
+        grpo=learner_cfg.GrpoConfig(
+            group_size=grpo.group_size,
+            max_staleness=grpo.max_staleness,
+            lr=grpo.learning_rate,
+            clip_low=grpo.clip_low,
+            clip_high=grpo.clip_high,
+            steps=grpo.steps,
+            groups_per_step=grpo.batch,
+            seed=grpo.seed,
+            **({"micro_batch_tokens": grpo.max_tokens_per_step} if grpo.max_tokens_per_step else {}),
+        ),
+        reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale),
+        harnesses=[
+            learner_cfg.HarnessWeight(pool=ref.pool, harness=harness_name(pools[ref.pool]), weight=ref.weight)
+            for ref in spec.harnesses
+        ],
+        tasks=learner_cfg.TaskSource(file=placement.path("task-ids"), split=spec.tasks.split),  # type: ignore[arg-type]
+        proxy=learner_cfg.ProxyLink(
+            url=placement.proxy_url(run),
+            admin_token_file=placement.path("proxy-admin-token"),  # type: ignore[arg-type]
+        ),
+        engine=learner_cfg.EngineLink(
+            urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
+            sync=learner_cfg.SyncMode(spec.engine.weight_sync),
+        ),
+        checkpoint=learner_cfg.CheckpointConfig(
+            dir=placement.path("checkpoints"),  # type: ignore[arg-type]
+            every=learner.checkpoint_every,
+            keep=learner.keep_checkpoints,
+        ),
+        export=export,
+        host="0.0.0.0",
+        port=placement.learner_port,
+    )
+    return Component(
+        kind=ComponentKind.LEARNER,
+        name=child_name(run, ComponentKind.LEARNER),
+        image=images.image("learner"),
+        replicas=1,
+        gpus=learner.gpus,
+        resources=learner.resources,
+        ports=[Port(name="http", port=placement.learner_port)],
+        config=config,
+        secrets=secrets,
+        pod=spec.pod,
+    )
+
+
+def _secret(ref: SecretKeyRef, path: str) -> SecretFile:
+    return SecretFile(secret=ref.name, key=ref.key, path=path)
+
+
+def sandbox_labels(run: str, pool: str) -> dict[str, str]:
+    """Labels of a run's sandbox Pods: the NetworkPolicy that confines them selects on these."""
+    return {"app.kubernetes.io/instance": run, "app.kubernetes.io/component": "sandbox", "harnessrl.io/pool": pool}
+
+
+def proxy_pod_labels(run: str) -> dict[str, str]:
+    return {"app.kubernetes.io/instance": run, "app.kubernetes.io/component": str(ComponentKind.PROXY)}
+
+
+def _runner(
+    run: str,
+    namespace: str,
+    spec: TrainingRunSpec,
+    name: str,
+    pool: HarnessPoolSpec,
+    placement: Placement,
+    images: Images,
+    admin_secret: str,
+) -> Component:
+    harness = harness_name(pool)
+    known, custom = pool.harness.known, pool.harness.custom
+    # Known harnesses run from their own image (runner + pinned CLI); custom ones from the runner base.
+    image = images.image(f"harness-{harness}") if known is not None else images.image("harness-runner")
+    harness_cfg: runner_cfg.KnownHarnessSpec | runner_cfg.CustomHarnessSpec
+    if known is not None:
+        if known.version is not None and known.version != pin(known.name).version:
+            raise PlanError(
+                f"HarnessPool {name}: {known.name} version {known.version} is not the pinned "
+                f"{pin(known.name).version}; leave harness.known.version empty or use a custom harness"
+            )
+        harness_cfg = runner_cfg.KnownHarnessSpec(
+            name=known.name,
+            version=known.version,
+            image=known.image,
+            dialect=RUNNER_DIALECT[known.dialect] if known.dialect else None,
+        )
+    else:
+        assert custom is not None
+        harness_cfg = runner_cfg.CustomHarnessSpec(
+            name=custom.name,
+            command=custom.command,
+            dialect=RUNNER_DIALECT[custom.dialect],
+            image=custom.image,
+            env={e.name: e.value for e in custom.env},
+        )
+    secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))]
+    sandbox = _sandbox(run, namespace, name, pool, harness_cfg.image or image, placement, secrets)
+    config = RunnerConfig(
+        pool=name,
+        harness=harness_cfg,
+        sandbox=sandbox,
+        tasks=_runner_tasks(spec, placement),
+        concurrency=pool.concurrency,
+        timeouts=runner_cfg.Timeouts(harness_s=pool.timeouts.harness_seconds, grader_s=pool.timeouts.grader_seconds),
+        step_budget=pool.step_budget,
+        coordinator_url=placement.coordinator_url(run),  # type: ignore[arg-type]
+        proxy_url=placement.proxy_url(run),  # type: ignore[arg-type]
+        proxy_admin_token_file=placement.path("proxy-admin-token"),  # type: ignore[arg-type]
+        model=spec.model.served_name,
+    )
+    return Component(
+        kind=ComponentKind.RUNNER,
+        name=child_name(run, ComponentKind.RUNNER, name),
+        image=image,
+        replicas=0 if spec.suspend else pool.replicas,
+        gpus=0,
+        resources=pool.resources,
+        ports=[],
+        config=config,
+        secrets=secrets,
+        pod=_merge_pod(spec.pod, pool.pod),
+        pool=name,
+        harness=harness,
+    )
+
+
+def _sandbox(
+    run: str,
+    namespace: str,
+    name: str,
+    pool: HarnessPoolSpec,
+    image: str,
+    placement: Placement,
+    secrets: list[SecretFile],
+) -> runner_cfg.LocalSandboxConfig | runner_cfg.KubernetesSandboxConfig | runner_cfg.E2BSandboxConfig:
+    box = pool.sandbox
+    if box.local is not None:
+        return runner_cfg.LocalSandboxConfig(cpu_seconds=box.local.cpu_seconds, memory_mb=box.local.memory_mib)
+    if box.e2b is not None:
+        secrets.append(_secret(box.e2b.api_key_secret, placement.path("e2b-api-key")))
+        return runner_cfg.E2BSandboxConfig(
+            template=box.e2b.template,
+            api_key_file=placement.path("e2b-api-key"),  # type: ignore[arg-type]
+            proxy_public_url=box.e2b.proxy_url,  # type: ignore[arg-type]
+            domain=box.e2b.domain,
+        )
+    kube = box.kubernetes
+    assert kube is not None
+    return runner_cfg.KubernetesSandboxConfig(
+        namespace=namespace,
+        image=kube.image or image,
+        runtime_class_name=kube.runtime_class_name,
+        resources=runner_cfg.Resources(
+            requests={k: str(v) for k, v in kube.resources.requests.items()},
+            limits={k: str(v) for k, v in kube.resources.limits.items()},
+        ),
+        node_selector=dict(pool.pod.node_selector),
+        labels=sandbox_labels(run, name),
+        proxy_pod_labels=proxy_pod_labels(run),
+        proxy_port=placement.proxy_port,
+    )
+
+
+def _runner_tasks(spec: TrainingRunSpec, placement: Placement) -> runner_cfg.DirTasks | runner_cfg.HubTasks:
+    tasks = spec.tasks
+    if tasks.hub is not None:
+        return runner_cfg.HubTasks(repo_id=tasks.hub.repo, revision=tasks.hub.revision)
+    # A PVC is mounted and an image's task directory copied (by an init container) at the tasks path.
+    return runner_cfg.DirTasks(path=placement.path("tasks"))  # type: ignore[arg-type]
+
+
+def _merge_pod(run: PodOverrides, pool: PodOverrides) -> PodOverrides:
+    """Runner Pods get the run's scheduling settings, with the pool's own winning where both say something."""
+    merged = run.model_dump(by_alias=False) | {k: v for k, v in pool.model_dump(by_alias=False).items() if v}
+    merged["node_selector"] = run.node_selector | pool.node_selector
+    merged["labels"] = run.labels | pool.labels
+    merged["annotations"] = run.annotations | pool.annotations
+    return PodOverrides.model_validate(merged)

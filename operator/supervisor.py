@@ -1,0 +1,134 @@
+"""Local processes of a run: start in order, wait until healthy, restart on crash, stop in reverse order.
+
+Each component runs in its own session (process group), so stopping it also stops what it started (a
+runner's harness CLIs, vLLM's engine core). A crashed component is restarted within its budget; the
+components themselves resume from their durable state (the proxy's journal, the learner's checkpoints).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+class SupervisorError(RuntimeError):
+    """A component did not become healthy, or crashed more often than its restart budget allows."""
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    health_url: str | None = None
+    # How long a start may take before it counts as failed (vLLM on a CPU loads for tens of seconds).
+    start_timeout_s: float = 120.0
+    # A component whose exit with status 0 means the run is over (the learner after its last step).
+    finishes_run: bool = False
+
+
+@dataclass
+class Managed:
+    spec: ProcessSpec
+    popen: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    exit_codes: list[int] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, restart_budget: int = 3, poll_s: float = 0.5) -> None:
+        self.restart_budget = restart_budget
+        self.poll_s = poll_s
+        self.procs: list[Managed] = []
+
+    def start(self, spec: ProcessSpec) -> Managed:
+        managed = Managed(spec)
+        self.procs.append(managed)
+        self._launch(managed)
+        return managed
+
+    def _launch(self, managed: Managed) -> None:
+        spec = managed.spec
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        with spec.log.open("ab") as log:
+            log.write(f"\n=== harnessrl: starting {spec.name}: {' '.join(spec.argv)}\n".encode())
+            log.flush()
+            managed.popen = subprocess.Popen(
+                spec.argv,
+                env={**os.environ, **spec.env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if spec.health_url is not None:
+            self._wait_healthy(managed)
+
+    def _wait_healthy(self, managed: Managed) -> None:
+        spec, popen = managed.spec, managed.popen
+        assert popen is not None and spec.health_url is not None
+        deadline = time.monotonic() + spec.start_timeout_s
+        while time.monotonic() < deadline:
+            if popen.poll() is not None:
+                raise SupervisorError(f"{spec.name} exited with status {popen.returncode} while starting; see {spec.log}")
+            try:
+                if httpx.get(spec.health_url, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(self.poll_s)
+        raise SupervisorError(f"{spec.name} not healthy at {spec.health_url} after {spec.start_timeout_s:.0f} s; see {spec.log}")
+
+    def check(self) -> bool:
+        """Restart crashed components; True once a run-finishing component has exited cleanly."""
+        for managed in self.procs:
+            popen = managed.popen
+            if popen is None or popen.poll() is None:
+                continue
+            code = popen.returncode
+            managed.exit_codes.append(code)
+            if code == 0 and managed.spec.finishes_run:
+                return True
+            if managed.restarts >= self.restart_budget:
+                raise SupervisorError(
+                    f"{managed.spec.name} exited with status {code} and has used its {self.restart_budget} "
+                    f"restarts; see {managed.spec.log}"
+                )
+            managed.restarts += 1
+            print(f"harnessrl: {managed.spec.name} exited with status {code}; restarting "
+                  f"({managed.restarts}/{self.restart_budget})", flush=True)
+            self._launch(managed)
+        return False
+
+    def find(self, name: str) -> Managed:
+        return next(m for m in self.procs if m.spec.name == name)
+
+    def stop_all(self, grace_s: float = 15.0) -> None:
+        """SIGTERM every component in reverse start order, then SIGKILL what is left after `grace_s`."""
+        for managed in reversed(self.procs):
+            _signal_group(managed.popen, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for managed in reversed(self.procs):
+            popen = managed.popen
+            if popen is None:
+                continue
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            # The group may hold children even after the leader has exited.
+            _signal_group(popen, signal.SIGKILL)
+            popen.wait()
+
+
+def _signal_group(popen: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:
+    if popen is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, sig)

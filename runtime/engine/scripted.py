@@ -1,0 +1,732 @@
+"""A scripted stand-in for vLLM's OpenAI server, for tests and the proxy load benchmark.
+
+It is not an inference engine: each chat completion returns the next scripted reply (text, or tool calls), but in
+vLLM 0.32's exact wire shape — `prompt_token_ids` at the top level, `choices[i].token_ids`, sampled `logprobs`,
+hermes-parsed `tool_calls`, vLLM's SSE chunking with per-chunk `token_ids` and the final usage chunk — so the proxy
+and the harness CLIs behind it cannot tell it from the real server. Token ids are deterministic and prefix-stable:
+the prompt of a follow-up call starts with the previous prompt + completion whenever the history is replayed as sent.
+
+Replies are chosen per request by rules (`ScriptedReply.when_*`), which keeps concurrent sessions and side calls
+(e.g. a harness's title-generation call without tools) from consuming each other's replies.
+
+Run standalone (e.g. for the benchmark): `python -m harnessrl.runtime.engine.scripted --port 8100 --tokenizer fast`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import codecs
+import json
+import secrets
+import socket
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+SYSTEM_FINGERPRINT = "vllm-0.32.0-scripted"
+
+
+class ScriptedToolCall(BaseModel):
+    """A tool call to emit. `name` may list candidates: the first one the request offers is used, so one script
+    serves harnesses whose shell tool is called differently (Bash, shell, run_shell_command, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | list[str]
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class ScriptedReply(BaseModel):
+    """One scripted answer and the requests it applies to. Matchers left as None match anything."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    when_tools: bool | None = Field(
+        default=None, description="request offers tools (True) / offers none (False)"
+    )
+    when_last_role: Literal["system", "user", "assistant", "tool"] | None = None
+    when_contains: str | None = Field(default=None, description="substring of some message's text")
+    max_uses: int | None = Field(default=None, ge=1, description="None: reusable")
+    delay_s: float = Field(default=0.0, ge=0.0, le=600.0, description="wait before answering")
+
+
+class Script(BaseModel):
+    """Replies in priority order; the first matching reply with uses left answers. `default` answers otherwise."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replies: list[ScriptedReply] = Field(default_factory=list)
+    default: ScriptedReply | None = ScriptedReply(content="Done.")
+
+
+class ScriptError(ValueError):
+    """The script cannot answer this request (answered as a 400 in vLLM's error shape)."""
+
+
+class ScriptedCall(BaseModel):
+    """What one call received and returned; tests compare it with what the proxy captured."""
+
+    request: dict[str, Any]
+    model: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+# ----------------------------------------------------------------------------------------------- tokenizers
+
+
+class ChatTokenizer(Protocol):
+    eos_id: int
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def pieces(self, text: str, ids: list[int]) -> list[str]:
+        """Text of each token of `ids` (= encode(text)) such that "".join(pieces) == text."""
+        ...
+
+
+def message_text(content: Any) -> str:
+    """Content as text: a string, or the text parts of a parts array joined by newlines (as vLLM does)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    raise ScriptError(f"message content must be a string or a list of parts, not {type(content).__name__}")
+
+
+def tool_call_block(name: str, arguments: dict[str, Any] | str) -> str:
+    """A tool call in hermes format, exactly as the Qwen2.5 template renders it back in the history."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+def assistant_text(content: str | None, calls: list[tuple[str, dict[str, Any] | str]]) -> str:
+    """What follows the generation prompt `<|im_start|>assistant\\n` in the template (before <|im_end|>)."""
+    return "\n".join(([content] if content else []) + [tool_call_block(n, a) for n, a in calls])
+
+
+def normalized_arguments(raw: Any) -> dict[str, Any] | str:
+    """Arguments as vLLM hands them to the template: a JSON string is parsed, so re-spacing doesn't matter."""
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+        return parsed if isinstance(parsed, dict) else raw
+    return raw if isinstance(raw, dict) else {}
+
+
+def history_calls(message: dict[str, Any]) -> list[tuple[str, dict[str, Any] | str]]:
+    calls = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call) if isinstance(call, dict) else {}
+        calls.append((str(fn.get("name", "")), normalized_arguments(fn.get("arguments"))))
+    return calls
+
+
+class HfChatTokenizer:
+    """The tiny model's own tokenizer and chat template: the ids vLLM would report for the same request."""
+
+    def __init__(self, model_dir: str | Path) -> None:
+        from transformers import AutoTokenizer
+
+        self._tok = AutoTokenizer.from_pretrained(str(model_dir))
+        self.eos_id = int(self._tok.convert_tokens_to_ids("<|im_end|>"))
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        rendered = []
+        for m in messages:
+            msg: dict[str, Any] = {"role": m.get("role"), "content": message_text(m.get("content"))}
+            if m.get("tool_calls"):
+                msg["tool_calls"] = [
+                    {"type": "function", "function": {"name": n, "arguments": a}} for n, a in history_calls(m)
+                ]
+            rendered.append(msg)
+        text = self._tok.apply_chat_template(
+            rendered, tools=tools or None, add_generation_prompt=True, tokenize=False
+        )
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def pieces(self, text: str, ids: list[int]) -> list[str]:
+        out, prev = [], ""
+        for i in range(1, len(ids) + 1):
+            decoded = self._tok.decode(ids[:i])
+            out.append(decoded[len(prev) :])
+            prev = decoded
+        return out
+
+
+class ByteChatTokenizer:
+    """Byte-level stand-in without a model: one id per `stride` UTF-8 bytes (id = first byte). stride=1 is exact
+    byte tokenisation; stride=4 ("fast") gives ~real BPE token counts at C speed, for the load benchmark.
+
+    A message is [role id] + its bytes + [end id]; tools are one leading segment. Ids 256+ are the markers."""
+
+    ROLE_IDS: ClassVar[dict[str, int]] = {
+        "system": 256,
+        "user": 257,
+        "assistant": 258,
+        "tool": 259,
+        "tools": 260,
+    }
+    END = 261
+
+    def __init__(self, stride: int = 1) -> None:
+        self.stride = stride
+        self.eos_id = self.END
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8")[:: self.stride])
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        ids: list[int] = []
+        if tools:
+            ids += [self.ROLE_IDS["tools"], *self.encode(json.dumps(tools, sort_keys=True)), self.END]
+        for m in messages:
+            role = str(m.get("role"))
+            text = message_text(m.get("content"))
+            if role == "assistant":
+                text = assistant_text(text, history_calls(m))
+            ids += [self.ROLE_IDS.get(role, self.ROLE_IDS["user"]), *self.encode(text), self.END]
+        ids.append(self.ROLE_IDS["assistant"])
+        return ids
+
+    def pieces(self, text: str, ids: list[int]) -> list[str]:
+        data = text.encode("utf-8")
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return [
+            decoder.decode(data[i : i + self.stride], final=i + self.stride >= len(data))
+            for i in range(0, len(data), self.stride)
+        ]
+
+
+def token_logprob(prev: int, token: int) -> float:
+    """A deterministic 'sampled logprob' in [-3, -0.01]: stable across runs, prefix-independent."""
+    return -0.01 - (zlib.crc32(f"{prev}:{token}".encode()) % 300) / 100.0
+
+
+# ----------------------------------------------------------------------------------------------- the engine
+
+
+class Completion(BaseModel):
+    """A scripted reply rendered into tokens."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    pieces: list[str]
+    logprobs: list[float]
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    delay_s: float = 0.0
+
+
+class VllmError(Exception):
+    def __init__(self, status: int, message: str, type_: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param = status, message, type_, param
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}
+        }
+
+
+class ScriptedEngine:
+    """Script state + rendering. Thread-safe: tests set scripts from their thread while the server answers."""
+
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer,
+        model: str = "tiny",
+        max_model_len: int = 32768,
+        record_calls: bool = True,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.model = model
+        self.max_model_len = max_model_len
+        self.adapters: dict[str, str] = {}
+        self.record_calls = record_calls
+        self.calls: deque[ScriptedCall] = deque(maxlen=10_000)
+        self._lock = threading.Lock()
+        self._script = Script()
+        self._uses: list[int] = []
+
+    def set_script(self, script: Script | list[ScriptedReply]) -> None:
+        script = script if isinstance(script, Script) else Script(replies=script)
+        with self._lock:
+            self._script, self._uses = script, [0] * len(script.replies)
+
+    # -- reply selection
+
+    def _pick(self, request: dict[str, Any]) -> ScriptedReply:
+        messages = request.get("messages") or []
+        has_tools = bool(request.get("tools"))
+        last_role = messages[-1].get("role") if messages else None
+        with self._lock:
+            for i, reply in enumerate(self._script.replies):
+                if reply.max_uses is not None and self._uses[i] >= reply.max_uses:
+                    continue
+                if reply.when_tools is not None and reply.when_tools != has_tools:
+                    continue
+                if reply.when_last_role is not None and reply.when_last_role != last_role:
+                    continue
+                if reply.when_contains is not None and not any(
+                    reply.when_contains in message_text(m.get("content")) for m in messages
+                ):
+                    continue
+                self._uses[i] += 1
+                return reply
+            if self._script.default is None:
+                raise ScriptError("no scripted reply matches this request and the script has no default")
+            return self._script.default
+
+    # -- one call
+
+    def complete(self, request: dict[str, Any]) -> Completion:
+        model = request.get("model")
+        if model != self.model and model not in self.adapters:
+            valid = ", ".join([self.model, *self.adapters])
+            raise VllmError(
+                404, f"The model `{model}` does not exist. Valid aliases: {valid}.", "NotFoundError", "model"
+            )
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise VllmError(400, "messages: a non-empty list is required", "BadRequestError", "messages")
+        tools = request.get("tools") or None
+        prompt_ids = self.tokenizer.prompt_ids(messages, tools)
+        if len(prompt_ids) > self.max_model_len:
+            raise VllmError(
+                400,
+                f"This model's maximum context length is {self.max_model_len} tokens. However, your prompt contains "
+                f"at least {len(prompt_ids)} input tokens, which exceeds this limit even without any output tokens. "
+                f"Please reduce the length of the input prompt. (parameter=input_tokens, value={len(prompt_ids)})",
+                "BadRequestError",
+                "input_tokens",
+            )
+        reply = self._pick(request)
+        calls = [(self._tool_name(c, tools), c.arguments) for c in reply.tool_calls]
+        text = assistant_text(reply.content, calls)
+        ids = self.tokenizer.encode(text)
+        pieces = self.tokenizer.pieces(text, ids)
+        max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
+        budget = min(self.max_model_len - len(prompt_ids), max_tokens or self.max_model_len)
+        if len(ids) + 1 > budget:
+            # Cut off like a real engine: no stop token, no parsed tool call.
+            ids, pieces = ids[:budget], pieces[:budget]
+            content: str | None = "".join(pieces)
+            tool_calls: list[dict[str, Any]] = []
+            finish = "length"
+        else:
+            ids, pieces = [*ids, self.tokenizer.eos_id], [*pieces, ""]
+            # As vLLM's hermes parser: the text before the first <tool_call> is the content.
+            content = text[: text.find("<tool_call>")] if calls else text
+            tool_calls = [
+                {
+                    "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                    },
+                }
+                for name, args in calls
+            ]
+            finish = "tool_calls" if tool_calls else "stop"
+        prev = prompt_ids[-1] if prompt_ids else 0
+        logprobs = []
+        for tok in ids:
+            logprobs.append(token_logprob(prev, tok))
+            prev = tok
+        completion = Completion(
+            prompt_ids=prompt_ids,
+            completion_ids=ids,
+            pieces=pieces,
+            logprobs=logprobs,
+            content=content or None,
+            tool_calls=tool_calls,
+            finish_reason=finish,
+            delay_s=reply.delay_s,
+        )
+        if self.record_calls:
+            self.calls.append(
+                ScriptedCall(
+                    request=request,
+                    model=str(model),
+                    prompt_ids=prompt_ids,
+                    completion_ids=ids,
+                    logprobs=logprobs,
+                    finish_reason=finish,
+                )
+            )
+        return completion
+
+    @staticmethod
+    def _tool_name(call: ScriptedToolCall, tools: list[dict[str, Any]] | None) -> str:
+        wanted = [call.name] if isinstance(call.name, str) else call.name
+        offered = [str((t.get("function") or t).get("name")) for t in tools or [] if isinstance(t, dict)]
+        if isinstance(call.name, str) and not tools:
+            return call.name
+        for name in wanted:
+            if name in offered:
+                return name
+        raise ScriptError(f"scripted tool call wants one of {wanted} but the request offers {offered}")
+
+
+# ----------------------------------------------------------------------------------------------- wire shapes
+
+
+def _logprob_entries(c: Completion, start: int, end: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "token": c.pieces[i],
+            "logprob": c.logprobs[i],
+            "bytes": list(c.pieces[i].encode("utf-8")),
+            "top_logprobs": [],
+        }
+        for i in range(start, end)
+    ]
+
+
+def chat_response(c: Completion, request: dict[str, Any], request_id: str, created: int) -> dict[str, Any]:
+    """The non-streaming body, field for field as vLLM 0.32 serialises ChatCompletionResponse."""
+    want_ids = bool(request.get("return_token_ids"))
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": c.content,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
+    if c.tool_calls:
+        message["tool_calls"] = c.tool_calls
+    message["reasoning"] = None
+    n_prompt, n_out = len(c.prompt_ids), len(c.completion_ids)
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": request["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": {"content": _logprob_entries(c, 0, n_out)} if request.get("logprobs") else None,
+                "finish_reason": c.finish_reason,
+                "stop_reason": None,
+                "token_ids": c.completion_ids if want_ids else None,
+                "routed_experts": None,
+            }
+        ],
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": {
+            "prompt_tokens": n_prompt,
+            "total_tokens": n_prompt + n_out,
+            "completion_tokens": n_out,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        },
+        "prompt_logprobs": None,
+        "prompt_token_ids": c.prompt_ids if want_ids else None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def _token_deltas(c: Completion) -> list[dict[str, Any]]:
+    """The `delta` of each sampled token's chunk: text before the first tool call streams as content; a tool call
+    streams as an id+name delta on its first token and an arguments delta on its last; the rest (markup between
+    calls, the stop token) carry empty deltas, as vLLM's hermes streaming parser emits them."""
+    starts: list[int] = []
+    offset = 0
+    for piece in c.pieces:
+        starts.append(offset)
+        offset += len(piece)
+    text = "".join(c.pieces)
+    deltas: list[dict[str, Any]] = [{"content": p} if p else {} for p in c.pieces]
+    if c.finish_reason != "length":
+        deltas[-1] = {}
+    search_from = 0
+    for k, call in enumerate(c.tool_calls):
+        begin = text.index("<tool_call>", search_from)
+        search_from = text.index("</tool_call>", begin) + len("</tool_call>")
+        first = max(i for i, o in enumerate(starts) if o <= begin)
+        last = max(i for i, o in enumerate(starts) if o < search_from)
+        if k == 0:
+            deltas[first:] = [{} for _ in deltas[first:]]
+        name = {
+            "id": call["id"],
+            "type": "function",
+            "index": k,
+            "function": {"name": call["function"]["name"]},
+        }
+        args = {"index": k, "function": {"arguments": call["function"]["arguments"]}}
+        if first == last:
+            name["function"] |= args["function"]
+            deltas[first] = {"content": None, "tool_calls": [name]}
+        else:
+            deltas[first] = {"content": None, "tool_calls": [name]}
+            deltas[last] = {"content": None, "tool_calls": [args]}
+    return deltas
+
+
+def stream_chunks(
+    c: Completion, request: dict[str, Any], request_id: str, created: int
+) -> Iterator[dict[str, Any]]:
+    """The SSE chunk bodies, as vLLM 0.32 streams them (exclude-unset serialisation): a role chunk carrying
+    `prompt_token_ids`, one chunk per sampled token with its `token_ids` and logprobs, and a usage chunk when
+    `stream_options.include_usage` is set."""
+    want_ids = bool(request.get("return_token_ids"))
+    want_logprobs = bool(request.get("logprobs"))
+    base = {
+        "id": request_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": request["model"],
+    }
+    first: dict[str, Any] = base | {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ]
+    }
+    if want_ids:
+        first |= {"prompt_token_ids": c.prompt_ids, "prompt_text": None}
+    yield first
+    n = len(c.completion_ids)
+    for i, delta in enumerate(_token_deltas(c)):
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": {"content": _logprob_entries(c, i, i + 1)} if want_logprobs else None,
+            "finish_reason": c.finish_reason if i == n - 1 else None,
+        }
+        if i == n - 1:
+            choice["stop_reason"] = None
+        if want_ids:
+            choice["token_ids"] = [c.completion_ids[i]]
+        yield base | {"choices": [choice]}
+    if (request.get("stream_options") or {}).get("include_usage"):
+        n_prompt = len(c.prompt_ids)
+        yield base | {
+            "choices": [],
+            "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n},
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+        }
+
+
+# ----------------------------------------------------------------------------------------------- HTTP
+
+
+def create_app(engine: ScriptedEngine) -> FastAPI:
+    """The FastAPI app: /v1/chat/completions, /v1/models, /health, /v1/load_lora_adapter, /v1/unload_lora_adapter,
+    and PUT /scripted/script to set the script of an out-of-process engine."""
+    app = FastAPI()
+
+    def error(exc: VllmError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        now = int(time.time())
+        entries = [(self_name, None, "") for self_name in [engine.model]]
+        entries += [(name, engine.model, path) for name, path in engine.adapters.items()]
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": now,
+                    "owned_by": "vllm",
+                    "root": root or name,
+                    "parent": parent,
+                    "max_model_len": engine.max_model_len,
+                }
+                for name, parent, root in entries
+            ],
+        }
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora(request: Request) -> Response:
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return error(
+                VllmError(400, "Both 'lora_name' and 'lora_path' must be provided.", "BadRequestError")
+            )
+        if name in engine.adapters and not body.get("load_inplace"):
+            return error(
+                VllmError(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
+            )
+        if not Path(path).exists():
+            return error(
+                VllmError(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
+            )
+        engine.adapters[name] = path
+        return Response(f"Success: LoRA adapter '{name}' added successfully.", media_type="text/plain")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora(request: Request) -> Response:
+        name = (await request.json()).get("lora_name")
+        if name not in engine.adapters:
+            return error(VllmError(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError"))
+        del engine.adapters[name]
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.", media_type="text/plain")
+
+    @app.put("/scripted/script")
+    async def put_script(request: Request) -> dict[str, int]:
+        script = Script.model_validate_json(await request.body())
+        engine.set_script(script)
+        return {"replies": len(script.replies)}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+            if not isinstance(body, dict):
+                raise VllmError(400, "the request body must be a JSON object", "BadRequestError")
+            completion = engine.complete(body)
+        except json.JSONDecodeError as exc:
+            return error(VllmError(400, f"invalid JSON: {exc}", "BadRequestError"))
+        except VllmError as exc:
+            return error(exc)
+        except ScriptError as exc:
+            return error(VllmError(400, f"scripted engine: {exc}", "BadRequestError"))
+        if completion.delay_s:
+            await asyncio.sleep(completion.delay_s)
+        request_id, created = f"chatcmpl-{secrets.token_hex(8)}", int(time.time())
+        if not body.get("stream"):
+            return Response(
+                json.dumps(chat_response(completion, body, request_id, created)),
+                media_type="application/json",
+            )
+
+        async def sse() -> AsyncIterator[bytes]:
+            for chunk in stream_chunks(completion, body, request_id, created):
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(sse(), media_type="text/event-stream")
+
+    return app
+
+
+class ScriptedEngineServer:
+    """Serves a ScriptedEngine with uvicorn on a background thread, on a free 127.0.0.1 port."""
+
+    def __init__(self, engine: ScriptedEngine) -> None:
+        import uvicorn
+
+        self.engine = engine
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = int(self._sock.getsockname()[1])
+        config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def set_script(self, script: Script | list[ScriptedReply]) -> None:
+        self.engine.set_script(script)
+
+    def start(self, timeout_s: float = 10.0) -> ScriptedEngineServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("scripted engine did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+        self._sock.close()
+
+
+def make_tokenizer(kind: str, model_dir: str | None = None) -> ChatTokenizer:
+    if kind == "tiny":
+        if not model_dir:
+            raise ValueError("tokenizer 'tiny' needs the tiny model's directory")
+        return HfChatTokenizer(model_dir)
+    if kind == "bytes":
+        return ByteChatTokenizer(stride=1)
+    if kind == "fast":
+        return ByteChatTokenizer(stride=4)
+    raise ValueError(f"unknown tokenizer {kind!r}: expected tiny, bytes or fast")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(
+        prog="scripted-engine", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--model", default="tiny", help="served model name")
+    parser.add_argument("--tokenizer", default="fast", choices=["tiny", "bytes", "fast"])
+    parser.add_argument("--model-dir", help="tiny model directory (tokenizer 'tiny')")
+    parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument("--script", type=Path, help="JSON file holding a Script")
+    parser.add_argument("--record-calls", action="store_true", help="keep the last 10,000 calls in memory")
+    args = parser.parse_args(argv)
+    engine = ScriptedEngine(
+        make_tokenizer(args.tokenizer, args.model_dir),
+        model=args.model,
+        max_model_len=args.max_model_len,
+        record_calls=args.record_calls,
+    )
+    if args.script:
+        engine.set_script(Script.model_validate_json(args.script.read_text()))
+    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

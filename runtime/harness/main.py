@@ -1,0 +1,53 @@
+"""`harnessrl runner --config FILE`: serve one HarnessPool's rollouts until the coordinator is done or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import httpx
+from harnessrl.runtime.harness.adapters import adapter_for
+from harnessrl.runtime.harness.config import DirTasks, RunnerConfig, load_config
+from harnessrl.runtime.harness.runner import Runner
+from harnessrl.runtime.harness.sandboxes import make_provider
+from harnessrl.runtime.harness.tasks import fetch_hub, load_dir
+
+log = logging.getLogger("harnessrl.runner")
+
+
+async def serve(config: RunnerConfig) -> int:
+    if isinstance(config.tasks, DirTasks):
+        task_root = config.tasks.path
+    elif config.tasks.kind == "hub":
+        task_root = await asyncio.to_thread(fetch_hub, config.tasks)
+    else:
+        raise SystemExit("runner: image task sources are resolved in the pod; mount them and use tasks.kind=dir")
+    tasks = load_dir(task_root)
+    adapter = adapter_for(config.harness)
+    provider = make_provider(config, hide=[task_root, config.proxy_admin_token_file])
+    log.info(
+        "pool %s: %s %s (%s), %d tasks, %s sandbox, concurrency %d",
+        config.pool, adapter.name, adapter.version, adapter.dialect, len(tasks), config.sandbox.kind, config.concurrency,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    timeout = httpx.Timeout(config.timeouts.session_s)
+    async with httpx.AsyncClient(timeout=timeout) as http:
+        runner = Runner(config, adapter, provider, tasks, http, config.read_admin_token())
+        await runner.serve(stop)
+    log.info("runner stopped after %d rollouts", len(runner.completed))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="harnessrl runner", description=__doc__)
+    parser.add_argument("--config", type=Path, required=True, help="RunnerConfig YAML/JSON file")
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(config))

@@ -1,0 +1,308 @@
+"""The HarnessPool runner: lease a rollout, open a capture session, run the harness in a sandbox, grade, complete.
+
+Outcomes (learner/protocol.py OutcomeKind):
+- solved / wrong: the verifier ran; correctness is its reward.
+- timeout: the harness ran past its wall-clock limit, or stopped on its step budget (its own or the proxy's).
+- harness_error: the harness failed on the model's output (or crashed) while the proxy was healthy.
+- grader_error: the verifier broke (timed out, wrote no reward): says nothing about the policy.
+- infra_error: proxy unreachable, sandbox failure, unknown task. Retried in place `infra_retries` times, then
+  completed as infra_error, which the coordinator leaves unscored (never reward 0).
+A rollout cancelled by shutdown is not completed: its lease expires and the coordinator hands it out again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import httpx
+from harnessrl.runtime.harness.adapters.base import Adapter, HarnessStatus, RunContext, RunOutput
+from harnessrl.runtime.harness.config import Dialect, RunnerConfig
+from harnessrl.runtime.harness.sandboxes.base import Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.tasks import Task
+from harnessrl.runtime.learner.protocol import (
+    Completion,
+    CompletionAck,
+    Lease,
+    LeaseRequest,
+    LeaseResponse,
+    OutcomeKind,
+    Timings,
+)
+from harnessrl.runtime.proxy.protocol import (
+    CreateSessionRequest,
+    CreateSessionResponse,
+    DialectBaseUrls,
+    SessionInfo,
+    SessionStatus,
+)
+
+log = logging.getLogger(__name__)
+
+
+class InfraError(Exception):
+    """Something outside the policy's control failed; the rollout says nothing about the model."""
+
+
+def dialect_base_url(urls: DialectBaseUrls, dialect: Dialect) -> str:
+    """The base URL a harness of this dialect is given (each SDK appends its own path)."""
+    if dialect in ("openai_chat", "openai_responses"):
+        return urls.openai
+    return urls.anthropic if dialect == "anthropic" else urls.gemini
+
+
+@dataclass
+class Attempt:
+    """What one try of a rollout produced (before it becomes a Completion)."""
+
+    outcome: OutcomeKind
+    session_id: str | None = None
+    correctness: float = 0.0
+    tool_calls: int = 0
+    grader_output: str = ""
+    error: str | None = None
+    harness_s: float = 0.0
+    grade_s: float = 0.0
+
+
+class ProxyClient:
+    """The proxy's admin API, as the runner uses it."""
+
+    def __init__(self, http: httpx.AsyncClient, admin_token: str) -> None:
+        self.http = http
+        self.headers = {"Authorization": f"Bearer {admin_token}"}
+
+    async def create_session(self, proxy_url: str, request: CreateSessionRequest) -> CreateSessionResponse:
+        try:
+            resp = await self.http.post(
+                f"{proxy_url.rstrip('/')}/sessions", json=request.model_dump(mode="json"), headers=self.headers
+            )
+        except httpx.HTTPError as exc:
+            raise InfraError(f"proxy unreachable at {proxy_url}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200 and resp.status_code != 201:
+            raise InfraError(f"proxy refused POST /sessions: HTTP {resp.status_code} {resp.text[:300]}")
+        return CreateSessionResponse.model_validate(resp.json())
+
+    async def session(self, proxy_url: str, session_id: str) -> SessionInfo | None:
+        """The session's state, or None if the proxy cannot be reached."""
+        try:
+            resp = await self.http.get(f"{proxy_url.rstrip('/')}/sessions/{session_id}", headers=self.headers)
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200:
+            return None
+        return SessionInfo.model_validate(resp.json())
+
+
+class Runner:
+    def __init__(
+        self,
+        config: RunnerConfig,
+        adapter: Adapter,
+        provider: SandboxProvider,
+        tasks: dict[str, Task],
+        http: httpx.AsyncClient,
+        admin_token: str,
+    ) -> None:
+        self.config = config
+        self.adapter = adapter
+        self.provider = provider
+        self.tasks = tasks
+        self.http = http
+        self.proxy = ProxyClient(http, admin_token)
+        self.harness_name = config.harness.name
+        self.completed: list[Completion] = []
+
+    # ------------------------------------------------------------------ one rollout
+
+    async def rollout(self, lease: Lease) -> Completion:
+        """Run a leased rollout to its Completion, retrying infrastructure failures in place."""
+        started = time.time()
+        attempt = Attempt(outcome=OutcomeKind.infra_error)
+        for n in range(self.config.infra_retries + 1):
+            attempt = await self.attempt(lease)
+            if attempt.outcome != OutcomeKind.infra_error:
+                break
+            log.warning("rollout %s: infra error (try %d): %s", lease.rollout_id, n + 1, attempt.error)
+        return Completion(
+            rollout_id=lease.rollout_id,
+            lease_id=lease.lease_id,
+            runner_id=self.config.runner_id,
+            session_id=attempt.session_id,
+            outcome=attempt.outcome,
+            correctness=attempt.correctness,
+            tool_calls=attempt.tool_calls,
+            grader_output=attempt.grader_output[-65536:],
+            timings=Timings(
+                started_at=started, finished_at=time.time(), harness_s=attempt.harness_s, grade_s=attempt.grade_s
+            ),
+            error=attempt.error[:8192] if attempt.error else None,
+        )
+
+    async def attempt(self, lease: Lease) -> Attempt:
+        task = self.tasks.get(lease.task_id)
+        if task is None:
+            return Attempt(OutcomeKind.infra_error, error=f"task {lease.task_id!r} is not in this runner's task set")
+        proxy_url = lease.proxy_url or (str(self.config.proxy_url) if self.config.proxy_url else "")
+        request = CreateSessionRequest(
+            rollout_id=lease.rollout_id,
+            task_id=lease.task_id,
+            harness=self.harness_name,
+            group_id=lease.group_id,
+            call_budget=self.config.step_budget,
+            metadata={"pool": self.config.pool, "runner": self.config.runner_id},
+        )
+        try:
+            session = await self.proxy.create_session(proxy_url, request)
+        except InfraError as exc:
+            return Attempt(OutcomeKind.infra_error, error=str(exc))
+        try:
+            sandbox = await self.provider.open(lease.rollout_id, task)
+        except SandboxError as exc:
+            return Attempt(OutcomeKind.infra_error, session_id=session.session_id, error=str(exc))
+        async with sandbox:
+            try:
+                return await self.run_in(sandbox, task, lease, proxy_url, session)
+            except SandboxError as exc:
+                return Attempt(OutcomeKind.infra_error, session_id=session.session_id, error=str(exc))
+
+    async def run_in(
+        self, sandbox: Sandbox, task: Task, lease: Lease, proxy_url: str, session: CreateSessionResponse
+    ) -> Attempt:
+        sid = session.session_id
+        ctx = RunContext(
+            instruction=task.instruction,
+            model=lease.model or self.config.model or session.model,
+            base_url=sandbox.proxy_url(dialect_base_url(session.dialect_base_urls, self.adapter.dialect)),
+            api_key=sid,
+            step_budget=self.config.step_budget,
+            home=sandbox.home,
+            workspace=sandbox.workspace,
+        )
+        invocation = self.adapter.invocation(ctx)
+        await sandbox.write_files(invocation.files)
+        timeout = min(self.config.timeouts.harness_s, task.config.agent.timeout_sec or float("inf"))
+        run = await sandbox.run(invocation.argv, invocation.env, timeout)
+        info = await self.proxy.session(proxy_url, sid)
+        tool_calls = info.tool_calls if info else 0
+        base = Attempt(OutcomeKind.timeout, session_id=sid, tool_calls=tool_calls, harness_s=run.duration_s)
+        if run.timed_out:
+            base.error = f"harness ran past {timeout:.0f}s"
+            return base
+        collected = {path: await sandbox.read_file(path) for path in invocation.collect}
+        result = self.adapter.result(
+            RunOutput(exit_code=run.exit_code, stdout=run.stdout, stderr=run.stderr, collected=collected)
+        )
+        if result.status != HarnessStatus.finished:
+            if info is None:
+                # The harness failed and the proxy is gone: the failure is the infrastructure's, not the policy's.
+                base.outcome, base.error = OutcomeKind.infra_error, f"proxy unreachable after harness failure: {result.detail}"
+            elif result.status == HarnessStatus.step_budget or info.status == SessionStatus.budget_exhausted:
+                base.outcome, base.error = OutcomeKind.timeout, f"step budget spent: {result.detail}"
+            else:
+                base.outcome, base.error = OutcomeKind.harness_error, result.detail or f"exit code {run.exit_code}"
+            return base
+        grade_timeout = min(self.config.timeouts.grader_s, task.config.verifier.timeout_sec or float("inf"))
+        t0 = time.monotonic()
+        graded = await sandbox.grade(task, grade_timeout)
+        base.grade_s = time.monotonic() - t0
+        base.grader_output = graded.output
+        if graded.grade is None:
+            base.outcome, base.error = OutcomeKind.grader_error, graded.error
+            return base
+        base.correctness = graded.grade.reward
+        base.outcome = OutcomeKind.solved if graded.grade.reward >= 1.0 else OutcomeKind.wrong
+        return base
+
+    # ------------------------------------------------------------------ coordinator
+
+    async def lease(self, n: int) -> LeaseResponse:
+        request = LeaseRequest(runner_id=self.config.runner_id, pool=self.config.pool, harness=self.harness_name, max=n)
+        resp = await self.http.post(f"{self.coordinator}/v1/leases", json=request.model_dump(mode="json"))
+        resp.raise_for_status()
+        return LeaseResponse.model_validate(resp.json())
+
+    async def complete(self, completion: Completion) -> CompletionAck | None:
+        """Report a completion; retried with backoff (the coordinator dedupes by rollout id)."""
+        for attempt in range(5):
+            try:
+                resp = await self.http.post(
+                    f"{self.coordinator}/v1/completions", json=completion.model_dump(mode="json")
+                )
+                if resp.status_code == 404:
+                    log.warning("coordinator does not know rollout %s (expired?)", completion.rollout_id)
+                    return None
+                resp.raise_for_status()
+                return CompletionAck.model_validate(resp.json())
+            except httpx.HTTPError as exc:
+                log.warning("completing %s failed (%s); retrying", completion.rollout_id, exc)
+                await asyncio.sleep(min(2**attempt, 10))
+        log.error("gave up completing %s; its lease will expire and be re-leased", completion.rollout_id)
+        return None
+
+    @property
+    def coordinator(self) -> str:
+        return str(self.config.coordinator_url).rstrip("/")
+
+    async def run_and_complete(self, lease: Lease) -> None:
+        log.info("rollout %s: task %s (group %s, policy v%d)", lease.rollout_id, lease.task_id, lease.group_id, lease.policy_version)
+        completion = await self.rollout(lease)
+        self.completed.append(completion)
+        t = completion.timings
+        log.info(
+            "rollout %s: %s correctness=%.2f tool_calls=%d harness=%.1fs grade=%.1fs%s",
+            lease.rollout_id,
+            completion.outcome.value,
+            completion.correctness,
+            completion.tool_calls,
+            t.harness_s if t else 0.0,
+            t.grade_s if t else 0.0,
+            f" ({completion.error[:200]})" if completion.error else "",
+        )
+        await self.complete(completion)
+
+    # ------------------------------------------------------------------ loop
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Lease and run rollouts, `concurrency` at a time, until `stop` is set or the coordinator is done.
+        On stop, running rollouts are cancelled (their sandboxes kill the harness) and not completed."""
+        await self.provider.start()
+        active: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
+                free = self.config.concurrency - len(active)
+                if free > 0:
+                    try:
+                        leased = await self.lease(free)
+                    except (httpx.HTTPError, ValueError) as exc:
+                        log.warning("lease failed: %s", exc)
+                        leased = LeaseResponse(retry_after_s=2.0)
+                    if leased.done and not active:
+                        log.info("coordinator says training is done")
+                        break
+                    for lease in leased.leases:
+                        t = asyncio.create_task(self.run_and_complete(lease), name=lease.rollout_id)
+                        active.add(t)
+                        t.add_done_callback(active.discard)
+                    wait_s = 0.0 if leased.leases else leased.retry_after_s
+                else:
+                    wait_s = 3600.0
+                await wait_any(stop, active, wait_s)
+        finally:
+            for t in active:
+                t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*active, return_exceptions=True)
+            await self.provider.shutdown()
+
+
+async def wait_any(stop: asyncio.Event, active: set[asyncio.Task[None]], timeout_s: float) -> None:
+    """Sleep until stop is set, an active rollout finishes, or timeout_s passes."""
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({stopper, *active}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()

@@ -1,0 +1,230 @@
+"""LearnerConfig: everything `harnessrl learner --config FILE` needs (YAML or JSON, rendered by the operator).
+
+The learner process hosts the coordinator (leases, groups, staleness), the GRPO step, weight sync to the
+engines, checkpoints and Hub export. Secrets (proxy admin token, Hub token) are named here by file or env
+var, never inlined, so the config can be logged and stored in status.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Cfg):
+    path: Path = Field(description="local directory of the base weights (HF format); the operator downloads hub ids")
+    # Name the engines serve the base model under (vLLM --served-model-name); LoRA adapters get `<name>-v<N>`.
+    served_name: str = Field(min_length=1, max_length=256)
+    # Precision of the trainable model: auto = bf16 on GPU, fp32 on CPU.
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    gradient_checkpointing: bool = False
+
+
+class AdapterConfig(_Cfg):
+    kind: Literal["lora", "full"] = "lora"
+    rank: int = Field(16, ge=1, le=1024)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        max_length=64,
+    )
+
+
+class GrpoConfig(_Cfg):
+    group_size: int = Field(8, ge=2, le=1024)
+    # A rollout whose oldest turn was sampled more than this many versions ago is dropped (and counted).
+    max_staleness: int = Field(1, ge=0, le=1000)
+    lr: float = Field(1e-5, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    # DAPO-style asymmetric clip of the ratio pi/pi_behaviour: [1 - clip_low, 1 + clip_high].
+    clip_low: float = Field(0.2, ge=0, le=1)
+    clip_high: float = Field(0.28, ge=0)
+    # How token losses are averaged: "dapo" = over all loss tokens of the step (TRL loss_type="dapo");
+    # "grpo" = per sequence, then over sequences (TRL loss_type="grpo").
+    loss_type: Literal["dapo", "grpo"] = "dapo"
+    # Truncated importance sampling: multiply token losses by min(exp(logp_trainer_old - logp_engine), cap)
+    # to correct for engine/trainer mismatch. None = off.
+    tis_cap: float | None = Field(None, gt=0)
+    steps: int = Field(100, ge=1)
+    groups_per_step: int = Field(4, ge=1, le=4096)
+    # Open groups the coordinator keeps ahead of training (leasable at once); default 2 x groups_per_step.
+    max_open_groups: int | None = Field(None, ge=1)
+    micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one packed micro-batch")
+    # Optimizer updates per step: the step's sequences are split into this many mini-batches, each one
+    # update; within a mini-batch, gradients accumulate over its packed micro-batches.
+    mini_batches: int = Field(1, ge=1, le=64)
+    adv_epsilon: float = Field(1e-4, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _open_groups(self) -> GrpoConfig:
+        if self.max_open_groups is not None and self.max_open_groups < self.groups_per_step:
+            raise ValueError("grpo.max_open_groups must be >= grpo.groups_per_step")
+        return self
+
+    def open_groups(self) -> int:
+        return self.max_open_groups if self.max_open_groups is not None else 2 * self.groups_per_step
+
+
+class RewardConfig(_Cfg):
+    """reward = correctness × (1 + bonus × scale / (scale + tool_calls)), bonus only when correct."""
+
+    bonus: float = Field(0.1, ge=0)
+    scale: float = Field(15.0, gt=0)
+
+
+class HarnessWeight(_Cfg):
+    pool: str = Field(min_length=1, max_length=253)
+    harness: str = Field(min_length=1, max_length=63)
+    weight: int = Field(1, ge=1, le=1000)
+
+
+class TaskSource(_Cfg):
+    """Task ids to train on: listed inline, or one per line in a file (a split of the task set)."""
+
+    ids: list[str] = Field(default_factory=list)
+    file: Path | None = None
+    split: str = "train"
+    # Task order is shuffled with grpo.seed; each task is drawn once per epoch.
+    shuffle: bool = True
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TaskSource:
+        if bool(self.ids) == (self.file is not None):
+            raise ValueError("tasks: give exactly one of `ids` or `file`")
+        return self
+
+    def load(self) -> list[str]:
+        if self.file is None:
+            ids = list(self.ids)
+        else:
+            ids = [ln.strip() for ln in self.file.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        if not ids:
+            raise ValueError(f"tasks: no task ids in {self.file or 'ids'}")
+        if len(set(ids)) != len(ids):
+            raise ValueError("tasks: duplicate task ids")
+        return ids
+
+
+class ProxyLink(_Cfg):
+    url: str = Field(min_length=1, description="proxy base URL (sessions, sequences, PUT /policy)")
+    admin_token_file: Path
+
+    def read_admin_token(self) -> str:
+        token = self.admin_token_file.read_text().strip()
+        if not token:
+            raise ValueError(f"proxy.admin_token_file {self.admin_token_file} is empty")
+        return token
+
+
+class SyncMode(StrEnum):
+    lora = "lora"  # save adapter, POST /v1/load_lora_adapter `<name>-v<N>` on every engine, switch the proxy
+    nccl = "nccl"  # full weights over vLLM's weight-transfer API (GPU only): pause -> update -> resume
+    restart = "restart"  # write a checkpoint, the engines are restarted on it (by the operator)
+
+
+class EngineLink(_Cfg):
+    urls: list[str] = Field(min_length=1, max_length=256, description="vLLM OpenAI-server base URLs")
+    sync: SyncMode = SyncMode.lora
+    request_timeout_s: float = Field(120.0, gt=0)
+    # nccl only: where this learner's rendezvous listens for the engines' workers.
+    nccl_master_address: str = "127.0.0.1"
+    nccl_master_port: int = Field(29551, ge=1, le=65535)
+
+    @field_validator("urls")
+    @classmethod
+    def _strip(cls, urls: list[str]) -> list[str]:
+        return [u.rstrip("/") for u in urls]
+
+
+class CheckpointConfig(_Cfg):
+    dir: Path
+    every: int = Field(10, ge=1, description="checkpoint every N steps (and at the end)")
+    keep: int = Field(3, ge=1, description="newest checkpoints kept on the volume")
+
+
+class HubExport(_Cfg):
+    repo: str = Field(min_length=3, max_length=200, pattern=r"^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$")
+    # Where the token is: a file (a mounted Secret) or the name of an env var. Never the token itself.
+    token_file: Path | None = None
+    token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    every: int = Field(1, ge=1, description="export every N-th checkpoint")
+    private: bool = True
+    # Each checkpoint goes to its own branch `<revision_prefix><step>`; main holds the newest.
+    revision_prefix: str = Field("step-", pattern=r"^[A-Za-z0-9._-]*$")
+    endpoint: str | None = Field(None, description="Hub URL; None = huggingface_hub's default / HF_ENDPOINT")
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> HubExport:
+        if (self.token_file is None) == (self.token_env is None):
+            raise ValueError("export: give exactly one of `token_file` or `token_env`")
+        return self
+
+    def read_token(self) -> str:
+        if self.token_file is not None:
+            token = self.token_file.read_text().strip()
+            where = f"file {self.token_file}"
+        else:
+            assert self.token_env is not None
+            token = os.environ.get(self.token_env, "").strip()
+            where = f"env var {self.token_env}"
+        if not token:
+            raise ValueError(f"export: Hub token {where} is empty or missing")
+        return token
+
+
+class LearnerConfig(_Cfg):
+    run_name: str = Field("harnessrl", min_length=1, max_length=253)
+    model: ModelConfig
+    adapter: AdapterConfig = AdapterConfig()
+    grpo: GrpoConfig = GrpoConfig()
+    reward: RewardConfig = RewardConfig()
+    harnesses: list[HarnessWeight] = Field(min_length=1, max_length=64)
+    tasks: TaskSource
+    proxy: ProxyLink
+    engine: EngineLink
+    checkpoint: CheckpointConfig
+    export: HubExport | None = None
+    host: str = "0.0.0.0"
+    port: int = Field(8090, ge=0, le=65535)
+    lease_ttl_s: float = Field(1800.0, gt=0, description="a rollout not completed by then is leased again")
+    rollout_max_attempts: int = Field(3, ge=1, le=100, description="unscored (infra) attempts before a slot is abandoned")
+    metrics_path: Path | None = Field(None, description="JSON lines of per-step metrics; default <checkpoint.dir>/metrics.jsonl")
+    log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
+
+    @field_validator("harnesses")
+    @classmethod
+    def _distinct_pools(cls, hs: list[HarnessWeight]) -> list[HarnessWeight]:
+        if len({h.pool for h in hs}) != len(hs):
+            raise ValueError("harnesses: each pool may appear once")
+        return hs
+
+    @model_validator(mode="after")
+    def _sync_fits_adapter(self) -> LearnerConfig:
+        if self.engine.sync == SyncMode.lora and self.adapter.kind != "lora":
+            raise ValueError("engine.sync 'lora' needs adapter.kind 'lora'")
+        if self.engine.sync == SyncMode.nccl and self.adapter.kind != "full":
+            raise ValueError("engine.sync 'nccl' pushes full weights: it needs adapter.kind 'full'")
+        return self
+
+    def metrics_file(self) -> Path:
+        return self.metrics_path or self.checkpoint.dir / "metrics.jsonl"
+
+
+def load_config(path: Path) -> LearnerConfig:
+    """Read a LearnerConfig from a YAML (or JSON, a YAML subset) file."""
+    data = yaml.safe_load(Path(path).read_text())
+    return LearnerConfig.model_validate(data or {})

@@ -1,0 +1,392 @@
+"""The coordinator's state machine: groups, leases, completions, staleness. No I/O; time is passed in.
+
+A group is one task × one harness (pool) × `group_size` rollout slots. Groups are planned in index order
+(see schedule.py) and at most `open_groups` are alive at once, which bounds how far rollouts run ahead of
+training. A slot is pending → leased → done (scored) or, after an infrastructure failure, pending again
+until it has used `max_attempts`, then abandoned. The trainer takes groups whose slots are all final.
+
+The whole state is one pydantic model, so a checkpoint is `state.model_dump_json()`; completions accepted
+since then are replayed from the journal (see journal.py), in their order, with `journal_seq` telling which.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from harnessrl.runtime.learner.config import GrpoConfig, RewardConfig
+from harnessrl.runtime.learner.protocol import (
+    AckStatus,
+    Completion,
+    CompletionAck,
+    CoordinatorStatus,
+    Lease,
+    LeaseRequest,
+)
+from harnessrl.runtime.learner.reward import group_advantages, reward
+from harnessrl.runtime.learner.schedule import GroupPlanner
+from harnessrl.runtime.trajectory.models import TrainingSequence
+from pydantic import BaseModel, Field
+
+
+class CoordinatorError(ValueError):
+    """A request the coordinator refuses (unknown rollout, wrong harness for the pool, ...)."""
+
+
+class UnknownRollout(CoordinatorError):
+    pass
+
+
+class SlotStatus(StrEnum):
+    pending = "pending"
+    leased = "leased"
+    done = "done"  # scored
+    abandoned = "abandoned"  # unscored max_attempts times
+
+
+class RolloutSlot(BaseModel):
+    rollout_id: str
+    status: SlotStatus = SlotStatus.pending
+    attempts: int = 0  # leases handed out
+    lease_id: str | None = None
+    lease_deadline: float | None = None
+    runner_id: str | None = None
+    unscored: int = 0
+    finished_leases: list[str] = Field(default_factory=list)
+    session_id: str | None = None
+    outcome: str | None = None
+    reward: float | None = None
+    tool_calls: int = 0
+    sequences: list[TrainingSequence] = Field(default_factory=list)
+
+
+class GroupState(BaseModel):
+    index: int
+    group_id: str
+    task_id: str
+    pool: str
+    harness: str
+    slots: list[RolloutSlot]
+
+    def final(self) -> bool:
+        return all(s.status in (SlotStatus.done, SlotStatus.abandoned) for s in self.slots)
+
+
+class Counters(BaseModel):
+    rollouts_scored: int = 0
+    rollouts_unscored: int = 0
+    rollouts_stale: int = 0
+    rollouts_abandoned: int = 0
+    duplicates: int = 0
+    leases: int = 0
+    leases_expired: int = 0
+    groups_trained: int = 0
+    groups_zero_variance: int = 0
+    groups_too_small: int = 0
+
+
+class TrainRollout(BaseModel):
+    rollout_id: str
+    reward: float
+    advantage: float
+    sequences: list[TrainingSequence]
+
+
+class TrainGroup(BaseModel):
+    group_id: str
+    task_id: str
+    harness: str
+    rollouts: list[TrainRollout]
+
+
+class Batch(BaseModel):
+    """What one step trains on, plus what it consumed for the metrics."""
+
+    groups: list[TrainGroup] = Field(default_factory=list)
+    # every fresh scored rollout consumed since the last batch, trained or skipped
+    rewards_by_harness: dict[str, list[float]] = Field(default_factory=dict)
+    stale: int = 0
+    zero_variance: int = 0
+
+
+class CoordinatorState(BaseModel):
+    step: int = 0
+    policy_version: int = 0
+    policy_model: str = ""  # name harnesses/engines use for the current policy (base or `<name>-v<N>`)
+    next_group: int = 0
+    journal_seq: int = 0  # completions applied (checkpoint + replay boundary)
+    done: bool = False
+    groups: list[GroupState] = Field(default_factory=list)
+    counters: Counters = Field(default_factory=Counters)
+    carry: Batch = Field(default_factory=lambda: Batch())  # skipped groups' stats, reported with the next batch
+
+
+# How far past the planned groups a completion may point (groups planned after the last checkpoint of a
+# crashed run); beyond it the rollout id is rejected rather than planning without bound.
+_REPLAN_LIMIT = 64
+
+
+def _group_id(index: int) -> str:
+    return f"g{index:07d}"
+
+
+def _rollout_id(index: int, slot: int) -> str:
+    return f"{_group_id(index)}-r{slot:03d}"
+
+
+def _parse_rollout_id(rollout_id: str) -> tuple[int, int]:
+    try:
+        g, r = rollout_id.split("-r")
+        if not g.startswith("g"):
+            raise ValueError
+        return int(g[1:]), int(r)
+    except ValueError:
+        raise UnknownRollout(f"unknown rollout id {rollout_id!r}") from None
+
+
+class Coordinator:
+    def __init__(
+        self,
+        planner: GroupPlanner,
+        grpo: GrpoConfig,
+        reward_cfg: RewardConfig,
+        lease_ttl_s: float,
+        model: str,
+        proxy_url: str,
+        max_attempts: int = 3,
+        state: CoordinatorState | None = None,
+    ):
+        self.planner = planner
+        self.grpo = grpo
+        self.reward_cfg = reward_cfg
+        self.lease_ttl_s = lease_ttl_s
+        self.proxy_url = proxy_url
+        self.max_attempts = max_attempts
+        self.state = state or CoordinatorState(policy_model=model)
+
+    # -- planning -------------------------------------------------------------------------------------------
+
+    def _materialize(self, index: int) -> GroupState:
+        task_id, hw = self.planner.plan(index)
+        return GroupState(
+            index=index,
+            group_id=_group_id(index),
+            task_id=task_id,
+            pool=hw.pool,
+            harness=hw.harness,
+            slots=[RolloutSlot(rollout_id=_rollout_id(index, i)) for i in range(self.grpo.group_size)],
+        )
+
+    def _refill(self) -> None:
+        while not self.state.done and len(self.state.groups) < self.grpo.open_groups():
+            self.state.groups.append(self._materialize(self.state.next_group))
+            self.state.next_group += 1
+
+    def _group(self, index: int) -> GroupState | None:
+        for g in self.state.groups:
+            if g.index == index:
+                return g
+        return None
+
+    def _slot(self, rollout_id: str) -> tuple[GroupState, RolloutSlot] | None:
+        index, slot = _parse_rollout_id(rollout_id)
+        if slot >= self.grpo.group_size:
+            raise UnknownRollout(f"unknown rollout id {rollout_id!r}")
+        group = self._group(index)
+        if group is None:
+            if index < self.state.next_group:
+                return None  # already trained on (or skipped): any completion now is a duplicate
+            # Planned by a run that crashed before its checkpoint: planning is a pure function of the index.
+            if index >= self.state.next_group + _REPLAN_LIMIT * self.grpo.open_groups():
+                raise UnknownRollout(f"unknown rollout id {rollout_id!r}")
+            while self.state.next_group <= index:
+                self.state.groups.append(self._materialize(self.state.next_group))
+                self.state.next_group += 1
+            group = self._group(index)
+            assert group is not None
+        return group, group.slots[slot]
+
+    # -- leases ---------------------------------------------------------------------------------------------
+
+    def expire(self, now: float) -> int:
+        n = 0
+        for g in self.state.groups:
+            for s in g.slots:
+                if s.status == SlotStatus.leased and s.lease_deadline is not None and s.lease_deadline < now:
+                    s.status, s.lease_id, s.lease_deadline, s.runner_id = SlotStatus.pending, None, None, None
+                    n += 1
+        self.state.counters.leases_expired += n
+        return n
+
+    def lease(self, req: LeaseRequest, now: float) -> list[Lease]:
+        self.expire(now)
+        self._refill()
+        leases: list[Lease] = []
+        for g in self.state.groups:
+            if g.pool != req.pool:
+                continue
+            if g.harness != req.harness:
+                raise CoordinatorError(
+                    f"pool {req.pool!r} runs harness {g.harness!r} in this run, runner says {req.harness!r}"
+                )
+            for s in g.slots:
+                if len(leases) >= req.max:
+                    return leases
+                if s.status != SlotStatus.pending:
+                    continue
+                s.attempts += 1
+                s.status = SlotStatus.leased
+                s.lease_id = f"{s.rollout_id}.a{s.attempts}"
+                s.lease_deadline = now + self.lease_ttl_s
+                s.runner_id = req.runner_id
+                self.state.counters.leases += 1
+                leases.append(
+                    Lease(
+                        rollout_id=s.rollout_id,
+                        lease_id=s.lease_id,
+                        task_id=g.task_id,
+                        harness=g.harness,
+                        pool=g.pool,
+                        group_id=g.group_id,
+                        policy_version=self.state.policy_version,
+                        model=self.state.policy_model,
+                        proxy_url=self.proxy_url,
+                        lease_deadline=s.lease_deadline,
+                    )
+                )
+        return leases
+
+    # -- completions ----------------------------------------------------------------------------------------
+
+    def check(self, c: Completion) -> CompletionAck | None:
+        """The ack for a completion that changes nothing (duplicate), or None when it must be applied.
+
+        Lets the server skip fetching sequences for duplicates; `complete` checks again, atomically."""
+        found = self._slot(c.rollout_id)
+        if not c.lease_id.startswith(f"{c.rollout_id}.a"):
+            raise CoordinatorError(f"lease {c.lease_id!r} is not a lease of rollout {c.rollout_id!r}")
+        if found is None:
+            return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=False)
+        _, s = found
+        if s.status in (SlotStatus.done, SlotStatus.abandoned) or c.lease_id in s.finished_leases:
+            return CompletionAck(
+                rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=s.reward is not None, reward=s.reward
+            )
+        return None
+
+    def complete(self, c: Completion, sequences: list[TrainingSequence]) -> CompletionAck:
+        dup = self.check(c)
+        if dup is not None:
+            self.state.counters.duplicates += 1
+            return dup
+        found = self._slot(c.rollout_id)
+        assert found is not None
+        _, s = found
+        self.state.journal_seq += 1
+        s.finished_leases.append(c.lease_id)
+        r = reward(c.outcome, c.correctness, c.tool_calls, self.reward_cfg)
+        if r is None:
+            self.state.counters.rollouts_unscored += 1
+            s.unscored += 1
+            # Only the holder of the live lease (or anyone, once it expired) hands the slot back.
+            if s.status == SlotStatus.pending or s.lease_id == c.lease_id:
+                if s.unscored >= self.max_attempts:
+                    s.status = SlotStatus.abandoned
+                    self.state.counters.rollouts_abandoned += 1
+                else:
+                    s.status = SlotStatus.pending
+                s.lease_id, s.lease_deadline, s.runner_id = None, None, None
+            return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=False)
+        self.state.counters.rollouts_scored += 1
+        s.status, s.lease_id, s.lease_deadline = SlotStatus.done, None, None
+        s.session_id, s.outcome, s.reward, s.tool_calls = c.session_id, c.outcome.value, r, c.tool_calls
+        s.sequences = sequences
+        return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=True, reward=r)
+
+    # -- training -------------------------------------------------------------------------------------------
+
+    def ready_groups(self) -> int:
+        return sum(1 for g in self.state.groups if g.final())
+
+    def take_batch(self, n: int) -> Batch | None:
+        """The n oldest trainable final groups, or None if there are not enough yet.
+
+        Stale rollouts (oldest sampled token more than max_staleness versions old) are dropped and counted.
+        Final groups left with < 2 rollouts or no reward variance are consumed at once (so they never clog
+        the window of open groups), counted, and reported with the next batch."""
+        trainable: list[tuple[GroupState, list[float], list[RolloutSlot]]] = []
+        skipped: set[int] = set()
+        for g in self.state.groups:
+            if not g.final():
+                continue
+            advantages, fresh, stale = self._fresh_advantages(g)
+            if advantages is not None:
+                trainable.append((g, advantages, fresh))
+                continue
+            skipped.add(g.index)
+            self._consume(g, fresh, stale)
+            if len(fresh) < 2:
+                self.state.counters.groups_too_small += 1
+            else:
+                self.state.counters.groups_zero_variance += 1
+                self.state.carry.zero_variance += 1
+        self.state.groups = [g for g in self.state.groups if g.index not in skipped]
+        if len(trainable) < n:
+            return None
+        batch = self.state.carry
+        for g, advantages, fresh in trainable[:n]:
+            self._consume(g, fresh, self._fresh_advantages(g)[2])
+            self.state.counters.groups_trained += 1
+            batch.groups.append(
+                TrainGroup(
+                    group_id=g.group_id,
+                    task_id=g.task_id,
+                    harness=g.harness,
+                    rollouts=[
+                        TrainRollout(rollout_id=s.rollout_id, reward=s.reward or 0.0, advantage=a, sequences=s.sequences)
+                        for s, a in zip(fresh, advantages, strict=True)
+                    ],
+                )
+            )
+        taken = {g.index for g, _, _ in trainable[:n]}
+        self.state.groups = [g for g in self.state.groups if g.index not in taken]
+        self.state.carry = Batch()
+        return batch
+
+    def _consume(self, g: GroupState, fresh: list[RolloutSlot], stale: int) -> None:
+        self.state.counters.rollouts_stale += stale
+        self.state.carry.stale += stale
+        self.state.carry.rewards_by_harness.setdefault(g.harness, []).extend(
+            s.reward for s in fresh if s.reward is not None
+        )
+
+    def _fresh_advantages(self, g: GroupState) -> tuple[list[float] | None, list[RolloutSlot], int]:
+        oldest_ok = self.state.policy_version - self.grpo.max_staleness
+        done = [s for s in g.slots if s.status == SlotStatus.done]
+        fresh = [s for s in done if all(q.min_policy_version >= oldest_ok for q in s.sequences)]
+        stale = len(done) - len(fresh)
+        rewards = [s.reward for s in fresh if s.reward is not None]
+        return group_advantages(rewards, self.grpo.adv_epsilon), fresh, stale
+
+    def finish_step(self, policy_version: int, policy_model: str, done: bool) -> None:
+        self.state.step += 1
+        self.state.policy_version = policy_version
+        self.state.policy_model = policy_model
+        self.state.done = done
+
+    # -- status ---------------------------------------------------------------------------------------------
+
+    def status(self) -> CoordinatorStatus:
+        c = self.state.counters
+        return CoordinatorStatus(
+            step=self.state.step,
+            policy_version=self.state.policy_version,
+            open_groups=len(self.state.groups),
+            ready_groups=self.ready_groups(),
+            leased=sum(1 for g in self.state.groups for s in g.slots if s.status == SlotStatus.leased),
+            rollouts_scored=c.rollouts_scored,
+            rollouts_unscored=c.rollouts_unscored,
+            rollouts_stale=c.rollouts_stale,
+            groups_skipped_zero_variance=c.groups_zero_variance,
+            policy_model=self.state.policy_model,
+            done=self.state.done,
+        )

@@ -1,0 +1,207 @@
+"""The learner process: restore, serve the coordinator, and step → sync → checkpoint → export until done.
+
+Training and weight I/O run in a worker thread; everything that touches the coordinator runs on the event
+loop, so a checkpoint's snapshot of the coordinator is consistent with the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+from harnessrl.runtime.learner.checkpoint import (
+    latest_checkpoint,
+    load_optimizer_state,
+    read_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.coordinator import Batch, Coordinator, CoordinatorState
+from harnessrl.runtime.learner.journal import Journal
+from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, mean
+from harnessrl.runtime.learner.packing import Sample
+from harnessrl.runtime.learner.schedule import GroupPlanner
+from harnessrl.runtime.learner.server import create_app, proxy_fetcher
+from harnessrl.runtime.learner.sync import ProxyControl, make_sync
+from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
+from harnessrl.runtime.proxy.protocol import PolicyState
+
+log = logging.getLogger(__name__)
+
+# After the last step the coordinator keeps answering `done` this long, so runners hear it and exit.
+DONE_GRACE_S = 3.0
+
+
+def solved_rates(batch_rewards: dict[str, list[float]]) -> dict[str, float]:
+    """Training pass@1 per harness: share of consumed rollouts that were fully correct (reward >= 1)."""
+    return {h: sum(1 for r in rs if r >= 1.0) / len(rs) for h, rs in batch_rewards.items() if rs}
+
+
+class Learner:
+    def __init__(self, cfg: LearnerConfig):
+        self.cfg = cfg
+        ck = cfg.checkpoint
+        ck.dir.mkdir(parents=True, exist_ok=True)
+        self.metrics = MetricsSink(cfg.metrics_file())
+        latest = latest_checkpoint(ck.dir)
+        restored = read_checkpoint(latest) if latest is not None else None
+        adapter_dir = latest / "policy" if latest is not None and cfg.adapter.kind == "lora" else None
+        model_cfg = cfg.model
+        if latest is not None and cfg.adapter.kind == "full":
+            model_cfg = cfg.model.model_copy(update={"path": latest / "policy"})
+        model = load_policy(model_cfg, cfg.adapter, adapter_dir)
+        self.trainer = PolicyTrainer(model, cfg.grpo, pad_id=_pad_id(cfg.model.path))
+        state: CoordinatorState | None = None
+        if restored is not None and latest is not None:
+            self.trainer.load_optimizer_state(load_optimizer_state(latest))
+            restore_rng(latest)
+            state = restored.state
+            self.metrics.truncate_to(state.step)
+            log.info("resumed from %s at step %d (policy v%d)", latest.name, state.step, state.policy_version)
+        planner = GroupPlanner(cfg.tasks.load(), cfg.harnesses, cfg.grpo.seed, cfg.tasks.shuffle)
+        self.coordinator = Coordinator(
+            planner,
+            cfg.grpo,
+            cfg.reward,
+            cfg.lease_ttl_s,
+            cfg.model.served_name,
+            cfg.proxy.url,
+            max_attempts=cfg.rollout_max_attempts,
+            state=state,
+        )
+        self.journal = Journal(ck.dir / "journal.jsonl")
+        replayed = 0
+        for entry in self.journal.entries_after(self.coordinator.state.journal_seq):
+            self.coordinator.complete(entry.completion, entry.sequences)
+            replayed += 1
+        if replayed:
+            log.info("replayed %d completions journaled after the checkpoint", replayed)
+        self.sync = make_sync(cfg.engine, cfg.model.served_name, ck.dir / "sync")
+        self.proxy = ProxyControl(cfg.proxy)
+        self.exporter = None
+        if cfg.export is not None:
+            from harnessrl.runtime.learner.hub import HubExporter
+
+            self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path))
+        self.checkpoints_written = 0
+
+    async def publish(self, version: int) -> tuple[PolicyState, float]:
+        t0 = time.perf_counter()
+        if version == 0:
+            policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model the engines serve
+        else:
+            policy = await asyncio.to_thread(self.sync.publish, self.trainer.model, version)
+        await self.proxy.set_policy(policy)
+        return policy, time.perf_counter() - t0
+
+    async def train(self) -> None:
+        st = self.coordinator.state
+        # Engines may have restarted since the checkpoint: serve its policy again before handing out leases.
+        policy, _ = await self.publish(st.policy_version)
+        st.policy_model = policy.model
+        while st.step < self.cfg.grpo.steps:
+            batch = self.coordinator.take_batch(self.cfg.grpo.groups_per_step)
+            if batch is None:
+                await asyncio.sleep(0.05)
+                continue
+            await self.step(batch)
+        st.done = True
+
+    async def step(self, batch: Batch) -> None:
+        st = self.coordinator.state
+        samples = [
+            Sample(sequence=seq, advantage=r.advantage)
+            for g in batch.groups
+            for r in g.rollouts
+            for seq in r.sequences
+        ]
+        stats = await asyncio.to_thread(self.trainer.step, samples)
+        version = st.policy_version + 1
+        policy, sync_s = await self.publish(version)
+        done = st.step + 1 >= self.cfg.grpo.steps
+        self.coordinator.finish_step(version, policy.model, done=done)
+        all_rewards = [r for rs in batch.rewards_by_harness.values() for r in rs]
+        c = st.counters
+        self.metrics.record(
+            StepMetrics(
+                step=st.step,
+                policy_version=st.policy_version,
+                time=time.time(),
+                rollouts_scored=c.rollouts_scored,
+                rollouts_unscored=c.rollouts_unscored,
+                rollouts_stale=c.rollouts_stale,
+                groups_trained=c.groups_trained,
+                groups_zero_variance=c.groups_zero_variance,
+                mean_reward=mean(all_rewards),
+                mean_reward_by_harness={h: m for h, rs in batch.rewards_by_harness.items() if (m := mean(rs)) is not None},
+                solved_rate_by_harness=solved_rates(batch.rewards_by_harness),
+                loss=stats.loss,
+                clip_fraction=stats.clip_fraction,
+                kl=stats.kl,
+                tokens=stats.tokens,
+                loss_tokens=stats.loss_tokens,
+                tokens_per_s=stats.tokens_per_s,
+                step_s=stats.seconds,
+                sync_s=sync_s,
+                grad_norm=stats.grad_norm,
+            )
+        )
+        log.info(
+            "step %d v%d loss %.4f reward %s clip %.3f kl %.4f %.0f tok/s sync %.2fs",
+            st.step, version, stats.loss, mean(all_rewards), stats.clip_fraction, stats.kl, stats.tokens_per_s, sync_s,
+        )
+        if st.step % self.cfg.checkpoint.every == 0 or done:
+            await self.checkpoint()
+
+    async def checkpoint(self) -> Path:
+        # Snapshot on the loop: no completion can land between the copy and the journal position it records.
+        snapshot = self.coordinator.state.model_copy(deep=True)
+        path = await asyncio.to_thread(
+            save_checkpoint,
+            self.cfg.checkpoint.dir,
+            self.trainer.model,
+            self.trainer.optimizer_state(),
+            snapshot,
+            self.metrics.path,
+            self.cfg.adapter.kind,
+            self.cfg.checkpoint.keep,
+        )
+        self.checkpoints_written += 1
+        log.info("checkpoint %s", path.name)
+        if self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
+            revision = await asyncio.to_thread(self.exporter.export, path, self.metrics.history())
+            log.info("exported %s to the Hub at revision %s", path.name, revision)
+        return path
+
+    async def serve(self) -> None:
+        async with httpx.AsyncClient(timeout=60.0) as client:
+            app = create_app(self.coordinator, self.journal, proxy_fetcher(self.proxy, client), self.metrics.registry)
+            config = uvicorn.Config(app, host=self.cfg.host, port=self.cfg.port, log_level="warning", lifespan="off")
+            server = uvicorn.Server(config)
+            serving = asyncio.create_task(server.serve())
+            try:
+                await self.train()
+                await asyncio.sleep(DONE_GRACE_S)
+            finally:
+                server.should_exit = True
+                await serving
+                self.journal.close()
+
+
+def _pad_id(model_path: Path) -> int:
+    """Any valid id works (padded positions are masked out); prefer the tokenizer's own pad token."""
+    import json
+
+    for name in ("tokenizer_config.json", "config.json"):
+        p = model_path / name
+        if p.exists():
+            data = json.loads(p.read_text())
+            for key in ("pad_token_id", "eos_token_id"):
+                if isinstance(data.get(key), int):
+                    return int(data[key])
+    return 0

@@ -1,0 +1,62 @@
+"""The GRPO/DAPO token loss. Pure torch: tensors in, per-token loss and statistics out.
+
+Same arithmetic as TRL's `GRPOTrainer._compute_loss` (token-level importance sampling, two-sided clip with
+separate low/high epsilons, optional vLLM truncated importance-sampling weight), with one difference in what
+"old" means: the engine's sampled logprobs are the behaviour policy, because rollouts come asynchronously from
+an engine that may be several versions behind. With TIS on, the trainer's own logprobs at the start of the step
+are the proximal "old" policy and exp(old − engine), capped, reweights each token (as TRL does with vLLM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TokenLoss:
+    per_token: torch.Tensor  # (B, T) loss before masking/normalisation
+    clipped: torch.Tensor  # (B, T) bool: token's ratio is outside the clip region on the side that matters
+    kl: torch.Tensor  # (B, T) k3 estimate of KL(behaviour || current) per token
+
+
+def token_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    is_weights: torch.Tensor | None = None,
+) -> TokenLoss:
+    """logps/old_logps: (B, T); advantages: (B,) or (B, T); is_weights: (B, T) or None."""
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    log_ratio = logps - old_logps
+    coef_1 = torch.exp(log_ratio)
+    coef_2 = torch.clamp(coef_1, 1 - clip_low, 1 + clip_high)
+    per_token = -torch.min(coef_1 * adv, coef_2 * adv)
+    if is_weights is not None:
+        per_token = per_token * is_weights
+    with torch.no_grad():
+        clipped = ((coef_1 < 1 - clip_low) & (adv < 0)) | ((coef_1 > 1 + clip_high) & (adv > 0))
+        kl = torch.exp(log_ratio) - 1 - log_ratio
+    return TokenLoss(per_token=per_token, clipped=clipped, kl=kl.detach())
+
+
+def tis_weights(trainer_old_logps: torch.Tensor, engine_logps: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling: min(π_trainer_old / π_engine, cap) per token (TRL's token_truncate)."""
+    return torch.clamp(torch.exp(trainer_old_logps - engine_logps), max=cap).detach()
+
+
+def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float) -> torch.Tensor:
+    """This micro-batch's share of the mini-batch loss.
+
+    dapo: Σ masked token losses / (loss tokens in the whole mini-batch) — TRL loss_type "dapo".
+    grpo: Σ over rows of (row's mean token loss) / (rows in the whole mini-batch) — TRL loss_type "grpo".
+    Summing the shares of all micro-batches gives exactly the unsplit mini-batch loss."""
+    if loss_type == "dapo":
+        return (per_token * mask).sum() / max(normalizer, 1.0)
+    if loss_type == "grpo":
+        rows = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        return rows.sum() / max(normalizer, 1.0)
+    raise ValueError(f"unknown loss_type {loss_type!r} (expected 'dapo' or 'grpo')")

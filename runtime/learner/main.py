@@ -1,0 +1,28 @@
+"""`harnessrl learner --config FILE`: the learner and its coordinator in one process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from harnessrl.runtime.learner.config import load_config
+from pydantic import ValidationError
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="harnessrl learner", description="run the GRPO learner and its coordinator")
+    parser.add_argument("--config", type=Path, required=True, help="LearnerConfig YAML/JSON file")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except (OSError, ValidationError, ValueError) as exc:
+        print(f"harnessrl learner: bad config {args.config}: {exc}")
+        return 2
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from harnessrl.runtime.learner.loop import Learner
+
+    learner = Learner(cfg)
+    asyncio.run(learner.serve())
+    return 0

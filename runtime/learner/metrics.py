@@ -1,0 +1,79 @@
+"""Per-step metrics: one pydantic record, appended as a JSON line and mirrored into Prometheus gauges."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge
+from pydantic import BaseModel, Field
+
+
+class StepMetrics(BaseModel):
+    step: int
+    policy_version: int
+    time: float
+    rollouts_scored: int  # cumulative
+    rollouts_unscored: int
+    rollouts_stale: int
+    groups_trained: int
+    groups_zero_variance: int
+    mean_reward: float | None  # over the rollouts this step consumed
+    mean_reward_by_harness: dict[str, float] = Field(default_factory=dict)
+    solved_rate_by_harness: dict[str, float] = Field(default_factory=dict)  # training pass@1
+    loss: float
+    clip_fraction: float
+    kl: float
+    tokens: int
+    loss_tokens: int
+    tokens_per_s: float
+    step_s: float
+    sync_s: float
+    grad_norm: float
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+class MetricsSink:
+    def __init__(self, path: Path, registry: CollectorRegistry | None = None):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.registry = registry or CollectorRegistry()
+        g = lambda name, doc, labels=(): Gauge(f"harnessrl_learner_{name}", doc, labels, registry=self.registry)  # noqa: E731
+        self.gauges = {
+            "step": g("step", "training steps done"),
+            "policy_version": g("policy_version", "policy version served"),
+            "rollouts_scored": g("rollouts_scored", "rollouts scored (cumulative)"),
+            "rollouts_unscored": g("rollouts_unscored", "rollouts unscored: infra/grader failures (cumulative)"),
+            "rollouts_stale": g("rollouts_stale", "rollouts dropped as stale (cumulative)"),
+            "groups_zero_variance": g("groups_zero_variance", "groups skipped for zero reward variance"),
+            "loss": g("loss", "policy loss of the last step"),
+            "clip_fraction": g("clip_fraction", "fraction of loss tokens clipped in the last step"),
+            "kl": g("kl", "k3 KL estimate to the behaviour policy, last step"),
+            "tokens_per_s": g("tokens_per_s", "trained tokens per second, last step"),
+            "sync_s": g("sync_seconds", "weight sync time of the last step"),
+        }
+        self.reward = g("mean_reward", "mean reward of the rollouts consumed by the last step", ("harness",))
+
+    def record(self, m: StepMetrics) -> None:
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(m.model_dump_json() + "\n")
+        for name, gauge in self.gauges.items():
+            value = float(getattr(m, name))
+            gauge.set(value if math.isfinite(value) else float("nan"))
+        for harness, r in m.mean_reward_by_harness.items():
+            self.reward.labels(harness=harness).set(r)
+
+    def history(self) -> list[StepMetrics]:
+        if not self.path.exists():
+            return []
+        return [StepMetrics.model_validate_json(ln) for ln in self.path.read_text().splitlines() if ln.strip()]
+
+    def truncate_to(self, step: int) -> None:
+        """Drop records past `step` (written by a run that crashed before checkpointing them)."""
+        kept = [m for m in self.history() if m.step <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(m.model_dump_json() + "\n" for m in kept))
+        tmp.replace(self.path)

@@ -1,0 +1,119 @@
+"""Coordinator <-> runner HTTP wire models (the runner is the client, the learner serves).
+
+Endpoints (all JSON, served by the learner process):
+- ``POST /v1/leases``      LeaseRequest  -> LeaseResponse
+- ``POST /v1/completions`` Completion    -> CompletionAck   (idempotent; 404 for an unknown rollout)
+- ``GET  /v1/status``      -> CoordinatorStatus
+- ``GET  /healthz``, ``GET /metrics`` (Prometheus text)
+
+A runner leases up to ``max`` rollouts for the pool it serves; each lease names the task, the harness,
+the GRPO group, the policy version at lease time and the proxy to create the session at. The runner
+creates the session at the proxy (the session id is the harness's API key), runs the harness, grades,
+and completes the rollout before ``lease_deadline``. An expired lease is handed out again with a new
+``lease_id``; whichever completion of a rollout arrives first is the one counted, later ones are acked
+as duplicates, so a rollout is never counted twice.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Wire(BaseModel):
+    # Unknown fields are an error: a typo on either side should fail loudly, not be dropped.
+    model_config = ConfigDict(extra="forbid")
+
+
+class OutcomeKind(StrEnum):
+    """How a rollout ended. Only the first four are the policy's doing and therefore scored."""
+
+    solved = "solved"  # grader passed
+    wrong = "wrong"  # grader ran and failed (or gave partial credit through `correctness`)
+    harness_error = "harness_error"  # the harness gave up on the model's output (bad format, crash on it)
+    timeout = "timeout"  # wall-clock or step budget spent by the agent
+    grader_error = "grader_error"  # the grader itself broke: says nothing about the policy
+    infra_error = "infra_error"  # sandbox, proxy, engine or network failure
+
+
+SCORED_OUTCOMES: frozenset[OutcomeKind] = frozenset(
+    {OutcomeKind.solved, OutcomeKind.wrong, OutcomeKind.harness_error, OutcomeKind.timeout}
+)
+
+
+class LeaseRequest(_Wire):
+    runner_id: str = Field(min_length=1, max_length=253)
+    pool: str = Field(min_length=1, max_length=253, description="HarnessPool name the runner serves")
+    harness: str = Field(min_length=1, max_length=63, description="harness the pool runs, e.g. 'claude-code'")
+    max: int = Field(default=1, ge=1, le=1024, description="most rollouts to lease in this call")
+
+
+class Lease(_Wire):
+    rollout_id: str
+    lease_id: str = Field(description="this attempt; a re-lease after expiry gets a new one")
+    task_id: str
+    harness: str
+    pool: str
+    group_id: str
+    policy_version: int = Field(ge=0, description="policy version being served when the lease was made")
+    model: str = Field(description="model name the harness should request from the proxy")
+    proxy_url: str = Field(description="proxy base URL to create the session at (POST /sessions)")
+    lease_deadline: float = Field(description="unix time after which the rollout may be handed to another runner")
+
+
+class LeaseResponse(_Wire):
+    leases: list[Lease] = Field(default_factory=list)
+    retry_after_s: float = Field(default=1.0, ge=0, description="when no lease was given, wait this long")
+    done: bool = Field(default=False, description="training has finished: the runner may exit")
+
+
+class Timings(_Wire):
+    started_at: float = Field(description="unix time the runner started the rollout")
+    finished_at: float = Field(description="unix time the grade was known")
+    harness_s: float = Field(default=0.0, ge=0)
+    grade_s: float = Field(default=0.0, ge=0)
+
+
+class Completion(_Wire):
+    rollout_id: str
+    lease_id: str
+    runner_id: str = ""
+    session_id: str | None = Field(default=None, description="proxy session holding the captured turns")
+    session_base_url: str | None = Field(
+        default=None, description="proxy replica owning the session (POST /sessions base_url); default lease's proxy_url"
+    )
+    outcome: OutcomeKind
+    correctness: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="grader's correctness in [0, 1]; 1 for solved"
+    )
+    tool_calls: int = Field(default=0, ge=0, description="tool calls the agent made (for the reward bonus)")
+    grader_output: str = Field(default="", max_length=65536)
+    timings: Timings | None = None
+    error: str | None = Field(default=None, max_length=8192)
+
+
+class AckStatus(StrEnum):
+    accepted = "accepted"  # first completion of this rollout: counted
+    duplicate = "duplicate"  # the rollout was already completed: ignored
+
+
+class CompletionAck(_Wire):
+    rollout_id: str
+    status: AckStatus
+    scored: bool = Field(description="the outcome counts toward training (not an infra/grader failure)")
+    reward: float | None = Field(default=None, description="reward given, when scored")
+
+
+class CoordinatorStatus(_Wire):
+    step: int
+    policy_version: int
+    open_groups: int
+    ready_groups: int
+    leased: int
+    rollouts_scored: int
+    rollouts_unscored: int
+    rollouts_stale: int
+    groups_skipped_zero_variance: int
+    policy_model: str
+    done: bool

@@ -1,0 +1,171 @@
+"""Weight sync: the new policy reaches the engines, then the proxy is told its name and version.
+
+Three ways behind one interface (`publish(model, version) -> PolicyState`, blocking; the learner runs it off
+the event loop):
+- LoRA: save the adapter, `POST /v1/load_lora_adapter` as `<served>-v<N>` on every engine, unload old ones.
+- NCCL: full weights over vLLM's weight-transfer API (`NCCLTrainerWeightTransferEngine`): pause → update →
+  resume. GPU only; the engines need `VLLM_SERVER_DEV_MODE=1` and `--weight-transfer-config
+  '{"backend":"nccl"}'`, one engine (one transfer group) per learner.
+- restart: write merged full weights and `policy.json`; whoever runs the engines restarts them on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from harnessrl.runtime.engine.lora import load_lora_adapter, server_root, unload_lora_adapter
+from harnessrl.runtime.learner.config import EngineLink, ProxyLink, SyncMode
+from harnessrl.runtime.proxy.protocol import PolicyState, SequencesResponse
+
+log = logging.getLogger(__name__)
+
+
+class WeightSync(Protocol):
+    def publish(self, model: Any, version: int) -> PolicyState: ...
+
+
+def adapter_name(served: str, version: int) -> str:
+    return f"{served}-v{version}"
+
+
+class LoraSync:
+    def __init__(self, engine: EngineLink, served_name: str, sync_dir: Path, keep: int = 3):
+        self.engine = engine
+        self.served = served_name
+        self.sync_dir = sync_dir
+        # Adapters kept loaded: the new one plus a few that in-flight calls may still name.
+        self.keep = keep
+        self.client = httpx.Client(timeout=engine.request_timeout_s)
+
+    def publish(self, model: Any, version: int) -> PolicyState:
+        name = adapter_name(self.served, version)
+        path = self.sync_dir / name
+        tmp = self.sync_dir / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)  # the engine never sees a half-written adapter
+        for url in self.engine.urls:
+            load_lora_adapter(url, name, str(path.resolve()), client=self.client, timeout_s=self.engine.request_timeout_s)
+        self._unload_old(version)
+        return PolicyState(model=name, version=version)
+
+    def _unload_old(self, version: int) -> None:
+        old = version - self.keep
+        if old < 1:
+            return
+        name = adapter_name(self.served, old)
+        for url in self.engine.urls:
+            try:
+                unload_lora_adapter(url, name, client=self.client)
+            except Exception as exc:  # an already-evicted adapter is not a sync failure
+                log.info("unload of %s on %s: %s", name, url, exc)
+        shutil.rmtree(self.sync_dir / name, ignore_errors=True)
+
+
+class NcclSync:
+    """Full-weight broadcast with vLLM's own trainer-side transfer engine (needs CUDA and NCCL)."""
+
+    def __init__(self, engine: EngineLink, served_name: str, engine_world_size: int = 1):
+        if len(engine.urls) != 1:
+            raise ValueError("engine.sync 'nccl' drives one engine (one NCCL group); run one learner per engine")
+        self.engine = engine
+        self.served = served_name
+        self.world_size = 1 + engine_world_size
+        self._transfer: Any = None
+        self.client = httpx.Client(timeout=engine.request_timeout_s)
+
+    def _init(self, model: Any) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("engine.sync 'nccl' needs a CUDA device in the learner")
+        from vllm.distributed.weight_transfer.base import ModuleSource
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+        info = NCCLTrainerInitInfo(
+            master_address=self.engine.nccl_master_address,
+            master_port=self.engine.nccl_master_port,
+            world_size=self.world_size,
+        )
+        client = HTTPVLLMWeightSyncClient(server_root(self.engine.urls[0]), timeout=self.engine.request_timeout_s)
+        # The fused-head patch leaves parameter names as in the HF checkpoint, which vLLM's loader expects.
+        self._transfer = WeightTransferTrainerFactory.trainer_init(info, client=client, source=ModuleSource(model))
+
+    def publish(self, model: Any, version: int) -> PolicyState:
+        if self._transfer is None:
+            self._init(model)
+        root = server_root(self.engine.urls[0])
+        # "keep" freezes in-flight requests instead of aborting them: harness sessions continue after resume.
+        self._post(f"{root}/pause", params={"mode": "keep"})
+        try:
+            self._transfer.send_weights()
+        finally:
+            self._post(f"{root}/resume")
+        return PolicyState(model=self.served, version=version)
+
+    def _post(self, url: str, params: dict[str, str] | None = None) -> None:
+        r = self.client.post(url, params=params)
+        if r.status_code != 200:
+            raise RuntimeError(f"POST {url} -> {r.status_code}: {r.text[:300]}")
+
+
+class RestartSync:
+    """Fallback: publish merged weights to a directory; the engines are restarted on `policy.json`'s path."""
+
+    def __init__(self, served_name: str, sync_dir: Path):
+        self.served = served_name
+        self.sync_dir = sync_dir
+
+    def publish(self, model: Any, version: int) -> PolicyState:
+        merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+        path = self.sync_dir / f"policy-v{version}"
+        tmp = self.sync_dir / f".policy-v{version}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        merged.save_pretrained(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        marker = {"version": version, "path": str(path.resolve()), "written_at": time.time()}
+        (self.sync_dir / ".policy.json.tmp").write_text(json.dumps(marker))
+        (self.sync_dir / ".policy.json.tmp").replace(self.sync_dir / "policy.json")
+        return PolicyState(model=self.served, version=version)
+
+
+def make_sync(engine: EngineLink, served_name: str, sync_dir: Path) -> WeightSync:
+    sync_dir.mkdir(parents=True, exist_ok=True)
+    if engine.sync == SyncMode.lora:
+        return LoraSync(engine, served_name, sync_dir)
+    if engine.sync == SyncMode.nccl:
+        return NcclSync(engine, served_name)
+    return RestartSync(served_name, sync_dir)
+
+
+class ProxyControl:
+    """The learner's calls to the proxy's admin API: switch the served policy, fetch a session's sequences."""
+
+    def __init__(self, link: ProxyLink, timeout_s: float = 60.0):
+        self.url = link.url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {link.read_admin_token()}"}
+        self.timeout_s = timeout_s
+
+    async def set_policy(self, policy: PolicyState) -> None:
+        async with httpx.AsyncClient(timeout=self.timeout_s) as c:
+            r = await c.put(f"{self.url}/policy", json=policy.model_dump(), headers=self._headers)
+        if r.status_code != 200:
+            raise RuntimeError(f"proxy PUT /policy -> {r.status_code}: {r.text[:300]}")
+
+    async def sequences(self, session_id: str, base_url: str | None, client: httpx.AsyncClient) -> SequencesResponse:
+        """From the replica that owns the session (`base_url`), or the configured proxy URL."""
+        url = (base_url or self.url).rstrip("/")
+        r = await client.get(f"{url}/sessions/{session_id}/sequences", headers=self._headers)
+        if r.status_code != 200:
+            raise RuntimeError(f"proxy GET /sessions/{{id}}/sequences -> {r.status_code}: {r.text[:300]}")
+        return SequencesResponse.model_validate(r.json())

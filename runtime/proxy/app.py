@@ -1,0 +1,551 @@
+"""The capture proxy's FastAPI app: admin/control routes and the four dialect surfaces.
+
+The handlers are thin: auth, body limits and admission here; parsing and rendering in dialects/; what the
+engine gets in engines.py; what is recorded in capture.py and sessions.py; durability in journal.py.
+A response (for a stream: its final events) is released only after the call's journal record is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from harnessrl.runtime.proxy.capture import CallCapture
+from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.runtime.proxy.dialects.base import (
+    Dialect,
+    DialectError,
+    Operation,
+    ParsedRequest,
+    RouteInfo,
+    reject_constrained_decoding,
+)
+from harnessrl.runtime.proxy.dialects.routes import dialect_for, dialect_for_path, match_route, session_key
+from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
+from harnessrl.runtime.proxy.engines import (
+    ContextLengthExceeded,
+    Engine,
+    EngineClient,
+    EnginePool,
+    make_client,
+    upstream_body,
+)
+from harnessrl.runtime.proxy.journal import Journal, read_records
+from harnessrl.runtime.proxy.metrics import ProxyMetrics
+from harnessrl.runtime.proxy.protocol import (
+    CreateSessionRequest,
+    CreateSessionResponse,
+    DialectBaseUrls,
+    PolicyState,
+    SequencesResponse,
+    SessionStatus,
+)
+from harnessrl.runtime.proxy.sessions import Session, SessionStore
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger("harnessrl.proxy")
+
+BUDGET_MESSAGE = "The model call budget for this episode is exhausted. Stop now and report your final answer."
+CONTEXT_MESSAGE = "The conversation reached the model's maximum context length. Stop now and report your final answer."
+
+
+class AdminAuthError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        self.status = status
+        self.detail = detail
+
+
+@dataclass
+class ProxyState:
+    config: ProxyConfig
+    admin_token: str
+    store: SessionStore
+    journal: Journal
+    pool: EnginePool
+    http: httpx.AsyncClient
+    client: EngineClient
+    metrics: ProxyMetrics
+    inflight: int = 0
+    # Set = calls flow; cleared by POST /admin/pause while weights move (new calls wait, in-flight ones finish).
+    flowing: asyncio.Event = field(default_factory=asyncio.Event)
+    ended_since_compaction: int = 0
+
+    @property
+    def policy(self) -> PolicyState:
+        assert self.store.policy is not None
+        return self.store.policy
+
+    async def durable(self, record: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        await self.journal.append(record)
+        self.metrics.journal_latency.observe(time.perf_counter() - started)
+
+
+def build_state(config: ProxyConfig) -> ProxyState:
+    """Open the journal, rebuild this replica's sessions from it, and compact it (synchronous, at startup)."""
+    store = SessionStore(default_budget=config.call_budget_default, ttl_s=config.session_ttl_s)
+    path = config.journal_dir / f"{config.replica_id}.jsonl"
+    for record in read_records(path):
+        store.replay(record)
+    now = time.time()
+    for sid in store.expired(now):
+        store.end(sid, "expired")
+    if store.policy is None:
+        store.policy = PolicyState(model=config.served_model, version=config.policy_version)
+    journal = Journal(path, fsync=config.journal_fsync)
+    http = make_client(config.upstream)
+    metrics = ProxyMetrics()
+    metrics.sessions_live.set(len(store))
+    metrics.policy_version.set(store.policy.version)
+    state = ProxyState(
+        config=config,
+        admin_token=config.read_admin_token(),
+        store=store,
+        journal=journal,
+        pool=EnginePool.from_urls([str(u) for u in config.upstream_urls]),
+        http=http,
+        client=EngineClient(http, config.admission.retry_after_s),
+        metrics=metrics,
+    )
+    state.flowing.set()
+    return state
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def require_admin(state: ProxyState, request: Request) -> None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AdminAuthError(401, "missing admin bearer token")
+    if not hmac.compare_digest(token.strip().encode(), state.admin_token.encode()):
+        raise AdminAuthError(403, "wrong admin token")
+
+
+def error_response(dialect: Dialect, error: DialectError) -> JSONResponse:
+    rendered = dialect.render_error(error)
+    return JSONResponse(rendered.body, status_code=rendered.status, headers=rendered.headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise DialectError(f"request body of {declared} bytes is over the limit of {limit} bytes", "too_large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise DialectError(f"request body is over the limit of {limit} bytes", "too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def session_for(state: ProxyState, request: Request) -> Session:
+    key = session_key(request.headers, request.query_params)
+    if key is None:
+        raise DialectError("missing API key: send the session id as the API key", "authentication")
+    session = state.store.get(key)
+    if session is None:
+        raise DialectError("invalid API key: no such session on this proxy", "authentication")
+    return session
+
+
+def dialect_urls(base: str) -> DialectBaseUrls:
+    return DialectBaseUrls(openai=f"{base}/v1", anthropic=base, gemini=base)
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def create_app(config: ProxyConfig) -> FastAPI:
+    holder: dict[str, ProxyState] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = build_state(config)
+        holder["state"] = state
+        app.state.proxy = state
+        await state.journal.compact(state.store.keeps)
+        sweeper = asyncio.create_task(_sweep(state))
+        log.info("proxy %s up: %d sessions rebuilt, engines %s", config.replica_id, len(state.store),
+                 [e.url for e in state.pool.engines])
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await state.http.aclose()
+            state.journal.close()
+
+    app = FastAPI(title="harnessrl capture proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    def st() -> ProxyState:
+        return holder["state"]
+
+    @app.exception_handler(AdminAuthError)
+    async def _admin_auth(_: Request, exc: AdminAuthError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        state = st()
+        return {"status": "ok", "replica_id": config.replica_id, "sessions": len(state.store), "inflight": state.inflight}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(st().metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ---- admin: sessions
+
+    @app.post("/sessions", response_model=CreateSessionResponse)
+    async def create_session(request: Request) -> Any:
+        state = st()
+        require_admin(state, request)
+        try:
+            body = CreateSessionRequest.model_validate_json(await read_body(request, 1 << 20))
+        except DialectError as exc:
+            return JSONResponse({"detail": exc.message}, status_code=exc.status)
+        except ValueError as exc:
+            return JSONResponse({"detail": f"invalid session request: {exc}"}, status_code=422)
+        if len(state.store) >= config.admission.max_sessions:
+            return JSONResponse({"detail": "this replica holds its maximum number of sessions"}, status_code=503,
+                                headers={"retry-after": str(config.admission.retry_after_s)})
+        session, record = state.store.create(body)
+        await state.durable(record)
+        state.metrics.sessions_created.inc()
+        state.metrics.sessions_live.set(len(state.store))
+        base = config.base_url()
+        return CreateSessionResponse(
+            session_id=session.id,
+            base_url=base,
+            replica_id=config.replica_id,
+            dialect_base_urls=dialect_urls(base),
+            model=state.policy.model,
+            policy_version=state.policy.version,
+            call_budget=session.call_budget,
+        )
+
+    def admin_session(request: Request, session_id: str) -> Session | JSONResponse:
+        state = st()
+        require_admin(state, request)
+        session = state.store.get(session_id)
+        if session is None:
+            return JSONResponse({"detail": "no such session on this replica"}, status_code=404)
+        return session
+
+    @app.get("/sessions/{session_id}")
+    async def get_session(session_id: str, request: Request) -> Any:
+        session = admin_session(request, session_id)
+        return session if isinstance(session, JSONResponse) else session.info()
+
+    @app.get("/sessions/{session_id}/sequences")
+    async def get_sequences(session_id: str, request: Request) -> Any:
+        session = admin_session(request, session_id)
+        if isinstance(session, JSONResponse):
+            return session
+        seqs = session.sequences()
+        return SequencesResponse(
+            session_id=session.id,
+            rollout_id=session.request.rollout_id,
+            status=session.status,
+            tool_calls=session.tool_calls,
+            sequences=seqs.sequences,
+        )
+
+    @app.get("/sessions/{session_id}/turns")
+    async def get_turns(session_id: str, request: Request) -> Any:
+        """The session's call graph as captured (nodes with full turns), for debugging and audits."""
+        session = admin_session(request, session_id)
+        if isinstance(session, JSONResponse):
+            return session
+        return [node.model_dump(mode="json") for node in session.graph.nodes()]
+
+    @app.delete("/sessions/{session_id}")
+    async def delete_session(session_id: str, request: Request) -> Any:
+        state = st()
+        session = admin_session(request, session_id)
+        if isinstance(session, JSONResponse):
+            return session
+        info = session.info().model_copy(update={"status": SessionStatus.closed})
+        _, record = state.store.end(session_id, "closed")
+        await state.durable(record)
+        state.ended_since_compaction += 1
+        state.metrics.sessions_ended.labels("closed").inc()
+        state.metrics.sessions_live.set(len(state.store))
+        return info
+
+    # ---- admin: policy, engines, pause
+
+    @app.get("/policy")
+    async def get_policy() -> PolicyState:
+        return st().policy
+
+    @app.put("/policy")
+    async def put_policy(request: Request) -> Any:
+        state = st()
+        require_admin(state, request)
+        try:
+            policy = PolicyState.model_validate_json(await request.body())
+        except ValueError as exc:
+            return JSONResponse({"detail": f"invalid policy: {exc}"}, status_code=422)
+        await state.durable(state.store.set_policy(policy))
+        state.metrics.policy_version.set(policy.version)
+        return policy
+
+    @app.get("/engines")
+    async def get_engines(request: Request) -> Any:
+        state = st()
+        require_admin(state, request)
+        now = time.monotonic()
+        return [
+            {"url": e.url, "draining": e.draining, "healthy": now >= e.unhealthy_until, "inflight": e.inflight,
+             "calls": e.calls, "failures": e.failures}
+            for e in state.pool.engines
+        ]
+
+    @app.post("/engines/drain")
+    async def drain_engine(request: Request) -> Any:
+        """Body {"url": ..., "draining": bool}: a draining engine gets no new calls; in-flight ones finish."""
+        state = st()
+        require_admin(state, request)
+        data = await request.json()
+        engine = state.pool.get(str(data.get("url", "")))
+        if engine is None:
+            return JSONResponse({"detail": "no such engine"}, status_code=404)
+        engine.draining = bool(data.get("draining", True))
+        return {"url": engine.url, "draining": engine.draining, "inflight": engine.inflight}
+
+    @app.post("/admin/pause")
+    async def pause(request: Request) -> Any:
+        """Hold new engine calls (they wait, up to the read timeout) and wait for in-flight calls to finish,
+        so weights can move with no call failing. Returns once nothing is in flight (or after `timeout_s`)."""
+        state = st()
+        require_admin(state, request)
+        timeout_s = float(request.query_params.get("timeout_s", "60"))
+        state.flowing.clear()
+        deadline = time.monotonic() + timeout_s
+        while state.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return {"paused": True, "inflight": state.inflight}
+
+    @app.post("/admin/resume")
+    async def resume(request: Request) -> Any:
+        state = st()
+        require_admin(state, request)
+        state.flowing.set()
+        return {"paused": False}
+
+    # ---- dialect surfaces
+
+    @app.get("/{path:path}")
+    async def get_any(path: str, request: Request) -> Any:
+        if path.endswith("v1/models") or path == "v1/models":
+            return models_list(st().policy.model)
+        return error_response(dialect_for_path("/" + path), DialectError(f"no route GET /{path}", "not_found"))
+
+    @app.post("/{path:path}")
+    async def dialect_call(path: str, request: Request) -> Response:
+        route = match_route("/" + path, request.query_params)
+        dialect = dialect_for(route)
+        if route is None:
+            return error_response(dialect, DialectError(f"no dialect serves POST /{path}", "not_found"))
+        state = st()
+        try:
+            session = session_for(state, request)
+        except DialectError as exc:
+            state.metrics.requests.labels(dialect.name, "unauthorized").inc()
+            return error_response(dialect, exc)
+        try:
+            return await handle_call(state, dialect, route, session, request)
+        except DialectError as exc:
+            state.metrics.requests.labels(dialect.name, exc.kind).inc()
+            if exc.kind not in ("overloaded", "rate_limit"):
+                await state.durable(session.record_call(answered=False, error=exc.message))
+            return error_response(dialect, exc)
+
+    return app
+
+
+def models_list(model: str) -> dict[str, Any]:
+    """One model, in a shape both the OpenAI and the Anthropic SDKs read."""
+    entry = {"id": model, "object": "model", "created": 0, "owned_by": "harnessrl", "type": "model",
+             "display_name": model, "created_at": "1970-01-01T00:00:00Z"}
+    return {"object": "list", "data": [entry], "has_more": False, "first_id": model, "last_id": model}
+
+
+async def _sweep(state: ProxyState) -> None:
+    """Expire sessions idle past the TTL; compact the journal once enough sessions have ended."""
+    interval = min(60.0, max(0.5, state.config.session_ttl_s / 10))
+    while True:
+        await asyncio.sleep(interval)
+        for sid in state.store.expired(time.time()):
+            _, record = state.store.end(sid, "expired")
+            await state.durable(record)
+            state.ended_since_compaction += 1
+            state.metrics.sessions_ended.labels("expired").inc()
+        state.metrics.sessions_live.set(len(state.store))
+        if state.ended_since_compaction >= max(100, len(state.store)):
+            state.ended_since_compaction = 0
+            await state.journal.compact(state.store.keeps)
+
+
+# --------------------------------------------------------------------------- one dialect call
+
+
+async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, session: Session, request: Request) -> Response:
+    body = await read_body(request, state.config.max_body_bytes)
+    parsed = dialect.parse_request(body, route)
+    if parsed.operation is Operation.COUNT_TOKENS:
+        engine = _pick(state, session)
+        count = await state.client.count_tokens(engine, parsed.canonical, state.policy.model)
+        return JSONResponse(dialect.render_count_tokens(count))
+    if session.request.training:
+        reject_constrained_decoding(parsed.canonical)
+    if session.ended or session.budget_left <= 0:
+        status = session.status if session.ended else SessionStatus.budget_exhausted
+        message = CONTEXT_MESSAGE if status is SessionStatus.context_exhausted else BUDGET_MESSAGE
+        return await _final(state, dialect, parsed, session, status, message)
+    if state.inflight >= state.config.admission.max_inflight_calls:
+        state.metrics.rejected.inc()
+        raise DialectError("the proxy is at its concurrency limit; retry shortly", "overloaded",
+                           retry_after=state.config.admission.retry_after_s)
+    if not state.flowing.is_set():
+        try:
+            await asyncio.wait_for(state.flowing.wait(), timeout=state.config.upstream.read_timeout_s)
+        except TimeoutError:
+            raise DialectError("the engine is paused for a weight update", "overloaded",
+                               retry_after=state.config.admission.retry_after_s) from None
+    policy = state.policy
+    body_json = upstream_body(parsed.canonical, policy.model, training=session.request.training, stream=parsed.stream)
+    state.inflight += 1
+    state.metrics.inflight.inc()
+    released = False
+    try:
+        try:
+            if parsed.stream:
+                engine, upstream = await _with_failover(state, session, lambda e: state.client.open_stream(e, body_json))
+                released = True  # the stream's generator now owns the in-flight slot
+                return StreamingResponse(
+                    dialect.render_stream(
+                        _captured_chunks(state, dialect.name, session, engine, upstream, policy),
+                        parsed,
+                    ),
+                    media_type="text/event-stream",
+                    headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+                )
+            started = time.time()
+            engine, completion = await _with_failover(state, session, lambda e: state.client.complete(e, body_json))
+            _release_engine(state, engine, started)
+        except ContextLengthExceeded as exc:
+            return await _final(state, dialect, parsed, session, SessionStatus.context_exhausted, CONTEXT_MESSAGE,
+                                error=str(exc))
+        await _record_turn(state, session, CallCapture.from_completion(completion), policy, started)
+        state.metrics.requests.labels(dialect.name, "ok").inc()
+        return JSONResponse(dialect.render_response(completion, parsed))
+    finally:
+        if not released:
+            state.inflight -= 1
+            state.metrics.inflight.dec()
+
+
+def _pick(state: ProxyState, session: Session, exclude: frozenset[str] = frozenset()) -> Engine:
+    engine = state.pool.pick(session.id, exclude)
+    if engine is None:
+        raise DialectError("no engine is available", "overloaded", retry_after=state.config.admission.retry_after_s)
+    return engine
+
+
+async def _with_failover(state: ProxyState, session: Session, call: Any) -> tuple[Engine, Any]:
+    """Run `call(engine)` on the session's engine; if it cannot be reached, mark it down and try the next one.
+    Safe because nothing has been sent to the harness yet."""
+    tried: set[str] = set()
+    while True:
+        engine = _pick(state, session, frozenset(tried))
+        engine.inflight += 1
+        engine.calls += 1
+        try:
+            return engine, await call(engine)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+            engine.inflight -= 1
+            state.pool.mark_down(engine)
+            state.metrics.engine_failures.labels(engine.url).inc()
+            log.warning("engine %s unreachable (%s); trying another", engine.url, type(exc).__name__)
+            tried.add(engine.url)
+        except httpx.TimeoutException:
+            engine.inflight -= 1
+            raise DialectError("the engine did not answer in time", "timeout") from None
+        except BaseException:
+            engine.inflight -= 1
+            raise
+
+
+def _release_engine(state: ProxyState, engine: Engine, started: float) -> None:
+    engine.inflight -= 1
+    state.metrics.upstream_latency.observe(time.time() - started)
+
+
+async def _record_turn(state: ProxyState, session: Session, capture: CallCapture, policy: PolicyState,
+                       started: float) -> None:
+    turn, problems = capture.to_turn(model=policy.model, policy_version=policy.version, started_at=started,
+                                     finished_at=time.time())
+    error = f"turn kept as context only: {'; '.join(problems)}" if problems else None
+    await state.durable(session.record_call(answered=True, error=error, turn=turn))
+    state.metrics.turns.labels("false" if problems else "true").inc()
+    state.metrics.tokens.labels("completion").inc(len(turn.completion_ids))
+
+
+async def _final(state: ProxyState, dialect: Dialect, parsed: ParsedRequest, session: Session,
+                 status: SessionStatus, message: str, error: str | None = None) -> Response:
+    """End the episode gracefully: a plain final message in the caller's dialect, no engine call."""
+    await state.durable(session.record_call(status=status, answered=True, error=error))
+    state.metrics.requests.labels(dialect.name, status.value).inc()
+    rendered = dialect.render_final(message, parsed)
+    if isinstance(rendered, dict):
+        return JSONResponse(rendered)
+    return StreamingResponse(rendered, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+async def _captured_chunks(state: ProxyState, dialect_name: str, session: Session, engine: Engine,
+                           upstream: httpx.Response, policy: PolicyState) -> AsyncIterator[CompletionChunk]:
+    """Forward vLLM's chunks to the dialect renderer while capturing them. The chunks from the finish reason on
+    are held back until the turn is durable, so the harness never sees the end of a response that was not
+    journaled. A broken stream is recorded as a session error and ends in the dialect's in-stream error."""
+    started = time.time()
+    capture = CallCapture()
+    held: list[CompletionChunk] = []
+    try:
+        try:
+            async for chunk in EngineClient.chunks(upstream):
+                capture.feed(chunk)
+                if held or capture.finish_reason is not None or not chunk.choices:
+                    held.append(chunk)
+                else:
+                    yield chunk
+        except httpx.HTTPError as exc:
+            raise DialectError(f"the engine stream broke: {type(exc).__name__}", "upstream") from None
+        finally:
+            await upstream.aclose()
+            _release_engine(state, engine, started)
+        await _record_turn(state, session, capture, policy, started)
+        state.metrics.requests.labels(dialect_name, "ok").inc()
+        for chunk in held:
+            yield chunk
+    except DialectError as exc:
+        state.metrics.requests.labels(dialect_name, exc.kind).inc()
+        await state.durable(session.record_call(answered=False, error=exc.message))
+        raise
+    finally:
+        state.inflight -= 1
+        state.metrics.inflight.dec()

@@ -1,0 +1,77 @@
+"""What the proxy records of one engine call: token ids, sampled logprobs, finish reason, tool calls.
+
+`CallCapture` accumulates a stream chunk by chunk (work proportional to the new tokens) or reads a whole
+completion; `to_turn` validates it (finite logprobs <= 0, one per sampled token): an invalid capture is still
+recorded, as context only (`trainable=False`), so the session's later turns keep linking to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harnessrl.runtime.proxy.dialects.upstream import ChoiceLogprobs, Completion, CompletionChunk
+from harnessrl.runtime.trajectory.models import Turn, capture_problems
+
+
+@dataclass
+class CallCapture:
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    tool_call_indices: set[int] = field(default_factory=set)
+    chunks: int = 0
+    saw_prompt_ids: bool = False
+
+    def _add_logprobs(self, logprobs: ChoiceLogprobs | None) -> None:
+        if logprobs is not None and logprobs.content:
+            self.logprobs.extend(entry.logprob for entry in logprobs.content)
+
+    def feed(self, chunk: CompletionChunk) -> None:
+        self.chunks += 1
+        if chunk.prompt_token_ids is not None:
+            self.prompt_ids = chunk.prompt_token_ids
+            self.saw_prompt_ids = True
+        for choice in chunk.choices:
+            if choice.index != 0:  # n is always 1 upstream
+                continue
+            if choice.token_ids:
+                self.completion_ids.extend(choice.token_ids)
+            self._add_logprobs(choice.logprobs)
+            for call in choice.delta.tool_calls or ():
+                self.tool_call_indices.add(call.index if call.index is not None else len(self.tool_call_indices))
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+
+    @classmethod
+    def from_completion(cls, completion: Completion) -> CallCapture:
+        capture = cls(prompt_ids=completion.prompt_token_ids or [], saw_prompt_ids=completion.prompt_token_ids is not None)
+        if completion.choices:
+            choice = completion.choices[0]
+            capture.completion_ids = list(choice.token_ids or [])
+            capture._add_logprobs(choice.logprobs)
+            capture.finish_reason = choice.finish_reason
+            capture.tool_call_indices = set(range(len(choice.message.tool_calls or [])))
+        return capture
+
+    @property
+    def tool_calls(self) -> int:
+        return len(self.tool_call_indices)
+
+    def to_turn(self, *, model: str, policy_version: int, started_at: float, finished_at: float) -> tuple[Turn, list[str]]:
+        """The turn to record and, if it cannot be trained on, why."""
+        turn = Turn(
+            prompt_ids=self.prompt_ids,
+            completion_ids=self.completion_ids,
+            logprobs=self.logprobs,
+            finish_reason=self.finish_reason,
+            policy_version=policy_version,
+            model=model,
+            tool_calls=self.tool_calls,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+        problems = capture_problems(turn)
+        if problems:
+            turn = turn.model_copy(update={"trainable": False})
+        return turn, problems

@@ -1,0 +1,428 @@
+"""The contract between the capture proxy and its four API dialects.
+
+The proxy receives a request in one of four dialects (OpenAI Chat Completions, OpenAI
+Responses, Anthropic Messages, Gemini generateContent), asks the dialect to `parse_request`
+it into one `CanonicalRequest` (exactly the Chat Completions body sent upstream to vLLM, before
+the proxy adds its own sampling fields), sends that upstream, and asks the same dialect to
+`render_response` / `render_stream` vLLM's answer (`upstream.Completion` / `CompletionChunk`)
+back in the caller's format. Every refusal is a `DialectError`, which the dialect renders in
+its own error shape (`render_error`), so the harness sees errors as its provider would send them.
+
+Routing (path -> dialect, operation, streaming) and the session key live in `routes.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, TypeVar
+
+from harnessrl.runtime.proxy.dialects.upstream import (
+    Choice,
+    ChunkChoice,
+    Completion,
+    CompletionChunk,
+    FunctionCallDelta,
+    UpstreamMessage,
+    UpstreamToolCall,
+    Usage,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+# --------------------------------------------------------------------------- errors
+
+ErrorKind = Literal[
+    "invalid_request",  # 400: malformed JSON, wrong types, unsupported feature
+    "authentication",  # 401: missing or unknown session key
+    "permission",  # 403
+    "not_found",  # 404: unknown path or model
+    "too_large",  # 413: body over the limit
+    "rate_limit",  # 429: per-session or global admission limit (with Retry-After)
+    "overloaded",  # 503/529: upstream saturated (with Retry-After)
+    "timeout",  # 504: upstream did not answer in time
+    "upstream",  # 502: upstream answered with garbage or an unexpected error
+    "internal",  # 500
+]
+
+DEFAULT_STATUS: dict[str, int] = {
+    "invalid_request": 400,
+    "authentication": 401,
+    "permission": 403,
+    "not_found": 404,
+    "too_large": 413,
+    "rate_limit": 429,
+    "overloaded": 503,
+    "timeout": 504,
+    "upstream": 502,
+    "internal": 500,
+}
+
+
+class DialectError(Exception):
+    """A refusal to be answered in the caller's dialect.
+
+    `status` is the HTTP status (defaults by `kind`); `retry_after` (seconds) becomes a
+    `Retry-After` header; `param` names the offending field where one is known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        kind: ErrorKind = "invalid_request",
+        status: int | None = None,
+        *,
+        retry_after: float | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind: ErrorKind = kind
+        self.status = status if status is not None else DEFAULT_STATUS[kind]
+        self.retry_after = retry_after
+        self.param = param
+
+
+class ErrorResponse(BaseModel):
+    """What the proxy sends for a `DialectError`: status, JSON body, extra headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+def error_headers(error: DialectError) -> dict[str, str]:
+    if error.retry_after is None:
+        return {}
+    return {"retry-after": str(max(1, round(error.retry_after)))}
+
+
+# ------------------------------------------------------------------ canonical request
+
+
+class _Wire(BaseModel):
+    """Canonical wire models: unknown fields are refused so a dialect cannot leak junk upstream."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(_Wire):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class FunctionCall(_Wire):
+    name: str
+    arguments: str = "{}"  # a JSON object as text, as Chat Completions sends it
+
+
+class ToolCall(_Wire):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Wire):
+    """One Chat Completions message. Reasoning from earlier turns is not carried: the chat
+    templates of the models we train drop it from history anyway."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class FunctionDefinition(_Wire):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionTool(_Wire):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(_Wire):
+    name: str
+
+
+class NamedToolChoice(_Wire):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class CanonicalRequest(BaseModel):
+    """The Chat Completions body the proxy sends to vLLM (before it adds logprobs,
+    return_token_ids and resets sampling knobs). Extra fields are allowed so an OpenAI Chat
+    caller's vLLM-specific fields (e.g. `guided_json`) reach `constrained_decoding_reasons`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[ChatMessage]
+    tools: list[FunctionTool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    n: Literal[1] = 1
+    logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def upstream_body(self) -> dict[str, Any]:
+        """The JSON body for vLLM; unset optional fields are left out."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class Operation(StrEnum):
+    GENERATE = "generate"
+    COUNT_TOKENS = "count_tokens"  # the proxy tokenizes `canonical` instead of generating
+
+
+class ToolOrigin(BaseModel):
+    """What a canonical function name was in the caller's dialect, for rendering calls back:
+    Responses `namespace` tools are flattened to `{namespace}__{name}` and `custom` (free-text)
+    tools become a function with one string argument `input`."""
+
+    name: str
+    namespace: str | None = None
+    kind: Literal["function", "custom"] = "function"
+
+
+class ParsedRequest(BaseModel):
+    """A dialect's reading of a request: the canonical body plus what is not sent upstream but
+    the renderers need (the model name to echo, where each tool came from)."""
+
+    canonical: CanonicalRequest
+    operation: Operation = Operation.GENERATE
+    stream: bool = False  # whether the caller wants SSE back
+    requested_model: str  # echoed back in responses
+    stream_usage: bool = False  # OpenAI Chat `stream_options.include_usage`: a usage chunk at the end
+    tool_origins: dict[str, ToolOrigin] = Field(default_factory=dict)  # only names that differ
+    dropped_tools: list[str] = Field(default_factory=list)  # hosted tools left out, for logs/metrics
+
+
+# ------------------------------------------------------------- constrained decoding
+
+# vLLM-specific request fields that constrain sampling (all would change the distribution the
+# engine samples from, so the recorded logprobs would no longer be the policy's).
+CONSTRAINING_EXTRAS = (
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "guided_whitespace_pattern",
+    "guided_decoding_backend",
+    "structured_outputs",
+    "structural_tag",
+    "allowed_token_ids",
+    "bad_words",
+    "logits_processors",
+    "min_tokens",
+)
+
+
+def constrained_decoding_reasons(request: CanonicalRequest) -> list[str]:
+    """Why this request would not sample from the full policy distribution (empty if it would).
+
+    Every dialect maps its own knobs onto the canonical fields (Anthropic `tool_choice: any/tool`
+    and Gemini `mode: ANY` become `required` / a named function; Gemini `responseSchema` becomes
+    `response_format`), so one check covers all four.
+    """
+    reasons: list[str] = []
+    if request.logit_bias:
+        reasons.append("logit_bias")
+    if request.response_format and request.response_format.get("type") not in (None, "text"):
+        reasons.append(f"response_format of type {request.response_format.get('type')!r} (structured output)")
+    extras = request.model_extra or {}
+    reasons += [f"{name} (guided decoding)" for name in CONSTRAINING_EXTRAS if extras.get(name) is not None]
+    if request.tool_choice == "required":
+        reasons.append("tool_choice that forces a tool call")
+    elif isinstance(request.tool_choice, NamedToolChoice):
+        reasons.append(f"tool_choice that forces the tool {request.tool_choice.function.name!r}")
+    return reasons
+
+
+def reject_constrained_decoding(request: CanonicalRequest) -> None:
+    """Raise the 400 a training session gets for constrained decoding (the proxy decides when)."""
+    reasons = constrained_decoding_reasons(request)
+    if reasons:
+        raise DialectError(
+            "this is an RL training session: constrained decoding is not allowed because it changes the "
+            "sampling distribution; remove " + ", ".join(reasons)
+        )
+
+
+# ------------------------------------------------------------------- helpers
+
+
+MAX_JSON_DEPTH = 64  # deeper bodies are refused before any recursive code walks them
+
+
+def _depth_ok(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return False
+        if isinstance(item, Mapping):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return True
+
+
+def load_json_object(body: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 that says what is wrong with it."""
+    if isinstance(body, Mapping):
+        data: Any = dict(body)
+    else:
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise DialectError(f"request body is not valid JSON: {reason}") from None
+    if not isinstance(data, dict):
+        raise DialectError(f"request body must be a JSON object, not {type(data).__name__}")
+    if not _depth_ok(data):
+        raise DialectError(f"request body is nested more than {MAX_JSON_DEPTH} levels deep")
+    return data
+
+
+def validate_body(model: type[M], data: Mapping[str, Any]) -> M:
+    """Validate a dialect's request model; pydantic's errors become one readable 400."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise DialectError(f"invalid request: {where}: {first['msg']}{more}", param=where) from None
+
+
+def as_object(value: Any, where: str) -> Mapping[str, Any]:
+    """A nested JSON object the request model left untyped, or a 400 naming where it is not one."""
+    if not isinstance(value, Mapping):
+        raise DialectError(f"invalid request: {where} must be an object", param=where)
+    return value
+
+
+def unsupported_content(kind: str, where: str) -> DialectError:
+    """The 400 for images, audio and files: the models trained here are text-only."""
+    return DialectError(
+        f"content of type {kind!r} is not supported: the served model is text-only", param=where
+    )
+
+
+def join_text(parts: list[TextPart]) -> str | list[TextPart]:
+    """One text part as a plain string (what most callers send); several stay parts."""
+    return parts[0].text if len(parts) == 1 else parts
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+def final_completion(text: str, model: str, finish_reason: str = "stop") -> Completion:
+    """A synthetic completion the proxy answers with to end an episode gracefully (call budget
+    exhausted, context length exceeded): plain text and no tool call, so every harness stops."""
+    return Completion(
+        id=new_id("chatcmpl-"),
+        created=int(time.time()),
+        model=model,
+        choices=[Choice(message=UpstreamMessage(role="assistant", content=text), finish_reason=finish_reason)],
+        usage=Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
+    )
+
+
+async def completion_as_chunks(completion: Completion) -> AsyncIterator[CompletionChunk]:
+    """Replay a whole completion as a stream (role, content/reasoning, tool calls, finish, usage),
+    for streaming callers of a synthetic final message and for tests."""
+    base = {"id": completion.id, "created": completion.created, "model": completion.model}
+    for choice in completion.choices:
+        msg = choice.message
+        yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=UpstreamMessage(role="assistant"))])
+        if msg.reasoning_text:
+            delta = UpstreamMessage(reasoning=msg.reasoning_text)
+            yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=delta)])
+        if msg.content:
+            delta = UpstreamMessage(content=msg.content)
+            yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=delta)])
+        for i, call in enumerate(msg.tool_calls or []):
+            fn = call.function or FunctionCallDelta()
+            tool_delta = UpstreamToolCall(id=call.id, type="function", index=i, function=fn)
+            delta = UpstreamMessage(tool_calls=[tool_delta])
+            yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=delta)])
+        yield CompletionChunk(
+            **base, choices=[ChunkChoice(index=choice.index, finish_reason=choice.finish_reason or "stop")]
+        )
+    if completion.usage is not None:
+        yield CompletionChunk(**base, choices=[], usage=completion.usage)
+
+
+# ------------------------------------------------------------------- the interface
+
+
+class Dialect(ABC):
+    """One API dialect. Stateless: one instance serves every request."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def parse_request(self, body: bytes | Mapping[str, Any], route: RouteInfo) -> ParsedRequest:
+        """Read a request body into the canonical upstream request; `DialectError` (400) on bad input."""
+
+    @abstractmethod
+    def render_response(self, completion: Completion, request: ParsedRequest) -> dict[str, Any]:
+        """vLLM's completion as this dialect's non-streaming response body."""
+
+    @abstractmethod
+    def render_stream(
+        self, chunks: AsyncIterator[CompletionChunk], request: ParsedRequest
+    ) -> AsyncIterator[bytes]:
+        """vLLM's chunks as this dialect's SSE events, terminal event included. If `chunks` raises
+        `DialectError` mid-stream, the stream ends with this dialect's in-stream error event."""
+
+    @abstractmethod
+    def error_body(self, error: DialectError) -> dict[str, Any]:
+        """The JSON error body in this dialect's shape."""
+
+    def render_error(self, error: DialectError) -> ErrorResponse:
+        return ErrorResponse(status=error.status, body=self.error_body(error), headers=error_headers(error))
+
+    def render_count_tokens(self, input_tokens: int) -> dict[str, Any]:
+        """The answer to a count-tokens route; only dialects that have one override it."""
+        raise DialectError(f"the {self.name} dialect has no token-counting endpoint", "not_found")
+
+    def render_final(self, text: str, request: ParsedRequest) -> dict[str, Any] | AsyncIterator[bytes]:
+        """A graceful episode-ending answer (budget exhausted, context too long) in this dialect:
+        a stream if the caller asked for one, else a response body."""
+        completion = final_completion(text, request.requested_model)
+        if request.stream:
+            return self.render_stream(completion_as_chunks(completion), request)
+        return self.render_response(completion, request)
+
+
+class RouteInfo(BaseModel):
+    """What the URL says about a request: set by `routes.match_route`, read by `parse_request`."""
+
+    dialect: str
+    operation: Operation = Operation.GENERATE
+    model: str | None = None  # Gemini puts the model in the path
+    stream: bool | None = None  # Gemini picks streaming by path, not by body
+    prefix: str = ""  # any path before the dialect's own (harnesses keep a base-URL path)
+    query: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,115 @@
+"""The upstream wire format: vLLM's OpenAI Chat Completions response and stream chunk.
+
+These are the shapes the proxy parses from vLLM and hands to a dialect for rendering. They
+are lenient (extra fields kept) because vLLM adds fields between releases; the fields the
+dialects and the capture read are typed. vLLM 0.32 names the reasoning text `reasoning`;
+older releases (and some OpenAI-compatible servers) say `reasoning_content`, so both are read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionCallDelta(_Lenient):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class UpstreamToolCall(_Lenient):
+    """A tool call; in a stream chunk every field but `index` may be missing."""
+
+    id: str | None = None
+    type: str | None = "function"
+    index: int | None = None
+    function: FunctionCallDelta | None = None
+
+
+class UpstreamMessage(_Lenient):
+    """`choices[i].message` of a completion, or `choices[i].delta` of a chunk."""
+
+    role: str | None = None
+    content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[UpstreamToolCall] | None = None
+
+    @property
+    def reasoning_text(self) -> str | None:
+        return self.reasoning if self.reasoning is not None else self.reasoning_content
+
+
+class TokenLogprob(_Lenient):
+    token: str = ""
+    logprob: float = 0.0
+    bytes: list[int] | None = None
+    top_logprobs: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(_Lenient):
+    content: list[TokenLogprob] | None = None
+
+
+class Usage(_Lenient):
+    prompt_tokens: int = 0
+    completion_tokens: int | None = 0
+    total_tokens: int = 0
+    prompt_tokens_details: dict[str, Any] | None = None
+    completion_tokens_details: dict[str, Any] | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        return int((self.prompt_tokens_details or {}).get("cached_tokens") or 0)
+
+    @property
+    def output_tokens(self) -> int:
+        return self.completion_tokens or 0
+
+
+class Choice(_Lenient):
+    index: int = 0
+    message: UpstreamMessage = Field(default_factory=UpstreamMessage)
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = "stop"
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+
+
+class Completion(_Lenient):
+    """A non-streaming `chat.completion` from vLLM (with `return_token_ids`)."""
+
+    id: str = "chatcmpl-0"
+    object: str = "chat.completion"
+    created: int = 0
+    model: str = ""
+    choices: list[Choice] = Field(default_factory=list)
+    usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None
+
+
+class ChunkChoice(_Lenient):
+    index: int = 0
+    delta: UpstreamMessage = Field(default_factory=UpstreamMessage)
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+
+
+class CompletionChunk(_Lenient):
+    """One `chat.completion.chunk` of a vLLM stream. With `stream_options.include_usage` the
+    last chunk has `choices == []` and `usage` set; `prompt_token_ids` comes on the first."""
+
+    id: str = "chatcmpl-0"
+    object: str = "chat.completion.chunk"
+    created: int = 0
+    model: str = ""
+    choices: list[ChunkChoice] = Field(default_factory=list)
+    usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None

@@ -1,0 +1,38 @@
+"""Prometheus metrics of one proxy replica (own registry, so several apps can live in one test process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass
+class ProxyMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.requests = Counter(
+            "harnessrl_proxy_requests", "Dialect requests answered, by dialect and outcome", ["dialect", "outcome"], registry=r
+        )
+        self.turns = Counter("harnessrl_proxy_turns", "Captured turns, by validity", ["valid"], registry=r)
+        self.tokens = Counter("harnessrl_proxy_tokens", "Tokens captured", ["kind"], registry=r)
+        self.sessions_created = Counter("harnessrl_proxy_sessions_created", "Sessions created", registry=r)
+        self.sessions_ended = Counter("harnessrl_proxy_sessions_ended", "Sessions ended, by reason", ["reason"], registry=r)
+        self.sessions_live = Gauge("harnessrl_proxy_sessions_live", "Sessions held by this replica", registry=r)
+        self.inflight = Gauge("harnessrl_proxy_inflight_calls", "Engine calls in flight", registry=r)
+        self.upstream_latency = Histogram(
+            "harnessrl_proxy_upstream_seconds", "Engine call time (to the last byte)", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.journal_latency = Histogram(
+            "harnessrl_proxy_journal_seconds", "Time from enqueueing a journal record to its durability",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.engine_failures = Counter(
+            "harnessrl_proxy_engine_failures", "Engine connection failures", ["engine"], registry=r
+        )
+        self.rejected = Counter("harnessrl_proxy_admission_rejected", "Calls refused by admission control", registry=r)
+        self.policy_version = Gauge("harnessrl_proxy_policy_version", "Policy version sent upstream", registry=r)

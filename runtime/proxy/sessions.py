@@ -1,0 +1,193 @@
+"""Sessions of one replica: their state, how a call changes it, and the journal records that replay it.
+
+Every change to a session is one journal record applied by the same function live and on replay, so a
+restarted replica rebuilds exactly the state its clients saw (`GET /sessions/{id}` byte for byte).
+Record kinds:
+  {"k": "session", "sid", "req", "budget", "at"}                  created
+  {"k": "call", "sid", "at", "status", "answered", "error", "turn"}  one dialect call (turn: a TurnDelta or null)
+  {"k": "end", "sid", "reason"}                                   deleted or expired
+  {"k": "policy", "model", "version"}                             the served policy changed
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from harnessrl.runtime.proxy.protocol import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
+from harnessrl.runtime.trajectory.graph import SessionGraph
+from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta
+
+MAX_ERRORS = 20
+
+
+def new_session_id() -> str:
+    return secrets.token_urlsafe(24)  # 192 random bits
+
+
+@dataclass
+class Session:
+    id: str
+    request: CreateSessionRequest
+    call_budget: int
+    created_at: float
+    last_activity_at: float
+    status: SessionStatus = SessionStatus.active
+    calls: int = 0
+    bad_turns: int = 0
+    tool_calls: int = 0
+    errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
+    policy_versions: set[int] = field(default_factory=set)
+    graph: SessionGraph = field(default_factory=SessionGraph)
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not SessionStatus.active
+
+    @property
+    def budget_left(self) -> int:
+        return self.call_budget - self.calls
+
+    def info(self) -> SessionInfo:
+        req = self.request
+        return SessionInfo(
+            session_id=self.id,
+            rollout_id=req.rollout_id,
+            task_id=req.task_id,
+            harness=req.harness,
+            group_id=req.group_id,
+            training=req.training,
+            metadata=req.metadata,
+            status=self.status,
+            call_budget=self.call_budget,
+            calls=self.calls,
+            turns=len(self.graph),
+            bad_turns=self.bad_turns,
+            tool_calls=self.tool_calls,
+            errors=list(self.errors),
+            policy_versions=sorted(self.policy_versions),
+            created_at=self.created_at,
+            last_activity_at=self.last_activity_at,
+        )
+
+    def sequences(self) -> SessionSequences:
+        return self.graph.sequences(self.id)
+
+    def _apply(self, at: float, status: SessionStatus, answered: bool, error: str | None, turn: Turn | None) -> None:
+        self.last_activity_at = at
+        self.status = status
+        if answered:
+            self.calls += 1
+        if error:
+            self.errors.append(error)
+        if turn is not None:
+            self.tool_calls += turn.tool_calls
+            self.policy_versions.add(turn.policy_version)
+            if not turn.trainable:
+                self.bad_turns += 1
+
+    def record_call(
+        self,
+        *,
+        status: SessionStatus | None = None,
+        answered: bool,
+        error: str | None = None,
+        turn: Turn | None = None,
+        at: float | None = None,
+    ) -> dict[str, Any]:
+        """Apply one call to the live session and return the journal record that replays it.
+
+        Linking happens here (O(prompt length)); the record stores only the prompt tokens beyond the parent."""
+        at = time.time() if at is None else at
+        new_status = self.status if status is None else status
+        delta: TurnDelta | None = None
+        if turn is not None:
+            node: Node = self.graph.add(turn)
+            delta = self.graph.delta(node.id)
+        self._apply(at, new_status, answered, error, turn)
+        return {
+            "k": "call",
+            "sid": self.id,
+            "at": at,
+            "status": new_status.value,
+            "answered": answered,
+            "error": error,
+            "turn": delta.model_dump(mode="json") if delta is not None else None,
+        }
+
+    def replay_call(self, record: dict[str, Any]) -> None:
+        turn: Turn | None = None
+        if record.get("turn") is not None:
+            turn = self.graph.add_delta(TurnDelta.model_validate(record["turn"])).turn
+        self._apply(float(record["at"]), SessionStatus(record["status"]), bool(record["answered"]), record.get("error"), turn)
+
+
+@dataclass
+class SessionStore:
+    """This replica's sessions, keyed by id (the harness's API key)."""
+
+    default_budget: int
+    ttl_s: float
+    sessions: dict[str, Session] = field(default_factory=dict)
+    policy: PolicyState | None = None
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def get(self, session_id: str) -> Session | None:
+        return self.sessions.get(session_id)
+
+    def create(self, request: CreateSessionRequest, at: float | None = None) -> tuple[Session, dict[str, Any]]:
+        at = time.time() if at is None else at
+        record = {
+            "k": "session",
+            "sid": new_session_id(),
+            "req": request.model_dump(mode="json"),
+            "budget": request.call_budget or self.default_budget,
+            "at": at,
+        }
+        return self._open(record), record
+
+    def _open(self, record: dict[str, Any]) -> Session:
+        session = Session(
+            id=record["sid"],
+            request=CreateSessionRequest.model_validate(record["req"]),
+            call_budget=int(record["budget"]),
+            created_at=float(record["at"]),
+            last_activity_at=float(record["at"]),
+        )
+        self.sessions[session.id] = session
+        return session
+
+    def end(self, session_id: str, reason: str) -> tuple[Session | None, dict[str, Any]]:
+        return self.sessions.pop(session_id, None), {"k": "end", "sid": session_id, "reason": reason}
+
+    def expired(self, now: float) -> list[str]:
+        return [sid for sid, s in self.sessions.items() if now - s.last_activity_at > self.ttl_s]
+
+    def set_policy(self, policy: PolicyState) -> dict[str, Any]:
+        self.policy = policy
+        return {"k": "policy", **policy.model_dump(mode="json")}
+
+    def replay(self, record: dict[str, Any]) -> None:
+        """Apply one journal record (rebuilding after a restart)."""
+        kind = record.get("k")
+        if kind == "session":
+            self._open(record)
+        elif kind == "call":
+            session = self.sessions.get(record["sid"])
+            if session is not None:
+                session.replay_call(record)
+        elif kind == "end":
+            self.sessions.pop(record["sid"], None)
+        elif kind == "policy":
+            self.policy = PolicyState(model=record["model"], version=record["version"])
+
+    def keeps(self, record: dict[str, Any]) -> bool:
+        """Whether compaction keeps a record: everything of live sessions, and the latest policy."""
+        if record.get("k") == "policy":
+            return self.policy is not None and record.get("version") == self.policy.version
+        return record.get("sid") in self.sessions

@@ -1,0 +1,136 @@
+"""Wire models of the trajectory graph: a captured engine call (`Turn`), its place in a session's call graph
+(`Node`), the journal's prefix-deduplicated form of a turn (`TurnDelta`), and what the learner trains on
+(`TrainingSequence`, `SessionSequences`).
+
+Token ids and logprobs are the engine's own (vLLM's `prompt_token_ids`, `choices[i].token_ids` and sampled
+`logprobs`), so the learner trains on exactly what was sampled, never on a re-tokenisation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+
+class Turn(BaseModel):
+    """One engine call as the proxy captured it: the full templated prompt and what was sampled."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    # Sampled-token logprobs, aligned with completion_ids.
+    logprobs: list[float]
+    finish_reason: str | None = None
+    # The learner's weight version that sampled this turn; `model` is the served model or adapter name.
+    policy_version: int = 0
+    model: str = ""
+    tool_calls: int = Field(default=0, ge=0)
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    # False keeps the turn as context only (loss mask 0), e.g. when its capture failed validation.
+    trainable: bool = True
+
+
+def capture_problems(turn: Turn) -> list[str]:
+    """Why a captured turn cannot be trained on (empty when it can). Cheap: one pass over the completion."""
+    problems: list[str] = []
+    if not turn.prompt_ids:
+        problems.append("empty prompt_ids")
+    if len(turn.logprobs) != len(turn.completion_ids):
+        problems.append(f"{len(turn.logprobs)} logprobs for {len(turn.completion_ids)} completion tokens")
+    elif not all(math.isfinite(lp) and lp <= 0.0 for lp in turn.logprobs):
+        problems.append("logprobs must be finite and <= 0")
+    if any(t < 0 for t in turn.prompt_ids) or any(t < 0 for t in turn.completion_ids):
+        problems.append("negative token id")
+    return problems
+
+
+class Node(BaseModel):
+    """A turn placed in its session's call graph. `parent` is the earlier node whose prompt+completion is the
+    longest exact token prefix of this turn's prompt (None for a root)."""
+
+    id: int
+    parent: int | None
+    # How many leading prompt tokens are the parent's prompt+completion (0 for a root).
+    shared_prefix: int = Field(ge=0)
+    turn: Turn
+
+
+class TurnDelta(BaseModel):
+    """A turn as the proxy's journal stores it: only the prompt tokens beyond its parent's prompt+completion.
+
+    Decoding needs the parent's full sequence, so deltas are replayed in order (see `graph.decode_delta`)."""
+
+    id: int
+    parent: int | None
+    prompt_tail: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None = None
+    policy_version: int = 0
+    model: str = ""
+    tool_calls: int = Field(default=0, ge=0)
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    trainable: bool = True
+
+
+class TrainingSequence(BaseModel):
+    """One root→leaf path of a session's call graph, ready for the learner.
+
+    `loss_mask` is 1 on tokens the policy sampled (in trainable turns) and 0 on context; `logprobs` are the
+    engine's behaviour logprobs aligned with `token_ids` (0.0 where the mask is 0); `policy_versions` gives,
+    per token, the version of the turn that introduced it (as context or as a sample)."""
+
+    session_id: str
+    node_ids: list[int]
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    policy_versions: list[int]
+    tool_calls: int = Field(default=0, ge=0, description="tool calls made by the turns on this path")
+
+    @model_validator(mode="after")
+    def _aligned(self) -> TrainingSequence:
+        n = len(self.token_ids)
+        if not (len(self.loss_mask) == len(self.logprobs) == len(self.policy_versions) == n):
+            raise ValueError(
+                f"token_ids ({n}), loss_mask ({len(self.loss_mask)}), logprobs ({len(self.logprobs)}) and "
+                f"policy_versions ({len(self.policy_versions)}) must have equal lengths"
+            )
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("loss_mask values must be 0 or 1")
+        if not self.node_ids:
+            raise ValueError("a training sequence covers at least one node")
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def min_policy_version(self) -> int:
+        """Oldest version among sampled tokens (among all tokens if none is sampled): what staleness is judged by."""
+        return min(self._sampled_versions())
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def max_policy_version(self) -> int:
+        return max(self._sampled_versions())
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+    def _sampled_versions(self) -> list[int]:
+        sampled = [v for v, m in zip(self.policy_versions, self.loss_mask, strict=True) if m]
+        return sampled or self.policy_versions or [0]
+
+
+class SessionSequences(BaseModel):
+    """A session's training data: every root→leaf sequence plus the counts the reward and metrics need."""
+
+    session_id: str
+    turns: int = Field(ge=0)
+    untrainable_turns: int = Field(default=0, ge=0, description="turns kept as context only")
+    tool_calls: int = Field(ge=0, description="tool calls made over the whole session")
+    sequences: list[TrainingSequence]

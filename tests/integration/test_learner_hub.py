@@ -1,0 +1,96 @@
+"""Hub export against the local Hub stand-in (tests/fixtures/hub_server.py, speaking the Hub's HTTP protocol):
+the repo is created, each checkpoint lands on its own branch with the adapter, metrics and a model card, the
+files download back intact, and the token never reaches a log."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harnessrl.runtime.learner.checkpoint import save_checkpoint
+from harnessrl.runtime.learner.config import HubExport
+from harnessrl.runtime.learner.coordinator import CoordinatorState
+from harnessrl.runtime.learner.hub import HubExporter
+from harnessrl.runtime.learner.metrics import StepMetrics
+from tests.fixtures.hub_server import HubServer
+
+
+def metrics(step: int) -> StepMetrics:
+    return StepMetrics(step=step, policy_version=step, time=time.time(), rollouts_scored=8 * step, rollouts_unscored=1,
+                       rollouts_stale=0, groups_trained=step, groups_zero_variance=0, mean_reward=0.1 * step,
+                       mean_reward_by_harness={"mini-swe-agent": 0.1 * step, "claude-code": 0.05 * step},
+                       solved_rate_by_harness={"mini-swe-agent": 0.125 * step, "claude-code": 0.25},
+                       loss=-0.01, clip_fraction=0.02, kl=0.001, tokens=1000, loss_tokens=400, tokens_per_s=123.0,
+                       step_s=1.0, sync_s=0.1, grad_norm=0.5)
+
+
+def tiny_lora() -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1,
+                      num_key_value_heads=1)
+    return get_peft_model(Qwen2ForCausalLM(cfg), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+
+
+def test_export_creates_repo_branches_files_and_card(
+    hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)  # huggingface_hub and httpx included: the token must not show at any level
+    monkeypatch.setenv("HF_HUB_TOKEN_FOR_TEST", hub_server.token)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    cfg = HubExport(repo="acme/tiny-grpo", token_env="HF_HUB_TOKEN_FOR_TEST", endpoint=hub_server.endpoint)
+    exporter = HubExporter(cfg, "run-a", "tiny-base")
+    model = tiny_lora()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    history = []
+    revisions = []
+    for step in (2, 4):
+        history += [metrics(step - 1), metrics(step)]
+        mfile = tmp_path / "metrics.jsonl"
+        mfile.write_text("".join(m.model_dump_json() + "\n" for m in history))
+        ck = save_checkpoint(tmp_path / "ck", model, opt.state_dict(), CoordinatorState(step=step, policy_version=step,
+                             policy_model=f"tiny-v{step}"), mfile, "lora", keep=3)
+        revisions.append(exporter.export(ck, history))
+    assert revisions == ["step-2", "step-4"]
+
+    from huggingface_hub import HfApi, hf_hub_download
+
+    api = HfApi(endpoint=hub_server.endpoint, token=hub_server.token)
+    refs = {b.name for b in api.list_repo_refs("acme/tiny-grpo").branches}
+    assert {"main", "step-2", "step-4"} <= refs
+    files = set(api.list_repo_files("acme/tiny-grpo", revision="step-4"))
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "metrics.jsonl"} <= files
+    card_path = hf_hub_download("acme/tiny-grpo", "README.md", revision="step-4", token=hub_server.token,
+                                endpoint=hub_server.endpoint, cache_dir=tmp_path / "cache")
+    card = Path(card_path).read_text()
+    assert "# run-a — step 4" in card
+    assert "| mean_reward | 0.4000 |" in card
+    assert "| mini-swe-agent | 0.3125 | 0.2500 |" in card  # pass@1 and reward averaged over the last steps
+    assert "| claude-code | 0.2500 |" in card
+    adapter = hf_hub_download("acme/tiny-grpo", "adapter_model.safetensors", revision="step-2",
+                              token=hub_server.token, endpoint=hub_server.endpoint, cache_dir=tmp_path / "cache")
+    local = tmp_path / "ck" / "step-0000002" / "policy" / "adapter_model.safetensors"
+    assert Path(adapter).read_bytes() == local.read_bytes()
+    assert hub_server.state.repos["acme/tiny-grpo"].private
+    assert hub_server.state.auth_failures == 0
+    # The token: on every request to the Hub, in no log record and no output.
+    assert any(r.startswith("POST /api/models/acme/tiny-grpo/commit/step-") for r in hub_server.state.requests)
+    out, err = capfd.readouterr()
+    logged = caplog.text + out + err + "".join(str(r.__dict__) for r in caplog.records)
+    assert caplog.records  # the capture did see the client's debug logs
+    assert hub_server.token not in logged
+
+
+def test_export_refuses_a_missing_token(hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
+    cfg = HubExport(repo="acme/x", token_env="NO_SUCH_TOKEN_VAR", endpoint=hub_server.endpoint)
+    (tmp_path / "meta.json").write_text('{"step":1,"policy_version":1,"policy_model":"m","adapter_kind":"lora","written_at":0}')
+    with pytest.raises(ValueError, match="NO_SUCH_TOKEN_VAR is empty or missing"):
+        HubExporter(cfg, "r").export(tmp_path, [])
+    assert hub_server.state.requests == []

@@ -1,0 +1,402 @@
+"""The operator against the Kubernetes API emulator over HTTP, kopf running in KopfRunner's thread.
+
+The emulator has no controllers, scheduler or kubelet: where a test needs a child to make progress it writes
+the child's status (and creates its Pods) itself, as the StatefulSet/Job controllers and the kubelet would.
+The learner's coordinator is replaced by a small HTTP server answering `GET /v1/status` with the learner's
+own wire model (CoordinatorStatus): a real learner needs a model, an engine and runners, which these tests
+are not about.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harnessrl.operator.handlers import OperatorOptions, build_registry
+from harnessrl.runtime.learner.protocol import CoordinatorStatus
+from tests.kube_emulator.client import KubeApiError
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "default"
+TR = ("harnessrl.io/v1alpha1", "TrainingRun")
+HP = ("harnessrl.io/v1alpha1", "HarnessPool")
+CHILD_KINDS = [
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("v1", "PersistentVolumeClaim"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "Deployment"),
+    ("batch/v1", "Job"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+]
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakeLearnerStatus:
+    """`GET /v1/status` of a learner's coordinator, answering what the test last set."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Any] | None = None
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != "/v1/status" or outer.status is None:
+                    self.send_error(503)
+                    return
+                body = json.dumps(outer.status).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def report(self, **fields: Any) -> None:
+        base = CoordinatorStatus(
+            step=0, policy_version=0, open_groups=0, ready_groups=0, leased=0, rollouts_scored=0,
+            rollouts_unscored=0, rollouts_stale=0, groups_skipped_zero_variance=0, done=False,
+        ).model_dump()
+        known = {k: v for k, v in fields.items() if k in base}
+        # Validated by the learner's own model; extra progress fields ride along as the learner may add them.
+        self.status = CoordinatorStatus.model_validate(base | known).model_dump() | {
+            k: v for k, v in fields.items() if k not in base
+        }
+
+
+@pytest.fixture
+def learner_status() -> Iterator[FakeLearnerStatus]:
+    fake = FakeLearnerStatus()
+    fake.thread.start()
+    try:
+        yield fake
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+        fake.thread.join(timeout=5)
+
+
+@pytest.fixture
+def cluster(kube_api: Any) -> Any:
+    for crd in sorted((ROOT / "crds").glob("*.yaml")):
+        kube_api.apply(crd)
+    return kube_api
+
+
+@contextmanager
+def running_operator(kube_api: Any, learner_url: str) -> Iterator[None]:
+    options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_url, request_timeout_s=5)
+    registry, _ = build_registry(options, kube_api.client())
+    with kube_api.kopf_runner(registry, namespace=NS):
+        yield
+
+
+@pytest.fixture
+def operator(cluster: Any, learner_status: FakeLearnerStatus) -> Iterator[Any]:
+    with running_operator(cluster, learner_status.url):
+        yield cluster
+
+
+def children(kube_api: Any, run: str) -> set[tuple[str, str]]:
+    found = set()
+    for api_version, kind in CHILD_KINDS:
+        for obj in kube_api.list_objects(api_version, kind, NS, label_selector=f"app.kubernetes.io/instance={run}"):
+            found.add((kind, obj["metadata"]["name"]))
+    return found
+
+
+def condition(kube_api: Any, run: str, type_: str) -> dict[str, Any] | None:
+    obj = kube_api.get(*TR, run, namespace=NS)
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+def wait_condition(kube_api: Any, run: str, type_: str, status: str, reason: str | None = None,
+                   timeout: float = 15) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        cond = condition(kube_api, run, type_)
+        if cond and cond["status"] == status and (reason is None or cond["reason"] == reason):
+            return cond
+        return None
+
+    return kube_api.wait_for(check, timeout=timeout)
+
+
+def apply_pools(kube_api: Any, *names: str) -> None:
+    for name in names:
+        kube_api.apply(ROOT / "examples" / "harnesspools" / f"{name}.yaml")
+
+
+def small_run(name: str = "run-a", **spec: Any) -> dict[str, Any]:
+    body = {
+        "model": {"base": {"hub": {"repo": "Qwen/Qwen3-0.6B"}}},
+        "tasks": {"pvc": {"claimName": "tasks", "path": "swe"}},
+        "harnesses": [{"pool": "mini-swe-agent"}],
+        "grpo": {"steps": 3},
+        "engine": {"gpus": 1},
+    } | spec
+    return {"apiVersion": TR[0], "kind": TR[1], "metadata": {"name": name, "namespace": NS}, "spec": body}
+
+
+def ready_workload(kube_api: Any, api_version: str, kind: str, name: str, replicas: int) -> None:
+    """What the StatefulSet/Deployment controller reports once its Pods are ready."""
+    kube_api.patch(api_version, kind, name, {"status": {"replicas": replicas, "readyReplicas": replicas,
+                                                        "availableReplicas": replicas}},
+                   namespace=NS, subresource="status")
+
+
+def make_pod(kube_api: Any, run: str, component: str, name: str, status: dict[str, Any],
+             pool: str | None = None) -> None:
+    """A Pod as its controller would create it, with the status the kubelet/scheduler would write."""
+    labels = {"app.kubernetes.io/instance": run, "app.kubernetes.io/component": component,
+              "app.kubernetes.io/managed-by": "harnessrl-operator"} | ({"harnessrl.io/pool": pool} if pool else {})
+    kube_api.apply({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NS, "labels": labels},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    kube_api.patch("v1", "Pod", name, {"status": status}, namespace=NS, subresource="status")
+
+
+def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any) -> None:
+    apply_pools(operator, "claude-code", "codex", "mini-swe-agent")
+    run = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())["metadata"]["name"]
+    operator.apply(ROOT / "examples" / "trainingrun.yaml")
+    expected = {
+        ("ConfigMap", f"{run}-engine-config"), ("Service", f"{run}-engine"), ("StatefulSet", f"{run}-engine"),
+        ("ConfigMap", f"{run}-proxy-config"), ("Service", f"{run}-proxy-headless"), ("Service", f"{run}-proxy"),
+        ("StatefulSet", f"{run}-proxy"), ("Secret", f"{run}-proxy-admin"),
+        ("ConfigMap", f"{run}-learner-config"), ("Service", f"{run}-learner"), ("Job", f"{run}-learner"),
+        ("NetworkPolicy", f"{run}-sandboxes"), ("NetworkPolicy", f"{run}-engine"),
+    }
+    for pool in ("claude-code", "codex", "mini-swe-agent"):
+        name = f"{run}-{pool}-runner"
+        expected |= {("ConfigMap", f"{name}-config"), ("ServiceAccount", name), ("Deployment", name)}
+        # Every example pool of this run uses the kubernetes sandbox: it gets exactly its RBAC.
+        expected |= {("Role", name), ("RoleBinding", name)}
+    operator.wait_for(lambda: children(operator, run) == expected, timeout=15)
+    obj = operator.get(*TR, run, namespace=NS)
+    job = operator.get("batch/v1", "Job", f"{run}-learner", namespace=NS)
+    assert job["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    assert job["spec"]["backoffLimit"] == 3
+    # queueName: Kueue admits the Job (created suspended, labelled with the queue).
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and job["spec"]["suspend"] is True
+    engine = operator.get("apps/v1", "StatefulSet", f"{run}-engine", namespace=NS)
+    assert engine["spec"]["replicas"] == 2
+    vllm = engine["spec"]["template"]["spec"]["containers"][0]
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert engine["spec"]["template"]["spec"]["priorityClassName"] == "training"
+    # The Hub token is a mounted Secret file, never a literal anywhere in the run's objects.
+    learner_pod = job["spec"]["template"]["spec"]
+    assert {"secretName": "hf-token", "items": [{"key": "token", "path": "token"}], "defaultMode": 0o440} in [
+        v.get("secret") for v in learner_pod["volumes"]
+    ]
+    assert obj["metadata"].get("finalizers") in (None, [])
+
+
+def test_conditions_go_pending_training_complete(operator: Any, learner_status: FakeLearnerStatus) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    wait_condition(operator, "run-a", "Training", "False", "WaitingForLearner")
+    assert operator.get(*TR, "run-a", namespace=NS)["status"]["phase"] == "Pending"
+
+    ready_workload(operator, "apps/v1", "StatefulSet", "run-a-engine", 1)
+    ready_workload(operator, "apps/v1", "StatefulSet", "run-a-proxy", 1)
+    ready_workload(operator, "apps/v1", "Deployment", "run-a-mini-swe-agent-runner", 1)
+    wait_condition(operator, "run-a", "Ready", "True", "AllComponentsReady")
+
+    learner_status.report(step=2, policy_version=2, rollouts_scored=16, mean_reward=0.5,
+                          pass_at1={"mini-swe-agent": 0.25}, latest_checkpoint="/ckpt/step-2")
+    operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 1, "ready": 1}}, namespace=NS,
+                   subresource="status")
+    wait_condition(operator, "run-a", "Training", "True", "Training")
+    operator.wait_for(lambda: operator.get(*TR, "run-a", namespace=NS)["status"].get("step") == 2)
+    status = operator.get(*TR, "run-a", namespace=NS)["status"]
+    assert status["phase"] == "Running" and status["policyVersion"] == 2
+    assert status["rollouts"]["scored"] == 16 and status["meanReward"] == 0.5
+    assert status["passAt1"] == {"mini-swe-agent": 0.25}
+
+    learner_status.report(step=3, policy_version=3, rollouts_scored=24, done=True, export_error="403 Forbidden")
+    wait_condition(operator, "run-a", "Training", "True", "HubExportFailing")
+
+    # The job controller's verdict once the learner exits 0 after its last step.
+    operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 0, "ready": 0, "succeeded": 1,
+                   "conditions": [{"type": "Complete", "status": "True"}]}}, namespace=NS, subresource="status")
+    wait_condition(operator, "run-a", "Complete", "True", "TrainingComplete")
+    status = operator.get(*TR, "run-a", namespace=NS)["status"]
+    assert status["phase"] == "Succeeded" and status["step"] == 3 and status["completionTime"]
+    # A finished run frees its GPUs: engine, proxy and runners go to zero.
+    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)["spec"]["replicas"] == 0)
+    reasons = {e["reason"] for e in operator.list_objects("v1", "Event", NS)}
+    assert {"Training", "TrainingComplete", "HubExportFailing"} <= reasons
+
+
+@pytest.mark.parametrize(
+    ("component", "pod_status", "condition_type", "reason"),
+    [
+        ("engine", {"containerStatuses": [{"name": "vllm", "ready": False, "restartCount": 0, "image": "x",
+                                           "imageID": "", "state": {"waiting": {"reason": "ImagePullBackOff",
+                                           "message": "Back-off pulling image"}}}]},
+         "EngineReady", "ImagePullBackOff"),
+        ("engine", {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]},
+         "EngineReady", "InsufficientGPU"),
+        ("proxy", {"containerStatuses": [{"name": "proxy", "ready": False, "restartCount": 5, "image": "x",
+                                          "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
+         "ProxyReady", "CrashLoopBackOff"),
+    ],
+)
+def test_failing_child_surfaces_as_condition(operator: Any, component: str, pod_status: dict[str, Any],
+                                             condition_type: str, reason: str) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", f"run-a-{component}", namespace=NS))
+    make_pod(operator, "run-a", component, f"run-a-{component}-0", pod_status)
+    cond = wait_condition(operator, "run-a", condition_type, "False", reason)
+    assert "run-a-" in cond["message"]
+    wait_condition(operator, "run-a", "Ready", "False", reason)
+    warnings = [e for e in operator.list_objects("v1", "Event", NS) if e["reason"] == reason]
+    assert warnings and warnings[0]["type"] == "Warning"
+
+
+def test_deleted_or_drifted_child_is_restored(operator: Any) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    operator.wait_for(lambda: operator.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS))
+    first = operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["metadata"]["uid"]
+    operator.delete("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)
+    restored = operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS))
+    assert restored["metadata"]["uid"] != first
+    operator.patch("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", {"spec": {"replicas": 7}}, namespace=NS)
+    operator.wait_for(lambda: operator.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner",
+                                           namespace=NS)["spec"]["replicas"] == 1)
+
+
+def test_suspend_scales_to_zero_and_resume_continues(operator: Any) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+    operator.patch(*TR, "run-a", {"spec": {"suspend": True}}, namespace=NS)
+    wait_condition(operator, "run-a", "Suspended", "True", "SuspendedByUser")
+
+    def scaled(replicas: int, suspended: bool) -> bool:
+        get = operator.get
+        return (get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)["spec"]["replicas"] == replicas
+                and get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["spec"]["replicas"] == replicas
+                and get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS)["spec"]["replicas"] == replicas
+                and get("batch/v1", "Job", "run-a-learner", namespace=NS)["spec"]["suspend"] is suspended)
+
+    operator.wait_for(lambda: scaled(0, True))
+    # Checkpoints survive the suspension.
+    assert operator.get("v1", "PersistentVolumeClaim", "run-a-checkpoints", namespace=NS) is not None
+    assert operator.get(*TR, "run-a", namespace=NS)["status"]["phase"] == "Suspended"
+    operator.patch(*TR, "run-a", {"spec": {"suspend": False}}, namespace=NS)
+    wait_condition(operator, "run-a", "Suspended", "False", "NotSuspended")
+    operator.wait_for(lambda: scaled(1, False))
+
+
+def test_ttl_deletes_finished_run_and_its_children(operator: Any) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run(ttlSecondsAfterFinished=1))
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+    operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"failed": 4, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit"}]}}, namespace=NS, subresource="status")
+    cond = wait_condition(operator, "run-a", "Failed", "True", "RestartBudgetExhausted")
+    assert "restart budget 3" in cond["message"]
+    operator.wait_for(lambda: operator.get(*TR, "run-a", namespace=NS) is None, timeout=15)
+    assert children(operator, "run-a") == set()
+
+
+def test_terminal_run_stays_terminal(operator: Any) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+    operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True"}]}}, namespace=NS, subresource="status")
+    wait_condition(operator, "run-a", "Complete", "True")
+    operator.delete("batch/v1", "Job", "run-a-learner", namespace=NS)
+    operator.delete("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)
+    time.sleep(1.5)  # several resync periods
+    assert operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS) is None
+    assert condition(operator, "run-a", "Complete")["status"] == "True"
+
+
+def test_invalid_spec_is_rejected(cluster: Any) -> None:
+    for path in sorted((ROOT / "examples" / "invalid").glob("*.yaml")):
+        with pytest.raises(KubeApiError) as err:
+            cluster.apply(path)
+        assert err.value.status == 422, path.name
+
+
+def test_missing_pool_is_reported_then_picked_up(operator: Any) -> None:
+    operator.apply(small_run())
+    wait_condition(operator, "run-a", "Ready", "False", "HarnessPoolNotFound")
+    apply_pools(operator, "mini-swe-agent")
+    operator.wait_for(lambda: operator.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS))
+
+
+def test_scaling_a_pool_resizes_its_runners(operator: Any) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    operator.wait_for(lambda: operator.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS))
+    operator.patch(*HP, "mini-swe-agent", {"spec": {"replicas": 3}}, namespace=NS, subresource="scale")
+    operator.wait_for(lambda: operator.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner",
+                                           namespace=NS)["spec"]["replicas"] == 3)
+    ready_workload(operator, "apps/v1", "Deployment", "run-a-mini-swe-agent-runner", 3)
+    pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
+                             and (p.get("status") or {}).get("readyReplicas") == 3 and p)
+    assert pool["status"]["selector"] == "app.kubernetes.io/component=runner,harnessrl.io/pool=mini-swe-agent"
+    assert pool["status"]["phase"] == "Ready"
+    scale = operator.get(*HP, "mini-swe-agent", namespace=NS)
+    assert scale["spec"]["replicas"] == 3
+
+
+def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: FakeLearnerStatus) -> None:
+    apply_pools(cluster, "mini-swe-agent")
+    cluster.apply(small_run())
+    with running_operator(cluster, learner_status.url):
+        cluster.wait_for(lambda: cluster.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+        before = {(k, n): cluster.get(*_kind(k), n, namespace=NS)["metadata"]["uid"] for k, n in children(cluster, "run-a")}
+        token = cluster.get("v1", "Secret", "run-a-proxy-admin", namespace=NS)["data"]["token"]
+    with running_operator(cluster, learner_status.url):
+        time.sleep(1.5)  # the restarted operator lists everything and reconciles several times
+        after = {(k, n): cluster.get(*_kind(k), n, namespace=NS)["metadata"]["uid"] for k, n in children(cluster, "run-a")}
+    assert after == before  # same objects (same uids), none added
+    assert cluster.get("v1", "Secret", "run-a-proxy-admin", namespace=NS)["data"]["token"] == token
+
+
+def test_deleting_a_run_with_the_operator_stopped_does_not_hang(cluster: Any, learner_status: FakeLearnerStatus) -> None:
+    apply_pools(cluster, "mini-swe-agent")
+    cluster.apply(small_run())
+    with running_operator(cluster, learner_status.url):
+        cluster.wait_for(lambda: cluster.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+        wait_condition(cluster, "run-a", "Training", "False")
+    assert cluster.get(*TR, "run-a", namespace=NS)["metadata"].get("finalizers") in (None, [])
+    cluster.delete(*TR, "run-a", namespace=NS)
+    assert cluster.get(*TR, "run-a", namespace=NS) is None
+    assert children(cluster, "run-a") == set()
+
+
+def _kind(kind: str) -> tuple[str, str]:
+    return next((a, k) for a, k in CHILD_KINDS if k == kind)

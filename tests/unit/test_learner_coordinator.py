@@ -1,0 +1,144 @@
+"""Coordinator state machine: leases, expiry, idempotent completion, unscored retries, staleness, rotation."""
+
+from __future__ import annotations
+
+import pytest
+from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, RewardConfig
+from harnessrl.runtime.learner.coordinator import (
+    Coordinator,
+    CoordinatorError,
+    CoordinatorState,
+    SlotStatus,
+    UnknownRollout,
+)
+from harnessrl.runtime.learner.protocol import AckStatus, Completion, LeaseRequest, OutcomeKind
+from harnessrl.runtime.learner.schedule import GroupPlanner
+from harnessrl.runtime.trajectory.models import TrainingSequence
+
+HS = [HarnessWeight(pool="pa", harness="mini", weight=2), HarnessWeight(pool="pb", harness="codex", weight=1)]
+
+
+def make(group_size: int = 4, groups_per_step: int = 1, max_staleness: int = 1, ttl: float = 10.0,
+         state: CoordinatorState | None = None) -> Coordinator:
+    grpo = GrpoConfig(group_size=group_size, groups_per_step=groups_per_step, max_staleness=max_staleness,
+                      max_open_groups=3)
+    planner = GroupPlanner(["t0", "t1", "t2"], HS, seed=0, shuffle=False)
+    return Coordinator(planner, grpo, RewardConfig(), ttl, "tiny", "http://proxy", max_attempts=2, state=state)
+
+
+def seq(version: int, session: str = "s") -> TrainingSequence:
+    return TrainingSequence(session_id=session, node_ids=[0], token_ids=[1, 2, 3], loss_mask=[0, 1, 1],
+                            logprobs=[0.0, -0.5, -0.7], policy_versions=[version] * 3)
+
+
+def done(lease_rollout: str, lease_id: str, outcome: OutcomeKind = OutcomeKind.solved,
+         correctness: float = 1.0) -> Completion:
+    return Completion(rollout_id=lease_rollout, lease_id=lease_id, session_id="s", outcome=outcome,
+                      correctness=correctness, tool_calls=2)
+
+
+def test_groups_follow_rotation_and_window() -> None:
+    c = make()
+    leases = c.lease(LeaseRequest(runner_id="r", pool="pa", harness="mini", max=100), now=0)
+    # Window of 3 groups planned a, b, a: pool pa gets the 8 slots of groups 0 and 2.
+    assert sorted({le.group_id for le in leases}) == ["g0000000", "g0000002"]
+    assert len(leases) == 8
+    assert {le.harness for le in leases} == {"mini"}
+    assert all(le.model == "tiny" and le.proxy_url == "http://proxy" and le.lease_deadline == 10 for le in leases)
+    assert c.lease(LeaseRequest(runner_id="r", pool="pa", harness="mini", max=5), now=1) == []
+    b = c.lease(LeaseRequest(runner_id="r2", pool="pb", harness="codex", max=2), now=1)
+    assert [le.rollout_id for le in b] == ["g0000001-r000", "g0000001-r001"]
+
+
+def test_pool_harness_mismatch_is_refused() -> None:
+    c = make()
+    with pytest.raises(CoordinatorError, match="runs harness 'mini'"):
+        c.lease(LeaseRequest(runner_id="r", pool="pa", harness="codex"), now=0)
+
+
+def test_expired_lease_is_released_once_and_first_completion_wins() -> None:
+    c = make(ttl=10)
+    [first] = c.lease(LeaseRequest(runner_id="slow", pool="pb", harness="codex"), now=0)
+    [again] = c.lease(LeaseRequest(runner_id="fast", pool="pb", harness="codex"), now=11)
+    assert again.rollout_id == first.rollout_id and again.lease_id != first.lease_id
+    assert c.state.counters.leases_expired == 1
+    ack = c.complete(done(again.rollout_id, again.lease_id), [seq(0)])
+    assert ack.status == AckStatus.accepted and ack.scored and ack.reward == pytest.approx(1.0 + 0.1 * 15 / 17)
+    late = c.complete(done(first.rollout_id, first.lease_id, OutcomeKind.wrong, 0.0), [seq(0)])
+    assert late.status == AckStatus.duplicate and late.reward == ack.reward
+    repeat = c.complete(done(again.rollout_id, again.lease_id), [seq(0)])
+    assert repeat.status == AckStatus.duplicate
+    assert c.state.counters.rollouts_scored == 1 and c.state.counters.duplicates == 2
+
+
+def test_unscored_is_retried_then_abandoned() -> None:
+    c = make()
+    req = LeaseRequest(runner_id="r", pool="pb", harness="codex")
+    [a1] = c.lease(req, now=0)
+    ack = c.complete(done(a1.rollout_id, a1.lease_id, OutcomeKind.infra_error), [])
+    assert ack.status == AckStatus.accepted and not ack.scored and ack.reward is None
+    [a2] = c.lease(req, now=1)
+    assert a2.rollout_id == a1.rollout_id  # handed out again, not scored 0
+    c.complete(done(a2.rollout_id, a2.lease_id, OutcomeKind.grader_error), [])
+    slot = c.state.groups[1].slots[0]
+    assert slot.status == SlotStatus.abandoned
+    assert c.state.counters.rollouts_unscored == 2 and c.state.counters.rollouts_scored == 0
+
+
+def test_unknown_rollouts_and_foreign_leases_rejected() -> None:
+    c = make()
+    with pytest.raises(UnknownRollout):
+        c.complete(done("nonsense", "x"), [])
+    with pytest.raises(UnknownRollout):
+        c.complete(done("g0000000-r009", "g0000000-r009.a1"), [])
+    with pytest.raises(CoordinatorError, match="not a lease"):
+        c.complete(done("g0000000-r000", "g0000000-r001.a1"), [])
+
+
+def _fill(c: Coordinator, pool: str, harness: str, rewards: list[float], version: int = 0) -> str:
+    leases = c.lease(LeaseRequest(runner_id="r", pool=pool, harness=harness, max=len(rewards)), now=0)
+    for le, r in zip(leases, rewards, strict=True):
+        outcome = OutcomeKind.solved if r == 1 else OutcomeKind.wrong
+        c.complete(done(le.rollout_id, le.lease_id, outcome, r), [seq(version, le.rollout_id)])
+    return leases[0].group_id
+
+
+def test_batch_advantages_zero_variance_and_staleness() -> None:
+    c = make(groups_per_step=1, max_staleness=1)
+    g0 = _fill(c, "pa", "mini", [0, 0, 0, 0])  # zero variance: skipped
+    assert c.take_batch(1) is None  # only a skippable group is final
+    g1 = _fill(c, "pb", "codex", [1, 0, 0, 1])
+    batch = c.take_batch(1)
+    assert batch is not None
+    assert [g.group_id for g in batch.groups] == [g1] and g0 != g1
+    advs = [r.advantage for r in batch.groups[0].rollouts]
+    assert advs[0] > 0 > advs[1] and sum(advs) == pytest.approx(0)
+    assert all(r.sequences[0].session_id == r.rollout_id for r in batch.groups[0].rollouts)
+    assert batch.zero_variance == 1 and c.state.counters.groups_zero_variance == 1
+    assert batch.rewards_by_harness["mini"] == [0, 0, 0, 0]
+    assert c.state.counters.groups_trained == 1
+    # Two policy versions later, rollouts sampled at version 0 are stale (max_staleness 1).
+    c.finish_step(2, "tiny-v2", done=False)
+    _fill(c, "pa", "mini", [1, 0, 1, 0], version=0)
+    assert c.take_batch(1) is None
+    assert c.status().ready_groups == 0  # the all-stale group was consumed at once
+    _fill(c, "pb", "codex", [1, 0, 1, 1], version=1)
+    batch = c.take_batch(1)
+    assert batch is not None and batch.stale == 4 and len(batch.groups) == 1
+    assert c.lease(LeaseRequest(runner_id="r", pool="pa", harness="mini"), now=0)[0].model == "tiny-v2"
+    assert c.state.counters.rollouts_stale == 4 and c.state.counters.groups_too_small == 1
+
+
+def test_state_round_trips_and_replans_groups_after_a_crash() -> None:
+    c = make()
+    [le] = c.lease(LeaseRequest(runner_id="r", pool="pb", harness="codex"), now=0)
+    saved = CoordinatorState.model_validate_json(c.state.model_dump_json())
+    assert saved == c.state
+    # A crashed run planned groups this state never saw; their completions still land, exactly once.
+    fresh = make(state=CoordinatorState.model_validate_json(saved.model_dump_json()))
+    ack = fresh.complete(done("g0000007-r002", "g0000007-r002.a1"), [seq(0)])
+    assert ack.status == AckStatus.accepted
+    assert fresh.state.next_group == 8
+    assert fresh.complete(done("g0000007-r002", "g0000007-r002.a1"), [seq(0)]).status == AckStatus.duplicate
+    assert fresh.complete(done(le.rollout_id, le.lease_id), [seq(0)]).status == AckStatus.accepted
+    assert fresh.state.counters.rollouts_scored == 2 and fresh.state.journal_seq == 2

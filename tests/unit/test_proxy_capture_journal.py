@@ -1,0 +1,104 @@
+"""Capture of a call (stream and whole) and the journal's durability, torn-tail and compaction behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+from harnessrl.runtime.proxy.capture import CallCapture
+from harnessrl.runtime.proxy.dialects.base import completion_as_chunks
+from harnessrl.runtime.proxy.dialects.upstream import (
+    Choice,
+    ChoiceLogprobs,
+    ChunkChoice,
+    Completion,
+    CompletionChunk,
+    FunctionCallDelta,
+    TokenLogprob,
+    UpstreamMessage,
+    UpstreamToolCall,
+)
+from harnessrl.runtime.proxy.journal import Journal, read_records
+
+
+def _completion(logprobs: list[float]) -> Completion:
+    call = UpstreamToolCall(id="call_1", index=0, function=FunctionCallDelta(name="bash", arguments="{}"))
+    return Completion(
+        prompt_token_ids=[1, 2, 3],
+        choices=[
+            Choice(
+                message=UpstreamMessage(role="assistant", content="ok", tool_calls=[call]),
+                token_ids=[7, 8, 9],
+                logprobs=ChoiceLogprobs(content=[TokenLogprob(logprob=lp) for lp in logprobs]),
+                finish_reason="tool_calls",
+            )
+        ],
+    )
+
+
+def _chunks(completion: Completion) -> list[CompletionChunk]:
+    """vLLM-style stream of a completion: prompt ids first, one token (id + logprob) per chunk."""
+    choice = completion.choices[0]
+    chunks = [CompletionChunk(prompt_token_ids=completion.prompt_token_ids,
+                              choices=[ChunkChoice(delta=UpstreamMessage(role="assistant", content=""))])]
+    for i, (tid, lp) in enumerate(zip(choice.token_ids or [], choice.logprobs.content or [], strict=True)):  # type: ignore[union-attr]
+        delta = UpstreamMessage(tool_calls=choice.message.tool_calls) if i == 0 else UpstreamMessage(content="x")
+        chunks.append(CompletionChunk(choices=[ChunkChoice(delta=delta, token_ids=[tid],
+                                                           logprobs=ChoiceLogprobs(content=[lp]))]))
+    chunks.append(CompletionChunk(choices=[ChunkChoice(finish_reason=choice.finish_reason)]))
+    chunks.append(CompletionChunk(choices=[]))
+    return chunks
+
+
+def test_stream_capture_equals_whole_capture() -> None:
+    completion = _completion([-0.5, -1.0, -0.01])
+    whole = CallCapture.from_completion(completion)
+    streamed = CallCapture()
+    for chunk in _chunks(completion):
+        streamed.feed(chunk)
+    for capture in (whole, streamed):
+        turn, problems = capture.to_turn(model="tiny", policy_version=2, started_at=1.0, finished_at=2.0)
+        assert problems == []
+        assert (turn.prompt_ids, turn.completion_ids, turn.logprobs) == ([1, 2, 3], [7, 8, 9], [-0.5, -1.0, -0.01])
+        assert (turn.finish_reason, turn.tool_calls, turn.policy_version, turn.trainable) == ("tool_calls", 1, 2, True)
+
+
+def test_invalid_capture_is_kept_as_context_only() -> None:
+    for logprobs in ([-0.5, 0.3, -1.0], [-0.5, -math.inf, -1.0], [-0.5, -1.0]):
+        capture = CallCapture.from_completion(_completion([-0.1, -0.1, -0.1]))
+        capture.logprobs = logprobs
+        turn, problems = capture.to_turn(model="tiny", policy_version=0, started_at=0, finished_at=0)
+        assert problems and turn.trainable is False
+    missing_prompt = CallCapture.from_completion(_completion([-0.1, -0.1, -0.1]).model_copy(update={"prompt_token_ids": None}))
+    assert missing_prompt.to_turn(model="t", policy_version=0, started_at=0, finished_at=0)[1]
+
+
+async def test_completion_as_chunks_round_trips_through_capture() -> None:
+    completion = _completion([-0.1, -0.2, -0.3])
+    capture = CallCapture()
+    async for chunk in completion_as_chunks(completion):
+        capture.feed(chunk)
+    assert capture.finish_reason == "tool_calls" and capture.tool_calls == 1
+
+
+async def test_journal_appends_durably_and_compacts(tmp_path: Path) -> None:
+    path = tmp_path / "j" / "proxy-0.jsonl"
+    journal = Journal(path, fsync=True)
+    try:
+        await asyncio.gather(*(journal.append({"k": "call", "sid": f"s{i % 3}", "n": i}) for i in range(200)))
+        records = list(read_records(path))
+        assert [r["n"] for r in records] == list(range(200))  # order kept across group commits
+        assert journal.commits < 200  # records were grouped
+        await journal.compact(lambda r: r["sid"] == "s1")
+        await journal.append({"k": "call", "sid": "s1", "n": 999})
+        assert [r["n"] for r in read_records(path)] == [*range(1, 200, 3), 999]
+    finally:
+        journal.close()
+
+
+def test_read_records_skips_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(json.dumps({"a": 1}).encode() + b"\n" + b'{"a": 2, "b"')
+    assert list(read_records(path)) == [{"a": 1}]

@@ -1,0 +1,80 @@
+"""Pure parts of the proxy's upstream: the body vLLM gets, error classification, engine routing."""
+
+from __future__ import annotations
+
+import pytest
+from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, ChatMessage, DialectError
+from harnessrl.runtime.proxy.engines import (
+    ContextLengthExceeded,
+    EnginePool,
+    classify_upstream_error,
+    upstream_body,
+)
+
+
+def _request(**extra: object) -> CanonicalRequest:
+    return CanonicalRequest(model="claude-x", messages=[ChatMessage(role="user", content="hi")], **extra)  # type: ignore[arg-type]
+
+
+def test_upstream_body_asks_for_capture_and_neutral_sampling() -> None:
+    body = upstream_body(_request(temperature=0.2, max_tokens=64, top_p=0.5, top_k=5, presence_penalty=1.5),
+                         "tiny-v3", training=True, stream=True)
+    assert body["model"] == "tiny-v3"
+    assert body["logprobs"] is True and body["top_logprobs"] == 0 and body["return_token_ids"] is True
+    assert (body["top_p"], body["top_k"], body["min_p"]) == (1.0, 0, 0.0)
+    assert (body["presence_penalty"], body["frequency_penalty"], body["repetition_penalty"]) == (0.0, 0.0, 1.0)
+    assert body["temperature"] == 1.0  # training: logprobs are of the raw distribution
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 64
+
+
+def test_upstream_body_eval_keeps_temperature_and_non_stream_has_no_stream_options() -> None:
+    body = upstream_body(_request(temperature=0.2, stream_options={"include_usage": False}), "tiny",
+                         training=False, stream=False)
+    assert body["temperature"] == 0.2
+    assert body["stream"] is False and "stream_options" not in body
+
+
+@pytest.mark.parametrize(
+    ("status", "raw", "expected"),
+    [
+        (400, b'{"error":{"message":"This model\'s maximum context length is 2048 tokens. However..."}}',
+         ContextLengthExceeded),
+        (400, b'{"message":"Input length (5000) exceeds model\'s maximum context length (4096)."}',
+         ContextLengthExceeded),
+        (400, b'{"error":{"message":"bad tool schema"}}', "invalid_request"),
+        (503, b"busy", "overloaded"),
+        (500, b"<html>oops</html>", "upstream"),
+    ],
+)
+def test_classify_upstream_error(status: int, raw: bytes, expected: object) -> None:
+    error = classify_upstream_error(status, raw, retry_after_s=3)
+    if expected is ContextLengthExceeded:
+        assert isinstance(error, ContextLengthExceeded)
+    else:
+        assert isinstance(error, DialectError) and error.kind == expected
+        if expected == "overloaded":
+            assert error.retry_after == 3
+
+
+def test_pool_affinity_is_stable_and_draining_moves_only_that_engines_sessions() -> None:
+    pool = EnginePool.from_urls(["http://e0:8000", "http://e1:8000", "http://e2:8000/"])
+    sessions = [f"s{i}" for i in range(300)]
+    before = {s: pool.pick(s).url for s in sessions}  # type: ignore[union-attr]
+    assert before == {s: pool.pick(s).url for s in sessions}  # type: ignore[union-attr]
+    assert len(set(before.values())) == 3  # spread over all engines
+    drained = pool.get("http://e1:8000")
+    assert drained is not None
+    drained.draining = True
+    after = {s: pool.pick(s).url for s in sessions}  # type: ignore[union-attr]
+    assert "http://e1:8000" not in after.values()
+    assert all(after[s] == before[s] for s in sessions if before[s] != "http://e1:8000")
+
+
+def test_pool_skips_engines_marked_down_and_reports_none_when_all_are_out() -> None:
+    pool = EnginePool.from_urls(["http://e0", "http://e1"], )
+    pool.unhealthy_for_s = 60
+    for engine in pool.engines:
+        pool.mark_down(engine)
+    assert pool.pick("s") is None
+    assert pool.pick("s", exclude=frozenset({"http://e0"})) is None
