@@ -45,13 +45,17 @@ typecheck: venv
 	MYPYPATH=.mypy_src $(VENV)/bin/mypy -p harnessrl
 
 crds: venv
-	$(VENV)/bin/harnessrl crds
+	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 
 test: venv tools lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-demo: venv tools
-	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml --run-dir runs/quickstart
+# The quickstart needs only the venv: its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
+demo: venv
+	$(PY) -c "from harnessrl.runtime.engine.tiny_model import build_tiny_model; build_tiny_model('.cache/tiny-model')"
+	rm -rf runs/quickstart
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml \
+	  --run-dir runs/quickstart --volume tiny-model=.cache/tiny-model --volume quickstart-tasks=examples/quickstart/tasks
 	$(VENV)/bin/harnessrl report runs/quickstart
 
 clean:

@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank; the engine serves the smallest one that fits.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# The API names the Anthropic dialect after the vendor, the runner after its endpoint.
+# The API spells dialects as in its docs (kebab-case), the runner as Python identifiers.
 RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
-    "openai-chat": "openai-chat",
-    "openai-responses": "openai-responses",
-    "anthropic": "anthropic-messages",
+    "openai-chat": "openai_chat",
+    "openai-responses": "openai_responses",
+    "anthropic": "anthropic",
     "gemini": "gemini",
 }
 
@@ -285,12 +285,12 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
     config = ProxyConfig(
         host="0.0.0.0",
         port=placement.proxy_port,
-        upstream_urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],  # type: ignore[misc]
+        upstream_urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
         served_model=spec.model.served_name,
-        admin_token_file=placement.path("proxy-admin-token"),  # type: ignore[arg-type]
-        journal_dir=placement.path("journal"),  # type: ignore[arg-type]
+        admin_token_file=placement.path("proxy-admin-token"),
+        journal_dir=placement.path("journal"),
         call_budget_default=spec.proxy.call_budget,
-        admission=AdmissionLimits(max_sessions=spec.proxy.max_sessions_per_replica),  # type: ignore[call-arg]
+        admission=AdmissionLimits(max_sessions=spec.proxy.max_sessions_per_replica),
     )
     return Component(
         kind=ComponentKind.PROXY,
@@ -329,7 +329,7 @@ def _learner(
         secrets.append(_secret(spec.export.token_secret, placement.path("hub-token")))
         export = learner_cfg.HubExport(
             repo=spec.export.hub_repo,
-            token_file=placement.path("hub-token"),  # type: ignore[arg-type]
+            token_file=placement.path("hub-token"),
             # The API counts export intervals in steps; the learner counts checkpoints.
             every=max(1, spec.export.every_steps // learner.checkpoint_every),
             private=spec.export.private,
@@ -338,7 +338,7 @@ def _learner(
     config = LearnerConfig(
         run_name=run,
         model=learner_cfg.ModelConfig(
-            path=placement.path("base-model"),  # type: ignore[arg-type]
+            path=placement.path("base-model"),
             served_name=model.served_name,
             # The learner trains in bf16 or fp32; fp16 serving still trains in the learner's default.
             dtype="auto" if model.dtype == "float16" else model.dtype,
@@ -361,17 +361,17 @@ def _learner(
             learner_cfg.HarnessWeight(pool=ref.pool, harness=harness_name(pools[ref.pool]), weight=ref.weight)
             for ref in spec.harnesses
         ],
-        tasks=learner_cfg.TaskSource(file=placement.path("task-ids"), split=spec.tasks.split),  # type: ignore[arg-type]
+        tasks=learner_cfg.TaskSource(file=placement.path("task-ids"), split=spec.tasks.split),
         proxy=learner_cfg.ProxyLink(
             url=placement.proxy_url(run),
-            admin_token_file=placement.path("proxy-admin-token"),  # type: ignore[arg-type]
+            admin_token_file=placement.path("proxy-admin-token"),
         ),
         engine=learner_cfg.EngineLink(
             urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
             sync=learner_cfg.SyncMode(spec.engine.weight_sync),
         ),
         checkpoint=learner_cfg.CheckpointConfig(
-            dir=placement.path("checkpoints"),  # type: ignore[arg-type]
+            dir=placement.path("checkpoints"),
             every=learner.checkpoint_every,
             keep=learner.keep_checkpoints,
         ),
@@ -452,9 +452,9 @@ def _runner(
         concurrency=pool.concurrency,
         timeouts=runner_cfg.Timeouts(harness_s=pool.timeouts.harness_seconds, grader_s=pool.timeouts.grader_seconds),
         step_budget=pool.step_budget,
-        coordinator_url=placement.coordinator_url(run),  # type: ignore[arg-type]
-        proxy_url=placement.proxy_url(run),  # type: ignore[arg-type]
-        proxy_admin_token_file=placement.path("proxy-admin-token"),  # type: ignore[arg-type]
+        coordinator_url=placement.coordinator_url(run),
+        proxy_url=placement.proxy_url(run),
+        proxy_admin_token_file=placement.path("proxy-admin-token"),
         model=spec.model.served_name,
     )
     return Component(
@@ -489,8 +489,8 @@ def _sandbox(
         secrets.append(_secret(box.e2b.api_key_secret, placement.path("e2b-api-key")))
         return runner_cfg.E2BSandboxConfig(
             template=box.e2b.template,
-            api_key_file=placement.path("e2b-api-key"),  # type: ignore[arg-type]
-            proxy_public_url=box.e2b.proxy_url,  # type: ignore[arg-type]
+            api_key_file=placement.path("e2b-api-key"),
+            proxy_public_url=box.e2b.proxy_url,
             domain=box.e2b.domain,
         )
     kube = box.kubernetes
@@ -515,7 +515,7 @@ def _runner_tasks(spec: TrainingRunSpec, placement: Placement) -> runner_cfg.Dir
     if tasks.hub is not None:
         return runner_cfg.HubTasks(repo_id=tasks.hub.repo, revision=tasks.hub.revision)
     # A PVC is mounted and an image's task directory copied (by an init container) at the tasks path.
-    return runner_cfg.DirTasks(path=placement.path("tasks"))  # type: ignore[arg-type]
+    return runner_cfg.DirTasks(path=placement.path("tasks"))
 
 
 def _merge_pod(run: PodOverrides, pool: PodOverrides) -> PodOverrides:

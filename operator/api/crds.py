@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harnessrl.operator.api.common import GROUP, VERSION, ApiModel
@@ -19,22 +19,15 @@ from harnessrl.operator.api.trainingrun import TrainingRun, TrainingRunSpec, Tra
 CATEGORIES = ["harnessrl"]
 
 
-def condition_column(type_: str, priority: int = 0) -> dict[str, Any]:
-    """A printer column showing one condition's status, found by type (conditions have no fixed order)."""
-    column: dict[str, Any] = {
-        "name": type_,
-        "type": "string",
-        "jsonPath": f'.status.conditions[?(@.type=="{type_}")].status',
-        "description": f"Status of the {type_} condition.",
-    }
-    if priority:
-        column["priority"] = priority
-    return column
-
-
 def column(name: str, type_: str, path: str, description: str, priority: int = 0) -> dict[str, Any]:
     out = {"name": name, "type": type_, "jsonPath": path, "description": description}
     return {**out, "priority": priority} if priority else out
+
+
+def condition_column(type_: str, priority: int = 0) -> dict[str, Any]:
+    """A printer column showing one condition's status, found by type (conditions have no fixed order)."""
+    path = f'.status.conditions[?(@.type=="{type_}")].status'
+    return column(type_, "string", path, f"Status of the {type_} condition.", priority)
 
 
 AGE = column("Age", "date", ".metadata.creationTimestamp", "Time since creation.")
@@ -52,7 +45,6 @@ class Kind:
     short_name: str
     columns: list[dict[str, Any]]
     scale: bool = False
-    extra_subresources: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

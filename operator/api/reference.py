@@ -19,8 +19,9 @@ From Python:
 
 ```python
 from harnessrl.operator.api import load_manifest, set_condition, ManifestError
+
 run = load_manifest("examples/trainingrun.yaml")  # TrainingRun | HarnessPool; ManifestError names bad fields
-run.spec.grpo.group_size                          # Python names; model_dump() gives camelCase JSON
+run.spec.grpo.group_size  # Python names; model_dump() gives camelCase JSON
 ```
 """
 

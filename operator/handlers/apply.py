@@ -17,6 +17,7 @@ from harnessrl.operator.kube.learner import KUEUE_ADMITTED
 from kubernetes.client.exceptions import ApiException
 
 Manifest = dict[str, Any]
+Snapshot = dict[tuple[str, str, str], Manifest]  # (apiVersion, kind, name) -> live object
 log = logging.getLogger("harnessrl.operator.apply")
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -125,7 +126,7 @@ class Kube:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
+    def list_objects(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
         query = urlencode({"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))})
         items: list[Manifest] = self.request("GET", f"{path(api_version, kind, namespace)}?{query}").get("items") or []
         return items
@@ -146,11 +147,26 @@ class Kube:
             raise
         return True
 
-    def ensure(self, desired: Manifest) -> str:
-        """Create `desired`, or converge the live object on it. Returns created / patched / unchanged."""
+    def snapshot(self, namespace: str, selector: dict[str, str], kinds: list[tuple[str, str]]) -> Snapshot:
+        """Every object of `kinds` matching `selector`: one LIST per kind instead of one GET per object."""
+        return {
+            (api_version, kind, obj["metadata"]["name"]): obj
+            for api_version, kind in kinds
+            for obj in self.list_objects(api_version, kind, namespace, selector)
+        }
+
+    def ensure(self, desired: Manifest, snapshot: Snapshot | None = None) -> str:
+        """Create `desired`, or converge the live object on it. Returns created / patched / unchanged.
+
+        With a `snapshot` (taken by label, so it holds every labelled child), an object absent from it is
+        taken as absent from the cluster; a stale snapshot costs at most a 409 and a GET.
+        """
         api_version, kind = desired["apiVersion"], desired["kind"]
         namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
-        live = self.get(api_version, kind, namespace, name)
+        if snapshot is not None:
+            live = snapshot.get((api_version, kind, name))
+        else:
+            live = self.get(api_version, kind, namespace, name)
         if live is None:
             try:
                 self.create(desired)

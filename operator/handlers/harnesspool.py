@@ -19,8 +19,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
     selector = {COMPONENT: str(ComponentKind.RUNNER), POOL: name}
-    deployments = kube.list("apps/v1", "Deployment", namespace, selector)
-    pods = kube.list("v1", "Pod", namespace, selector)
+    deployments = kube.list_objects("apps/v1", "Deployment", namespace, selector)
+    pods = kube.list_objects("v1", "Pod", namespace, selector)
     counts = [p.pools[name] for (ns, _), p in list(ctx.progress.items()) if ns == namespace and name in p.pools]
     rollouts = PoolRolloutCounts(
         active=sum(c.active for c in counts),

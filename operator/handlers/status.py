@@ -195,7 +195,8 @@ def run_status(
         put(PROXY_READY, *workload_condition(observed.proxy, _pods_of(pods, "proxy"), "proxy"))
         put(HARNESSES_READY, *_harnesses_condition(observed, pods))
         parts = [c for c in conds if c.type in (ENGINE_READY, PROXY_READY, HARNESSES_READY)]
-        not_ready = [c for c in parts if c.status != "True"]
+        # Trouble first: a crash-looping proxy matters more than an engine that is still starting.
+        not_ready = sorted((c for c in parts if c.status != "True"), key=lambda c: c.reason not in WARNING_REASONS)
         if not_ready:
             put(READY, "False", not_ready[0].reason, f"{not_ready[0].type}: {not_ready[0].message}")
         else:

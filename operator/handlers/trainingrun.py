@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, path
+from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, Snapshot, path
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.progress import fetch
 from harnessrl.operator.handlers.status import (
@@ -37,11 +37,17 @@ log = logging.getLogger("harnessrl.operator.trainingrun")
 Manifest = dict[str, Any]
 S = TypeVar("S", bound=BaseModel)
 
-# Kinds a runner set consists of (removed when its pool leaves spec.harnesses).
-RUNNER_KINDS = [
-    ("apps/v1", "Deployment"),
+# Every kind of child a run has (all carry the run's instance label).
+CHILD_KINDS = [
     ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
     ("v1", "ServiceAccount"),
+    ("v1", "PersistentVolumeClaim"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "Deployment"),
+    ("batch/v1", "Job"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 ]
@@ -130,8 +136,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
-    apply_children(kube, plan, owner)
-    observed = observe(kube, plan)
+    snapshot = apply_children(kube, plan, owner)
+    observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {INSTANCE: name}))
     if observed.learner is not None:
         url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
         progress = fetch(url)
@@ -144,27 +150,30 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         scale_to_zero(kube, namespace, name)
 
 
-def apply_children(kube: Kube, plan: Plan, owner: Owner) -> None:
-    if kube.get("v1", "Secret", plan.namespace, plan.proxy_admin_secret) is None:
+def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Snapshot:
+    """Converge every child on the plan; returns what exists afterwards (for observing)."""
+    snapshot = kube.snapshot(plan.namespace, {INSTANCE: plan.run}, CHILD_KINDS)
+    if ("v1", "Secret", plan.proxy_admin_secret) not in snapshot:
         # Generated once and kept: proxy, learner and runners all read this one token.
         kube.ensure(proxy.admin_secret(plan, owner, secrets.token_urlsafe(32)))
+    changed = False
     for manifest in render(plan, owner):
-        kube.ensure(manifest)
+        changed |= kube.ensure(manifest, snapshot) != "unchanged"
     wanted = {c.pool for c in plan.runners}
-    for api_version, kind in RUNNER_KINDS:
-        for child in kube.list(api_version, kind, plan.namespace, {INSTANCE: plan.run, COMPONENT: str(ComponentKind.RUNNER)}):
-            if (child["metadata"].get("labels") or {}).get(POOL) not in wanted:
-                kube.delete(api_version, kind, plan.namespace, child["metadata"]["name"])
+    for (api_version, kind, name), child in snapshot.items():
+        labels = child["metadata"].get("labels") or {}
+        if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted:
+            changed |= kube.delete(api_version, kind, plan.namespace, name)
+    return kube.snapshot(plan.namespace, {INSTANCE: plan.run}, CHILD_KINDS) if changed else snapshot
 
 
-def observe(kube: Kube, plan: Plan) -> Observed:
-    ns = plan.namespace
+def observe(plan: Plan, snapshot: Snapshot, pods: list[Manifest]) -> Observed:
     return Observed(
-        engine=kube.get("apps/v1", "StatefulSet", ns, plan.engine.name),
-        proxy=kube.get("apps/v1", "StatefulSet", ns, plan.proxy.name),
-        learner=kube.get("batch/v1", "Job", ns, plan.learner.name),
-        runners={c.pool or "": kube.get("apps/v1", "Deployment", ns, c.name) for c in plan.runners},
-        pods=kube.list("v1", "Pod", ns, {INSTANCE: plan.run}),
+        engine=snapshot.get(("apps/v1", "StatefulSet", plan.engine.name)),
+        proxy=snapshot.get(("apps/v1", "StatefulSet", plan.proxy.name)),
+        learner=snapshot.get(("batch/v1", "Job", plan.learner.name)),
+        runners={c.pool or "": snapshot.get(("apps/v1", "Deployment", c.name)) for c in plan.runners},
+        pods=pods,
     )
 
 
@@ -173,7 +182,7 @@ def scale_to_zero(kube: Kube, namespace: str, run: str) -> None:
     workloads = [("apps/v1", "StatefulSet", child_name(run, ComponentKind.ENGINE)), ("apps/v1", "StatefulSet", child_name(run, ComponentKind.PROXY))]
     workloads += [
         ("apps/v1", "Deployment", d["metadata"]["name"])
-        for d in kube.list("apps/v1", "Deployment", namespace, {INSTANCE: run, COMPONENT: str(ComponentKind.RUNNER)})
+        for d in kube.list_objects("apps/v1", "Deployment", namespace, {INSTANCE: run, COMPONENT: str(ComponentKind.RUNNER)})
     ]
     for api_version, kind, name in workloads:
         live = kube.get(api_version, kind, namespace, name)

@@ -49,7 +49,7 @@ class Owner(BaseModel):
 
 def selector(run: str, component: str, pool: str | None = None) -> dict[str, str]:
     """The labels that select one component's Pods (stable: selectors of StatefulSets are immutable)."""
-    return {INSTANCE: run, COMPONENT: component} | ({POOL: pool} if pool else {})
+    return {INSTANCE: run, COMPONENT: str(component)} | ({POOL: pool} if pool else {})
 
 
 def labels(run: str, component: str, pool: str | None = None) -> dict[str, str]:

@@ -143,6 +143,22 @@ def history_calls(message: dict[str, Any]) -> list[tuple[str, dict[str, Any] | s
     return calls
 
 
+def vllm_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as vLLM hands it to the chat template (its ChatCompletionToolsParam.model_dump(): fixed key order,
+    null description/parameters kept, unset strict dropped), so the rendered prompt matches vLLM's to the token."""
+    fn = tool.get("function") or {}
+    function = {
+        "name": fn.get("name"),
+        "description": fn.get("description"),
+        "parameters": fn.get("parameters"),
+    }
+    function |= {k: fn[k] for k in ("strict", "defer_loading") if fn.get(k) is not None}
+    out: dict[str, Any] = {"type": "function", "function": function}
+    if tool.get("defer_loading") is not None:
+        out["defer_loading"] = tool["defer_loading"]
+    return out
+
+
 class HfChatTokenizer:
     """The tiny model's own tokenizer and chat template: the ids vLLM would report for the same request."""
 
@@ -162,7 +178,10 @@ class HfChatTokenizer:
                 ]
             rendered.append(msg)
         text = self._tok.apply_chat_template(
-            rendered, tools=tools or None, add_generation_prompt=True, tokenize=False
+            rendered,
+            tools=[vllm_tool(t) for t in tools] if tools else None,
+            add_generation_prompt=True,
+            tokenize=False,
         )
         return list(self._tok.encode(text, add_special_tokens=False))
 
@@ -487,12 +506,13 @@ def _token_deltas(c: Completion) -> list[dict[str, Any]]:
             "function": {"name": call["function"]["name"]},
         }
         args = {"index": k, "function": {"arguments": call["function"]["arguments"]}}
+        # With coarse tokens the first call's token may also hold the end of the content.
+        lead = text[starts[first] : begin] if k == 0 else ""
         if first == last:
             name["function"] |= args["function"]
-            deltas[first] = {"content": None, "tool_calls": [name]}
         else:
-            deltas[first] = {"content": None, "tool_calls": [name]}
             deltas[last] = {"content": None, "tool_calls": [args]}
+        deltas[first] = {"content": lead or None, "tool_calls": [name]}
     return deltas
 
 
@@ -563,7 +583,7 @@ def create_app(engine: ScriptedEngine) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         now = int(time.time())
-        entries = [(self_name, None, "") for self_name in [engine.model]]
+        entries: list[tuple[str, str | None, str]] = [(engine.model, None, "")]
         entries += [(name, engine.model, path) for name, path in engine.adapters.items()]
         return {
             "object": "list",

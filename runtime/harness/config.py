@@ -7,11 +7,12 @@ the values used when a lease leaves them empty and by `harnessrl eval`-style dir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, Tag, model_validator
 
 # The four wire dialects the capture proxy speaks (names as in runtime/proxy/dialects/routes.py).
 Dialect = Literal["openai_chat", "openai_responses", "anthropic", "gemini"]
@@ -57,7 +58,20 @@ class CustomHarnessSpec(_Model):
         return self
 
 
-HarnessSpec = Annotated[KnownHarnessSpec | CustomHarnessSpec, Field(discriminator="kind")]
+def _kind_or(default: str) -> Callable[[Any], str]:
+    """Discriminate a union on `kind`, which may be left out of the input (then `default`)."""
+
+    def pick(value: Any) -> str:
+        kind = value.get("kind", default) if isinstance(value, dict) else getattr(value, "kind", default)
+        return str(kind)
+
+    return pick
+
+
+HarnessSpec = Annotated[
+    Annotated[KnownHarnessSpec, Tag("known")] | Annotated[CustomHarnessSpec, Tag("custom")],
+    Discriminator(_kind_or("known")),
+]
 
 
 class LocalSandboxConfig(_Model):
@@ -67,7 +81,7 @@ class LocalSandboxConfig(_Model):
     base_dir: Path = Path("/tmp/harnessrl-rollouts")
     # RLIMIT_CPU of the harness process tree's leader (seconds of CPU, not wall time).
     cpu_seconds: int = Field(3600, ge=1)
-    # RLIMIT_AS per process. Node CLIs reserve large virtual ranges, so this is generous; None = no limit.
+    # RLIMIT_DATA per process (heap and private writable mappings); None = no limit.
     memory_mb: int | None = Field(16384, ge=64)
     max_processes: int | None = Field(None, ge=8, description="RLIMIT_NPROC; None = inherit (it is per user)")
     # Keep the rollout directory after teardown (debugging only).
@@ -93,6 +107,8 @@ class KubernetesSandboxConfig(_Model):
     # Pods the sandbox may reach: the proxy's pod labels and port.
     proxy_pod_labels: dict[str, str] = Field(min_length=1, max_length=16)
     proxy_port: int = Field(8080, ge=1, le=65535)
+    # Namespace of the proxy's pods; None = the sandbox's namespace.
+    proxy_namespace: str | None = Field(None, max_length=63)
     # Where the task's files live in the pod (an image source resolves tasks there).
     workdir: str = "/workspace"
     pod_start_timeout_s: float = Field(300.0, gt=0)
@@ -113,7 +129,10 @@ class E2BSandboxConfig(_Model):
 
 
 SandboxConfig = Annotated[
-    LocalSandboxConfig | KubernetesSandboxConfig | E2BSandboxConfig, Field(discriminator="kind")
+    Annotated[LocalSandboxConfig, Tag("local")]
+    | Annotated[KubernetesSandboxConfig, Tag("kubernetes")]
+    | Annotated[E2BSandboxConfig, Tag("e2b")],
+    Discriminator(_kind_or("local")),
 ]
 
 
@@ -127,6 +146,7 @@ class HubTasks(_Model):
 
     kind: Literal["hub"] = "hub"
     repo_id: str = Field(min_length=1, max_length=256)
+    repo_type: Literal["dataset", "model"] = "dataset"
     revision: str | None = None
     subdir: str = ""
     token_file: Path | None = None
@@ -134,7 +154,9 @@ class HubTasks(_Model):
 
 
 class ImageTasks(_Model):
-    """Tasks baked into an OCI image at `path`: only the kubernetes sandbox can use it (resolved in the pod)."""
+    """Tasks baked into an OCI image: the operator mounts the image into the runner's pod (an image volume)
+    at `path`, where the runner reads them as a directory. Only in a cluster, so only with the kubernetes
+    sandbox."""
 
     kind: Literal["image"] = "image"
     image: str = Field(min_length=1, max_length=512)
@@ -170,7 +192,7 @@ class RunnerConfig(_Model):
     @model_validator(mode="after")
     def _image_tasks_need_kubernetes(self) -> RunnerConfig:
         if isinstance(self.tasks, ImageTasks) and not isinstance(self.sandbox, KubernetesSandboxConfig):
-            raise ValueError("tasks.kind=image can only be resolved by the kubernetes sandbox")
+            raise ValueError("tasks.kind=image is mounted into the runner's pod: it needs the kubernetes sandbox")
         return self
 
     def read_admin_token(self) -> str:

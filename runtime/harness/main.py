@@ -10,21 +10,16 @@ from pathlib import Path
 
 import httpx
 from harnessrl.runtime.harness.adapters import adapter_for
-from harnessrl.runtime.harness.config import DirTasks, RunnerConfig, load_config
+from harnessrl.runtime.harness.config import RunnerConfig, load_config
 from harnessrl.runtime.harness.runner import Runner
 from harnessrl.runtime.harness.sandboxes import make_provider
-from harnessrl.runtime.harness.tasks import fetch_hub, load_dir
+from harnessrl.runtime.harness.tasks import load_dir, source_dir
 
 log = logging.getLogger("harnessrl.runner")
 
 
 async def serve(config: RunnerConfig) -> int:
-    if isinstance(config.tasks, DirTasks):
-        task_root = config.tasks.path
-    elif config.tasks.kind == "hub":
-        task_root = await asyncio.to_thread(fetch_hub, config.tasks)
-    else:
-        raise SystemExit("runner: image task sources are resolved in the pod; mount them and use tasks.kind=dir")
+    task_root = await asyncio.to_thread(source_dir, config.tasks)
     tasks = load_dir(task_root)
     adapter = adapter_for(config.harness)
     provider = make_provider(config, hide=[task_root, config.proxy_admin_token_file])

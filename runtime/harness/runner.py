@@ -60,6 +60,7 @@ class Attempt:
 
     outcome: OutcomeKind
     session_id: str | None = None
+    session_base_url: str | None = None
     correctness: float = 0.0
     tool_calls: int = 0
     grader_output: str = ""
@@ -132,6 +133,7 @@ class Runner:
             lease_id=lease.lease_id,
             runner_id=self.config.runner_id,
             session_id=attempt.session_id,
+            session_base_url=attempt.session_base_url,
             outcome=attempt.outcome,
             correctness=attempt.correctness,
             tool_calls=attempt.tool_calls,
@@ -186,9 +188,12 @@ class Runner:
         await sandbox.write_files(invocation.files)
         timeout = min(self.config.timeouts.harness_s, task.config.agent.timeout_sec or float("inf"))
         run = await sandbox.run(invocation.argv, invocation.env, timeout)
-        info = await self.proxy.session(proxy_url, sid)
+        info = await self.proxy.session(session.base_url or proxy_url, sid)
         tool_calls = info.tool_calls if info else 0
-        base = Attempt(OutcomeKind.timeout, session_id=sid, tool_calls=tool_calls, harness_s=run.duration_s)
+        base = Attempt(
+            OutcomeKind.timeout, session_id=sid, session_base_url=session.base_url, tool_calls=tool_calls,
+            harness_s=run.duration_s,
+        )
         if run.timed_out:
             base.error = f"harness ran past {timeout:.0f}s"
             return base

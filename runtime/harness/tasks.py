@@ -14,8 +14,8 @@ Harbor's containers have the workspace at /workspace and the logs at /logs. The 
 test.sh gets them as env: WORKSPACE (its cwd too), TESTS_DIR and LOGS_DIR; container sandboxes set the
 Harbor paths (LOGS_DIR=/logs). A test.sh written as `${LOGS_DIR:-/logs}` works in both.
 
-An image source (tasks baked into an OCI image) is resolved inside the kubernetes sandbox's pod; see
-sandboxes/kubernetes.py.
+An image source (tasks baked into an OCI image) is mounted into the runner's pod by the operator and read
+there as a directory.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def fetch_hub(source: HubTasks) -> Path:
     token = source.token_file.read_text().strip() if source.token_file else None
     local = snapshot_download(
         repo_id=source.repo_id,
-        repo_type="dataset",
+        repo_type=source.repo_type,
         revision=source.revision,
         token=token,
         cache_dir=str(source.cache_dir) if source.cache_dir else None,
@@ -135,12 +135,14 @@ def fetch_hub(source: HubTasks) -> Path:
     return Path(local) / source.subdir
 
 
-def load_source(source: TaskSource) -> dict[str, Task]:
+def source_dir(source: TaskSource) -> Path:
+    """The local directory holding a source's tasks (a Hub dataset is downloaded first)."""
     if isinstance(source, DirTasks):
-        return load_dir(source.path)
+        return source.path
     if isinstance(source, HubTasks):
-        return load_dir(fetch_hub(source))
-    raise TaskError("an image task source is resolved inside the kubernetes sandbox, not by the runner")
+        return fetch_hub(source)
+    # An image source is mounted into the runner's pod at its path by the operator (an image volume).
+    return Path(source.path)
 
 
 def split_tasks(tasks: dict[str, Task], split: Split) -> dict[str, Task]:

@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
         print(f"harnessrl learner: bad config {args.config}: {exc}")
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxy call would drown the step lines
     from harnessrl.runtime.learner.loop import Learner
 
     learner = Learner(cfg)

@@ -6,7 +6,7 @@ the event loop):
 - NCCL: full weights over vLLM's weight-transfer API (`NCCLTrainerWeightTransferEngine`): pause → update →
   resume. GPU only; the engines need `VLLM_SERVER_DEV_MODE=1` and `--weight-transfer-config
   '{"backend":"nccl"}'`, one engine (one transfer group) per learner.
-- restart: write merged full weights and `policy.json`; whoever runs the engines restarts them on it.
+- restart: write the adapter or full weights and `policy.json`; whoever runs the engines restarts them on it.
 """
 
 from __future__ import annotations
@@ -119,24 +119,27 @@ class NcclSync:
 
 
 class RestartSync:
-    """Fallback: publish merged weights to a directory; the engines are restarted on `policy.json`'s path."""
+    """Fallback: publish the policy (adapter or full weights) to a directory with `policy.json` naming it;
+    whoever runs the engines restarts them on it (base + `--lora-modules <name>=<path>` for an adapter)."""
 
     def __init__(self, served_name: str, sync_dir: Path):
         self.served = served_name
         self.sync_dir = sync_dir
 
     def publish(self, model: Any, version: int) -> PolicyState:
-        merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
         path = self.sync_dir / f"policy-v{version}"
         tmp = self.sync_dir / f".policy-v{version}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        merged.save_pretrained(tmp)
+        model.save_pretrained(tmp)
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
-        marker = {"version": version, "path": str(path.resolve()), "written_at": time.time()}
+        is_adapter = hasattr(model, "peft_config")
+        name = adapter_name(self.served, version) if is_adapter else self.served
+        marker = {"version": version, "model": name, "path": str(path.resolve()), "adapter": is_adapter,
+                  "written_at": time.time()}
         (self.sync_dir / ".policy.json.tmp").write_text(json.dumps(marker))
         (self.sync_dir / ".policy.json.tmp").replace(self.sync_dir / "policy.json")
-        return PolicyState(model=self.served, version=version)
+        return PolicyState(model=name, version=version)
 
 
 def make_sync(engine: EngineLink, served_name: str, sync_dir: Path) -> WeightSync:

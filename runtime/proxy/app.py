@@ -55,6 +55,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger("harnessrl.proxy")
 
+PARSE_IN_THREAD_BYTES = 256 * 1024
 BUDGET_MESSAGE = "The model call budget for this episode is exhausted. Stop now and report your final answer."
 CONTEXT_MESSAGE = "The conversation reached the model's maximum context length. Stop now and report your final answer."
 
@@ -270,7 +271,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         session = admin_session(request, session_id)
         if isinstance(session, JSONResponse):
             return session
-        return [node.model_dump(mode="json") for node in session.graph.nodes()]
+        return [node.model_dump(mode="json") for node in session.nodes()]
 
     @app.delete("/sessions/{session_id}")
     async def delete_session(session_id: str, request: Request) -> Any:
@@ -406,7 +407,11 @@ async def _sweep(state: ProxyState) -> None:
 
 async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, session: Session, request: Request) -> Response:
     body = await read_body(request, state.config.max_body_bytes)
-    parsed = dialect.parse_request(body, route)
+    if len(body) > PARSE_IN_THREAD_BYTES:
+        # A long history takes milliseconds to validate; other sessions' streams keep flowing meanwhile.
+        parsed = await asyncio.to_thread(dialect.parse_request, body, route)
+    else:
+        parsed = dialect.parse_request(body, route)
     if parsed.operation is Operation.COUNT_TOKENS:
         engine = _pick(state, session)
         count = await state.client.count_tokens(engine, parsed.canonical, state.policy.model)
@@ -461,9 +466,16 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
 
 
 def _pick(state: ProxyState, session: Session, exclude: frozenset[str] = frozenset()) -> Engine:
+    """The session's engine, or an overloaded error (with Retry-After) when none is up or it is saturated: the
+    harness retries later instead of the proxy queueing without bound."""
+    retry_after = state.config.admission.retry_after_s
     engine = state.pool.pick(session.id, exclude)
     if engine is None:
-        raise DialectError("no engine is available", "overloaded", retry_after=state.config.admission.retry_after_s)
+        raise DialectError("no engine is available", "overloaded", retry_after=retry_after)
+    if engine.inflight >= state.config.admission.max_inflight_per_engine:
+        state.metrics.rejected.inc()
+        raise DialectError("the engine is at its concurrency limit; retry shortly", "overloaded",
+                           retry_after=retry_after)
     return engine
 
 

@@ -16,7 +16,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     import uvicorn
-
     from harnessrl.runtime.proxy.app import create_app
     from harnessrl.runtime.proxy.config import load_config
 

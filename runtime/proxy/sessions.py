@@ -41,7 +41,10 @@ class Session:
     tool_calls: int = 0
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
     policy_versions: set[int] = field(default_factory=set)
-    graph: SessionGraph = field(default_factory=SessionGraph)
+    graph: SessionGraph = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.graph = SessionGraph(self.id)
 
     @property
     def ended(self) -> bool:
@@ -74,7 +77,10 @@ class Session:
         )
 
     def sequences(self) -> SessionSequences:
-        return self.graph.sequences(self.id)
+        return self.graph.sequences()
+
+    def nodes(self) -> list[Node]:
+        return [self.graph.node(i) for i in range(len(self.graph))]
 
     def _apply(self, at: float, status: SessionStatus, answered: bool, error: str | None, turn: Turn | None) -> None:
         self.last_activity_at = at

@@ -227,3 +227,57 @@ data: {k: w}
     config.load_kube_config(config_file=str(kube_api.kubeconfig_path), client_configuration=loaded)
     names = [n.metadata.name for n in client.CoreV1Api(client.ApiClient(loaded)).list_namespace().items]
     assert "default" in names
+
+
+def test_faults_can_be_injected_with_kmocks_dsl(kube_api: KubeApi) -> None:
+    core = client.CoreV1Api(kube_api.client())
+    core.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}})
+    # kmock reactions a test declares take precedence over the emulator; `[:1]` makes this one fire once.
+    kube_api.emulator["get /api/v1/namespaces/default/configmaps/cfg"][:1] << 503
+    with pytest.raises(ApiException) as unavailable:
+        core.read_namespaced_config_map("cfg", "default")
+    assert unavailable.value.status == 503
+    assert core.read_namespaced_config_map("cfg", "default").metadata.name == "cfg"
+
+
+def test_builtin_kinds_get_server_side_status_defaults_and_immutability(kube_api: KubeApi) -> None:
+    api = kube_api.client()
+    core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
+    pod = core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "a"}]},
+                                                 "status": {"phase": "Running"}})
+    assert pod.status.phase == "Pending"
+    svc = core.create_namespaced_service("default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    assert svc.spec.cluster_ip.startswith("10.96.")
+    allocated = svc.spec.cluster_ip
+    svc.spec.cluster_ip, svc.spec.cluster_ips = None, None  # an update that leaves it out keeps it
+    assert core.replace_namespaced_service("s", "default", svc).spec.cluster_ip == allocated
+    with pytest.raises(ApiException) as fixed_ip:
+        core.patch_namespaced_service("s", "default", {"spec": {"clusterIP": "10.96.9.9"}})
+    assert _status(fixed_ip.value)["message"].endswith('spec.clusterIP: Invalid value: "10.96.9.9": field is immutable')
+    secret = core.create_namespaced_secret("default", {"metadata": {"name": "t"}, "stringData": {"token": "abc"}})
+    assert secret.data == {"token": "YWJj"} and secret.string_data is None
+    sts = _deployment("db") | {"kind": "StatefulSet"}
+    sts["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]
+    apps.create_namespaced_stateful_set("default", sts)
+    apps.patch_namespaced_stateful_set("db", "default", {"spec": {"replicas": 2}})
+    with pytest.raises(ApiException) as forbidden:
+        apps.patch_namespaced_stateful_set("db", "default", {"spec": {"serviceName": "other"}})
+    assert forbidden.value.status == 422
+    assert "updates to statefulset spec for fields other than 'replicas'" in _status(forbidden.value)["message"]
+    batch.create_namespaced_job("default", {"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "a"}]}}}})
+    with pytest.raises(ApiException) as immutable:
+        batch.patch_namespaced_job("j", "default", {"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}})
+    assert _status(immutable.value)["message"] == 'Job.batch "j" is invalid: spec.template: Invalid value: "object": field is immutable'
+
+
+def test_server_side_apply_creates_then_merges(kube_api: KubeApi) -> None:
+    """Apply is emulated as create-or-merge (no field ownership: see the emulator's README)."""
+    core = client.CoreV1Api(kube_api.client())
+    apply = "application/apply-patch+yaml"
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"a": "1"}}
+    created = core.patch_namespaced_config_map("applied", "default", body, field_manager="test", _content_type=apply)
+    assert created.data == {"a": "1"} and created.metadata.uid
+    body["data"] = {"b": "2"}
+    merged = core.patch_namespaced_config_map("applied", "default", body, field_manager="test", _content_type=apply)
+    assert merged.data == {"a": "1", "b": "2"} and merged.metadata.uid == created.metadata.uid

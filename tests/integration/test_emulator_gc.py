@@ -90,3 +90,12 @@ def test_gc_crosses_kinds_and_delete_preconditions(kube_api: KubeApi) -> None:
     apps.delete_namespaced_stateful_set("db", "default", body=client.V1DeleteOptions(propagation_policy="Foreground"))
     assert core.list_namespaced_service("default").items == []
     assert core.list_namespaced_persistent_volume_claim("default").items == []
+
+
+def test_delete_collection_with_a_selector_and_dependents_among_the_items(kube_api: KubeApi) -> None:
+    core = client.CoreV1Api(kube_api.client())
+    owner = core.create_namespaced_config_map("default", {"metadata": {"name": "a", "labels": {"run": "x"}}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "b", "labels": {"run": "x"}, "ownerReferences": _owned_by(owner)}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "c", "labels": {"run": "y"}}})
+    core.delete_collection_namespaced_config_map("default", label_selector="run=x")
+    assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c"]

@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-
 from harnessrl.runtime.engine.scripted import ScriptedEngineServer, ScriptedReply, ScriptedToolCall
 
 CAPTURE: dict[str, Any] = {"return_token_ids": True, "top_logprobs": 0}
@@ -20,7 +19,11 @@ TOOLS: list[Any] = [
         "function": {
             "name": "run_shell_command",
             "description": "Run a shell command",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
         },
     }
 ]
@@ -28,7 +31,9 @@ TOOL_THEN_ANSWER = [
     ScriptedReply(
         when_last_role="user",
         when_tools=True,
-        tool_calls=[ScriptedToolCall(name=["Bash", "shell", "run_shell_command"], arguments={"command": "ls"})],
+        tool_calls=[
+            ScriptedToolCall(name=["Bash", "shell", "run_shell_command"], arguments={"command": "ls"})
+        ],
     ),
     ScriptedReply(when_last_role="tool", content="The directory holds a.py."),
 ]
@@ -77,8 +82,15 @@ def test_stream_parses_and_carries_every_token_id(scripted_engine: ScriptedEngin
             finish = choice.finish_reason or finish
     call = scripted_engine.engine.calls[-1]
     assert text == "Streaming works, token by token."
-    assert (prompt_ids, ids, logprobs, finish) == (call.prompt_ids, call.completion_ids, call.logprobs, "stop")
-    assert usage is not None and usage.completion_tokens == len(ids) and usage.prompt_tokens == len(prompt_ids)
+    assert (prompt_ids, ids, logprobs, finish) == (
+        call.prompt_ids,
+        call.completion_ids,
+        call.logprobs,
+        "stop",
+    )
+    assert (
+        usage is not None and usage.completion_tokens == len(ids) and usage.prompt_tokens == len(prompt_ids)
+    )
 
 
 @pytest.mark.parametrize("tokenizer", ["tiny", "bytes", "fast"])
@@ -88,7 +100,10 @@ def test_tool_call_then_answer_is_prefix_stable(
     server = scripted_engine_factory(tokenizer=tokenizer)
     server.set_script(TOOL_THEN_ANSWER)
     client = client_for(server)
-    messages: list[Any] = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "List."}]
+    messages: list[Any] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "List."},
+    ]
     first = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, extra_body=CAPTURE)
     calls = first.choices[0].message.tool_calls
     assert first.choices[0].finish_reason == "tool_calls" and calls is not None
@@ -99,14 +114,23 @@ def test_tool_call_then_answer_is_prefix_stable(
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [{"id": calls[0].id, "type": "function", "function": {"name": function.name, "arguments": '{"command":"ls"}'}}],
+            "tool_calls": [
+                {
+                    "id": calls[0].id,
+                    "type": "function",
+                    "function": {"name": function.name, "arguments": '{"command":"ls"}'},
+                }
+            ],
         },
         {"role": "tool", "tool_call_id": calls[0].id, "content": [{"type": "text", "text": "a.py"}]},
     ]
     second = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, extra_body=CAPTURE)
     assert second.choices[0].message.content == "The directory holds a.py."
     turn1, turn2 = list(server.engine.calls)
-    assert turn2.prompt_ids[: len(turn1.prompt_ids) + len(turn1.completion_ids)] == turn1.prompt_ids + turn1.completion_ids
+    assert (
+        turn2.prompt_ids[: len(turn1.prompt_ids) + len(turn1.completion_ids)]
+        == turn1.prompt_ids + turn1.completion_ids
+    )
 
 
 def test_streamed_tool_call_accumulates_in_the_sdk(scripted_engine: ScriptedEngineServer) -> None:
@@ -140,11 +164,15 @@ def test_side_calls_do_not_consume_the_sessions_replies(scripted_engine: Scripte
     client = client_for(scripted_engine)
     title = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Title this"}])
     assert title.choices[0].message.content == "Done."
-    real = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "List."}], tools=TOOLS)
+    real = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "List."}], tools=TOOLS
+    )
     assert real.choices[0].message.tool_calls
 
 
-def test_errors_come_back_in_vllms_shape(scripted_engine_factory: Callable[..., ScriptedEngineServer]) -> None:
+def test_errors_come_back_in_vllms_shape(
+    scripted_engine_factory: Callable[..., ScriptedEngineServer],
+) -> None:
     server = scripted_engine_factory(tokenizer="bytes", max_model_len=400)
     server.set_script([ScriptedReply(tool_calls=[ScriptedToolCall(name=["Bash"], arguments={})])])
     client = client_for(server)
@@ -177,5 +205,7 @@ def test_lora_adapters_load_unload_and_serve(scripted_engine: ScriptedEngineServ
 def test_script_can_be_set_over_http(scripted_engine: ScriptedEngineServer) -> None:
     body = {"replies": [{"content": "from http"}], "default": None}
     assert httpx.put(f"{scripted_engine.root_url}/scripted/script", json=body).json() == {"replies": 1}
-    reply = client_for(scripted_engine).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}])
+    reply = client_for(scripted_engine).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "x"}]
+    )
     assert reply.choices[0].message.content == "from http"

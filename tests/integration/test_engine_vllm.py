@@ -130,12 +130,14 @@ def test_forced_tool_call_comes_back_parsed_with_token_ids(vllm_server: VllmServ
         "messages": [{"role": "user", "content": "List the files."}],
         "tools": TOOLS,
         "tool_choice": {"type": "function", "function": {"name": "bash"}},
-        "max_tokens": 64,
+        # The grammar lets the random model pad the JSON with whitespace: leave room to finish.
+        "max_tokens": 512,
+        "seed": 11,
     } | CAPTURE
     response = chat(vllm_server, body)
     choice = response["choices"][0]
     calls = choice["message"]["tool_calls"]
-    assert [c["function"]["name"] for c in calls] == ["bash"]
+    assert [c["function"]["name"] for c in calls] == ["bash"], choice
     assert json.loads(calls[0]["function"]["arguments"]) == {"command": "ls"}
     assert len(choice["token_ids"]) == len(choice["logprobs"]["content"]) > 0
     # The prompt carries the tool schema in the hermes system block.
@@ -162,3 +164,74 @@ def test_hermes_parser_reads_the_tiny_tokenizers_tool_calls(vllm_server: VllmSer
     assert [(c.function.name, json.loads(c.function.arguments)) for c in parsed.tool_calls] == [
         ("bash", {"command": "ls"})
     ]
+
+
+def same_shape(ours: Any, theirs: Any, where: str = "$") -> list[str]:
+    """Differences in keys and JSON types between two bodies (values ignored; null matches anything)."""
+    if ours is None or theirs is None:
+        return []
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        if ours.keys() != theirs.keys():
+            return [f"{where}: keys {sorted(ours)} != {sorted(theirs)}"]
+        return [d for k in ours for d in same_shape(ours[k], theirs[k], f"{where}.{k}")]
+    if isinstance(ours, list) and isinstance(theirs, list):
+        return same_shape(ours[0], theirs[0], f"{where}[0]") if ours and theirs else []
+    numbers = (int, float)
+    if isinstance(ours, numbers) and isinstance(theirs, numbers) and not isinstance(ours, bool):
+        return []
+    return (
+        [] if type(ours) is type(theirs) else [f"{where}: {type(ours).__name__} != {type(theirs).__name__}"]
+    )
+
+
+def sse_chunks(response: httpx.Response) -> list[dict[str, Any]]:
+    lines = [line[len("data: ") :] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["text", "tool-call"])
+def test_scripted_engine_speaks_vllms_exact_shape(
+    vllm_server: VllmServer, scripted_engine: Any, tools: bool
+) -> None:
+    """The same request to vLLM and to the scripted stand-in: same fields and types, streaming and not, and the
+    same prompt token ids (both template with the tiny model's tokenizer)."""
+    from harnessrl.runtime.engine.scripted import ScriptedReply, ScriptedToolCall
+
+    scripted_engine.set_script(
+        [ScriptedReply(tool_calls=[ScriptedToolCall(name="bash", arguments={"command": "ls"})])]
+        if tools
+        else [ScriptedReply(content="word " * 40)]  # longer than max_tokens: cut off like vLLM's
+    )
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "List the files."}],
+    } | CAPTURE
+    body |= (
+        {
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "bash"}},
+            "max_tokens": 512,
+            "seed": 11,
+        }
+        if tools
+        else {"max_tokens": 6}
+    )
+    real = httpx.post(f"{vllm_server.base_url}/chat/completions", json=body, timeout=120).json()
+    ours = httpx.post(f"{scripted_engine.base_url}/chat/completions", json=body, timeout=30).json()
+    assert same_shape(ours, real) == []
+    assert ours["prompt_token_ids"] == real["prompt_token_ids"]
+    assert ours["choices"][0]["finish_reason"] == ("tool_calls" if tools else "length")
+
+    stream = body | {"stream": True, "stream_options": {"include_usage": True}}
+    real_chunks = sse_chunks(httpx.post(f"{vllm_server.base_url}/chat/completions", json=stream, timeout=120))
+    our_chunks = sse_chunks(
+        httpx.post(f"{scripted_engine.base_url}/chat/completions", json=stream, timeout=30)
+    )
+    assert (
+        same_shape(our_chunks[0], real_chunks[0]) == [] and same_shape(our_chunks[-1], real_chunks[-1]) == []
+    )
+    for chunk in our_chunks[1:-1]:
+        assert any(not same_shape(chunk, theirs) for theirs in real_chunks[1:-1]), (
+            f"no vLLM chunk shaped like {chunk}"
+        )

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from harnessrl.runtime.learner.checkpoint import save_checkpoint
 from harnessrl.runtime.learner.config import HubExport
 from harnessrl.runtime.learner.coordinator import CoordinatorState
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.metrics import StepMetrics
+
 from tests.fixtures.hub_server import HubServer
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 import yaml
-
 from harnessrl.operator.handlers import OperatorOptions, build_registry
 from harnessrl.runtime.learner.protocol import CoordinatorStatus
+
 from tests.kube_emulator.client import KubeApiError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +44,8 @@ CHILD_KINDS = [
 ]
 
 pytestmark = pytest.mark.timeout(60)
+MINI = yaml.safe_load((ROOT / "examples" / "harnesspools" / "mini-swe-agent.yaml").read_text())
+MINI_REPLICAS = MINI["spec"].get("replicas", 1)
 
 
 class FakeLearnerStatus:
@@ -73,15 +75,13 @@ class FakeLearnerStatus:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def report(self, **fields: Any) -> None:
-        base = CoordinatorStatus(
-            step=0, policy_version=0, open_groups=0, ready_groups=0, leased=0, rollouts_scored=0,
-            rollouts_unscored=0, rollouts_stale=0, groups_skipped_zero_variance=0, done=False,
-        ).model_dump()
-        known = {k: v for k, v in fields.items() if k in base}
-        # Validated by the learner's own model; extra progress fields ride along as the learner may add them.
-        self.status = CoordinatorStatus.model_validate(base | known).model_dump() | {
-            k: v for k, v in fields.items() if k not in base
-        }
+        # Zero values for whatever CoordinatorStatus requires, then the test's fields; validated by the
+        # learner's own model. Progress fields it does not (yet) carry ride along as the learner may add them.
+        zero = {bool: False, int: 0, float: 0.0, str: "policy"}
+        base = {n: zero.get(f.annotation) for n, f in CoordinatorStatus.model_fields.items() if f.is_required()}
+        known = {k: v for k, v in fields.items() if k in CoordinatorStatus.model_fields}
+        extra = {k: v for k, v in fields.items() if k not in CoordinatorStatus.model_fields}
+        self.status = CoordinatorStatus.model_validate(base | known).model_dump(mode="json") | extra
 
 
 @pytest.fixture
@@ -192,8 +192,10 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
     for pool in ("claude-code", "codex", "mini-swe-agent"):
         name = f"{run}-{pool}-runner"
         expected |= {("ConfigMap", f"{name}-config"), ("ServiceAccount", name), ("Deployment", name)}
-        # Every example pool of this run uses the kubernetes sandbox: it gets exactly its RBAC.
-        expected |= {("Role", name), ("RoleBinding", name)}
+        pool_spec = yaml.safe_load((ROOT / "examples" / "harnesspools" / f"{pool}.yaml").read_text())["spec"]
+        if "kubernetes" in pool_spec.get("sandbox", {"kubernetes": {}}):
+            # Only a kubernetes-sandbox pool gets RBAC (to create, exec into and delete sandbox Pods).
+            expected |= {("Role", name), ("RoleBinding", name)}
     operator.wait_for(lambda: children(operator, run) == expected, timeout=15)
     obj = operator.get(*TR, run, namespace=NS)
     job = operator.get("batch/v1", "Job", f"{run}-learner", namespace=NS)
@@ -222,11 +224,12 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
 
     ready_workload(operator, "apps/v1", "StatefulSet", "run-a-engine", 1)
     ready_workload(operator, "apps/v1", "StatefulSet", "run-a-proxy", 1)
-    ready_workload(operator, "apps/v1", "Deployment", "run-a-mini-swe-agent-runner", 1)
+    ready_workload(operator, "apps/v1", "Deployment", "run-a-mini-swe-agent-runner", MINI_REPLICAS)
     wait_condition(operator, "run-a", "Ready", "True", "AllComponentsReady")
 
     learner_status.report(step=2, policy_version=2, rollouts_scored=16, mean_reward=0.5,
-                          pass_at1={"mini-swe-agent": 0.25}, latest_checkpoint="/ckpt/step-2")
+                          pass_at1={"mini-swe-agent": 0.25}, latest_checkpoint="/ckpt/step-2",
+                          pools={"mini-swe-agent": {"active": 3, "completed": 16, "failed": 1, "timed_out": 0}})
     operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 1, "ready": 1}}, namespace=NS,
                    subresource="status")
     wait_condition(operator, "run-a", "Training", "True", "Training")
@@ -235,6 +238,9 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
     assert status["phase"] == "Running" and status["policyVersion"] == 2
     assert status["rollouts"]["scored"] == 16 and status["meanReward"] == 0.5
     assert status["passAt1"] == {"mini-swe-agent": 0.25}
+    pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
+                             and p["status"]["rollouts"]["completed"] == 16 and p)
+    assert pool["status"]["rollouts"] == {"active": 3, "completed": 16, "failed": 1, "timedOut": 0}
 
     learner_status.report(step=3, policy_version=3, rollouts_scored=24, done=True, export_error="403 Forbidden")
     wait_condition(operator, "run-a", "Training", "True", "HubExportFailing")
@@ -251,32 +257,35 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
     assert {"Training", "TrainingComplete", "HubExportFailing"} <= reasons
 
 
-@pytest.mark.parametrize(
-    ("component", "pod_status", "condition_type", "reason"),
-    [
-        ("engine", {"containerStatuses": [{"name": "vllm", "ready": False, "restartCount": 0, "image": "x",
-                                           "imageID": "", "state": {"waiting": {"reason": "ImagePullBackOff",
-                                           "message": "Back-off pulling image"}}}]},
-         "EngineReady", "ImagePullBackOff"),
-        ("engine", {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]},
-         "EngineReady", "InsufficientGPU"),
-        ("proxy", {"containerStatuses": [{"name": "proxy", "ready": False, "restartCount": 5, "image": "x",
-                                          "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
-         "ProxyReady", "CrashLoopBackOff"),
-    ],
-)
-def test_failing_child_surfaces_as_condition(operator: Any, component: str, pod_status: dict[str, Any],
-                                             condition_type: str, reason: str) -> None:
+def waiting(container: str, reason: str, message: str = "") -> dict[str, Any]:
+    """A Pod status as the kubelet writes it for a container that cannot start."""
+    state = {"waiting": {"reason": reason} | ({"message": message} if message else {})}
+    return {"containerStatuses": [{"name": container, "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+                                   "state": state}]}
+
+
+def test_failing_children_surface_as_conditions_with_reasons(operator: Any) -> None:
     apply_pools(operator, "mini-swe-agent")
     operator.apply(small_run())
-    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", f"run-a-{component}", namespace=NS))
-    make_pod(operator, "run-a", component, f"run-a-{component}-0", pod_status)
-    cond = wait_condition(operator, "run-a", condition_type, "False", reason)
-    assert "run-a-" in cond["message"]
-    wait_condition(operator, "run-a", "Ready", "False", reason)
-    warnings = [e for e in operator.list_objects("v1", "Event", NS) if e["reason"] == reason]
-    assert warnings and warnings[0]["type"] == "Warning"
+    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS))
+    troubles = [
+        ("engine", waiting("vllm", "ImagePullBackOff", "Back-off pulling image"), "EngineReady", "ImagePullBackOff"),
+        ("engine", {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                    "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]},
+         "EngineReady", "InsufficientGPU"),
+        ("proxy", waiting("proxy", "CrashLoopBackOff"), "ProxyReady", "CrashLoopBackOff"),
+    ]
+    for component, pod_status, condition_type, reason in troubles:
+        if component == "proxy":  # the engine recovered: its Pod went away, its replicas are ready
+            operator.delete("v1", "Pod", "run-a-engine-0", namespace=NS)
+            ready_workload(operator, "apps/v1", "StatefulSet", "run-a-engine", 1)
+        make_pod(operator, "run-a", component, f"run-a-{component}-0", pod_status)
+        cond = wait_condition(operator, "run-a", condition_type, "False", reason)
+        assert f"pod run-a-{component}-0" in cond["message"]
+        wait_condition(operator, "run-a", "Ready", "False", reason)
+        warnings = [e for e in operator.list_objects("v1", "Event", NS) if e["reason"] == reason]
+        assert warnings and {e["type"] for e in warnings} == {"Warning"}
+    wait_condition(operator, "run-a", "EngineReady", "True", "AllReplicasReady")
 
 
 def test_deleted_or_drifted_child_is_restored(operator: Any) -> None:
@@ -289,7 +298,7 @@ def test_deleted_or_drifted_child_is_restored(operator: Any) -> None:
     assert restored["metadata"]["uid"] != first
     operator.patch("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", {"spec": {"replicas": 7}}, namespace=NS)
     operator.wait_for(lambda: operator.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner",
-                                           namespace=NS)["spec"]["replicas"] == 1)
+                                           namespace=NS)["spec"]["replicas"] == MINI_REPLICAS)
 
 
 def test_suspend_scales_to_zero_and_resume_continues(operator: Any) -> None:
@@ -299,20 +308,20 @@ def test_suspend_scales_to_zero_and_resume_continues(operator: Any) -> None:
     operator.patch(*TR, "run-a", {"spec": {"suspend": True}}, namespace=NS)
     wait_condition(operator, "run-a", "Suspended", "True", "SuspendedByUser")
 
-    def scaled(replicas: int, suspended: bool) -> bool:
+    def scaled(replicas: int, runners: int, suspended: bool) -> bool:
         get = operator.get
         return (get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)["spec"]["replicas"] == replicas
                 and get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["spec"]["replicas"] == replicas
-                and get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS)["spec"]["replicas"] == replicas
+                and get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS)["spec"]["replicas"] == runners
                 and get("batch/v1", "Job", "run-a-learner", namespace=NS)["spec"]["suspend"] is suspended)
 
-    operator.wait_for(lambda: scaled(0, True))
+    operator.wait_for(lambda: scaled(0, 0, True))
     # Checkpoints survive the suspension.
     assert operator.get("v1", "PersistentVolumeClaim", "run-a-checkpoints", namespace=NS) is not None
     assert operator.get(*TR, "run-a", namespace=NS)["status"]["phase"] == "Suspended"
     operator.patch(*TR, "run-a", {"spec": {"suspend": False}}, namespace=NS)
     wait_condition(operator, "run-a", "Suspended", "False", "NotSuspended")
-    operator.wait_for(lambda: scaled(1, False))
+    operator.wait_for(lambda: scaled(1, MINI_REPLICAS, False))
 
 
 def test_ttl_deletes_finished_run_and_its_children(operator: Any) -> None:

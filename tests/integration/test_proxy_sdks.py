@@ -105,7 +105,7 @@ def test_openai_responses_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool)
     if stream:
         events = list(client.responses.create(stream=True, **kwargs))
         assert events[-1].type in ("response.completed", "response.incomplete")  # max_output_tokens may end it
-        assert events[-1].response.usage is not None  # type: ignore[union-attr]
+        assert events[-1].response.usage is not None
     else:
         response = client.responses.create(**kwargs)
         assert response.status in ("completed", "incomplete")
@@ -161,3 +161,24 @@ def test_google_genai_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> 
         response = client.models.generate_content(model="gemini-any", contents="List files.", config=config)
         assert response.candidates and response.usage_metadata is not None
     _assert_captured_equals_engine(proxy, tee, sid, before)
+
+
+def test_count_tokens_matches_the_engines_prompt_length(proxy: ProxyProcess, tee: EngineTee) -> None:
+    """Anthropic `count_tokens` (Claude Code calls it) is answered from vLLM's /tokenize of the same
+    canonical request: the count equals the prompt length vLLM reports when generating from it."""
+    import anthropic
+
+    sid = _session(proxy, "claude-code")
+    client = anthropic.Anthropic(api_key=sid, base_url=proxy.url, max_retries=0)
+    kwargs: dict[str, Any] = {
+        "model": "claude-any",
+        "system": "You are terse.",
+        "messages": [{"role": "user", "content": "Count me."}],
+        "tools": [{"name": BASH_TOOL["name"], "description": BASH_TOOL["description"],
+                   "input_schema": BASH_TOOL["parameters"]}],
+    }
+    counted = client.messages.count_tokens(**kwargs)
+    before = len(tee.calls)
+    client.messages.create(max_tokens=2, **kwargs)
+    prompt, _, _ = engine_truth(bytes(tee.calls[before][1]))
+    assert counted.input_tokens == len(prompt)

@@ -28,9 +28,10 @@ What it does NOT emulate:
   write status themselves;
 - no authentication or authorization (any token is accepted; RBAC objects are stored, never enforced), no
   admission webhooks, no ValidatingAdmissionPolicy, no ResourceQuota/LimitRange;
-- no validation of built-in kinds beyond metadata.name (validate manifests offline with kubernetes-validate);
+- no validation or defaulting of built-in kinds beyond metadata.name, the immutable fields in `builtins.py`,
+  Pod/PVC Pending status, Service ClusterIPs and Secret stringData (validate manifests with kubernetes-validate);
 - CRD versions share storage with no conversion (only apiVersion is rewritten); no `format` checks;
-  optionalOldSelf and CEL cost limits are ignored; list items of non-map lists get no oldSelf;
+  CEL cost limits are not checked; list items of non-map lists get no oldSelf;
 - server-side apply has no field ownership, conflicts or removal of fields dropped from the applied config;
 - no dryRun (400), no `resourceVersionMatch=Exact` lists of old states (lists are always current),
   no /watch/ legacy paths, no protobuf, no tables (`Accept: ...;as=Table`), no pod logs/exec/port-forward;

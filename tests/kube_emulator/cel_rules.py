@@ -87,13 +87,20 @@ def _formatted(reason: str, value_text: str, message: str) -> str:
     return f"Invalid value: {value_text}: {message}"
 
 
+def _evaluation_error(error: Exception) -> str:
+    """cel-go's wording for the common runtime error (a field read without has())."""
+    return f"no such key: {error.args[0]}" if isinstance(error, KeyError) else str(error)
+
+
 def evaluate_rule(rule: CelRule, value: Any, old: Any, path: str) -> dict[str, str] | None:
     """None when the rule holds (or does not apply); otherwise the Status cause the server reports."""
     if rule.is_transition and old is MISSING and not rule.optional_old_self:
         return None  # transition rules only run on updates where the old value exists
     variables: dict[str, Any] = {"self": value}
-    if rule.is_transition:
-        variables["oldSelf"] = None if old is MISSING else old
+    if rule.is_transition and rule.optional_old_self:  # oldSelf is a CEL optional: oldSelf.hasValue() etc.
+        variables["oldSelf"] = cel.OptionalValue.none() if old is MISSING else cel.OptionalValue.of(old)
+    elif rule.is_transition:
+        variables["oldSelf"] = old
     context = _context(variables)
     field = path
     if rule.field_path:
@@ -102,7 +109,7 @@ def evaluate_rule(rule: CelRule, value: Any, old: Any, path: str) -> dict[str, s
         ok = compile_rule(rule.rule).execute(context)
     except Exception as e:
         return {"field": field, "reason": "FieldValueInvalid",
-                "message": f"Invalid value: {shown(value)}: {rule.rule}: evaluation error: {e}"}
+                "message": f"Invalid value: {shown(value)}: {_evaluation_error(e)} evaluating rule: {rule.rule}"}
     if ok is True:
         return None
     return {"field": field, "reason": rule.reason, "message": _formatted(rule.reason, shown(value), _message(rule, context))}

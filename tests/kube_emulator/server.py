@@ -197,7 +197,13 @@ class KubeEmulator(kmock.KubernetesScaffold):
     def _delete_collection(self, request: rendering.Request, rt: ResourceType, namespace: str | None) -> dict[str, Any]:
         items, _, _ = self.store.list_objects(rt, namespace, self._matcher(request, None))
         options = dict(request.data) if isinstance(request.data, dict) else {}
-        deleted = [self.store.delete(rt, o["metadata"].get("namespace"), o["metadata"]["name"], options) for o in items]
+        deleted = []
+        for obj in items:
+            try:
+                deleted.append(self.store.delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"], options))
+            except kmock.KubernetesError as e:
+                if e.status != 404:  # already collected as a dependent of an earlier item
+                    raise
         return {"apiVersion": rt.api_version, "kind": f"{rt.kind}List",
                 "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted}
 

@@ -22,6 +22,13 @@ from typing import Any
 import yaml
 
 from . import errors
+from .builtins import (
+    allocate_cluster_ip,
+    immutability_causes,
+    initial_status,
+    keep_cluster_ip,
+    normalize_secret,
+)
 from .cel_rules import compile_rule
 from .patching import (
     APPLY_PATCH,
@@ -49,6 +56,8 @@ ObjectKey = tuple[str, str]  # (namespace or "", name)
 
 CRD_KEY: StorageKey = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY: StorageKey = ("", "namespaces")
+SERVICE_KEY: StorageKey = ("", "services")
+SECRET_KEY: StorageKey = ("", "secrets")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Metadata the server owns: clients cannot change it with an update or a patch.
@@ -171,10 +180,7 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------------------------
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
-        obj = self.objects[rt.storage_key].get((namespace or "" if rt.namespaced else "", name))
-        if obj is None:
-            raise errors.not_found(rt.group, rt.plural, name)
-        return self.render(rt, obj)
+        return self.render(rt, self._stored(rt, namespace, name))
 
     @staticmethod
     def render(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -232,6 +238,11 @@ class Store:
             meta["generation"] = 1
         if rt.status_subresource:
             obj.pop("status", None)  # POST ignores status where it is a subresource
+            status = initial_status(rt)
+            if status is not None:
+                obj["status"] = status
+        if rt.storage_key == SERVICE_KEY:
+            allocate_cluster_ip(obj, {(o.get("spec") or {}).get("clusterIP", "") for o in self.objects[SERVICE_KEY].values()})
         obj = self._admit(rt, obj, None)
         created = self._commit(rt.storage_key, "ADDED", obj, None)
         if rt.storage_key == CRD_KEY:
@@ -275,6 +286,14 @@ class Store:
     def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         """Server-side defaulting and validation (custom resources: their schema; CRDs; namespaces)."""
         name = obj["metadata"]["name"]
+        if rt.storage_key == SECRET_KEY:
+            normalize_secret(obj)
+        if old is not None and rt.storage_key == SERVICE_KEY:
+            keep_cluster_ip(old, obj)
+        if old is not None and not rt.custom:
+            causes = immutability_causes(rt, old, obj)
+            if causes:
+                raise errors.invalid(rt.kind, rt.group, name, causes)
         if rt.storage_key == NAMESPACE_KEY:
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj["status"] = {"phase": "Terminating" if obj["metadata"].get("deletionTimestamp") else "Active"}
@@ -291,8 +310,12 @@ class Store:
         return obj
 
     # -- updating ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _object_key(rt: ResourceType, namespace: str | None, name: str) -> ObjectKey:
+        return ((namespace or "") if rt.namespaced else "", name)
+
     def _stored(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
-        obj = self.objects[rt.storage_key].get(((namespace or "") if rt.namespaced else "", name))
+        obj = self.objects[rt.storage_key].get(self._object_key(rt, namespace, name))
         if obj is None:
             raise errors.not_found(rt.group, rt.plural, name)
         return obj
@@ -321,7 +344,7 @@ class Store:
             body = yaml.safe_load(raw) if kind == APPLY_PATCH else json.loads(raw or b"null")
         except (ValueError, yaml.YAMLError) as e:
             raise errors.bad_request(f"error decoding patch: {e}") from e
-        if kind == APPLY_PATCH and (rt.storage_key, ((namespace or "") if rt.namespaced else "", name)) not in self._keys():
+        if kind == APPLY_PATCH and self._object_key(rt, namespace, name) not in self.objects[rt.storage_key]:
             return self.create(rt, namespace, body)  # server-side apply creates what is missing
         old = self._stored(rt, namespace, name)
         current = self.render(rt, old)
@@ -341,9 +364,6 @@ class Store:
         if rv is not None and rv != old["metadata"]["resourceVersion"]:
             raise errors.stale_conflict(rt.group, rt.plural, name)
         return self._write(rt, old, patched, subresource)
-
-    def _keys(self) -> set[tuple[StorageKey, ObjectKey]]:
-        return {(key, object_key) for key, objs in self.objects.items() for object_key in objs}
 
     def _write(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str | None) -> dict[str, Any]:
         """Apply an update/patch result to the main resource or one subresource."""

@@ -57,6 +57,8 @@ class EmulatorThread:
         self._thread.join(_STOP_TIMEOUT)
         if self._thread.is_alive():
             raise RuntimeError(f"the Kubernetes API emulator did not stop within {_STOP_TIMEOUT} s")
+        if self._failure is not None and exc is None:
+            raise RuntimeError("the Kubernetes API emulator failed while stopping") from self._failure
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
@@ -92,6 +94,10 @@ class EmulatorThread:
 
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(invoke(), self._loop)
         return future.result(timeout)
+
+    def faults(self) -> list[Exception]:
+        """Exceptions the emulator raised while serving (answered as HTTP 500): emulator bugs, not API errors."""
+        return self.call(lambda emulator: list(emulator.errors))
 
     def kubeconfig(self, namespace: str = "default") -> str:
         """A kubeconfig document for this emulator (plain HTTP, a dummy bearer token)."""

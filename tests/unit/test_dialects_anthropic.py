@@ -32,7 +32,7 @@ TOOLS: list[Any] = [
     },
     {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
 ]
-USER = [{"role": "user", "content": "hi"}]
+USER: Any = [{"role": "user", "content": "hi"}]
 ROUTE = RouteInfo(dialect="anthropic")
 
 
@@ -161,13 +161,17 @@ async def test_stop_reasons(finish: str, vllm_stop: Any, stop_reason: str, stop_
 
 
 @pytest.mark.parametrize(
-    ("tool_choice", "needle"),
-    [({"type": "any"}, "forces a tool call"), ({"type": "tool", "name": "Bash"}, "'Bash'")],
+    ("extra", "needle"),
+    [
+        ({"tool_choice": {"type": "any"}}, "forces a tool call"),
+        ({"tool_choice": {"type": "tool", "name": "Bash"}}, "'Bash'"),
+        ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "structured output"),
+    ],
 )
-async def test_training_refuses_forced_tool_choice(dialects_app: FastAPI, tool_choice: Any, needle: str) -> None:
+async def test_training_refuses_constrained_decoding(dialects_app: FastAPI, extra: dict[str, Any], needle: str) -> None:
     with pytest.raises(anthropic.BadRequestError) as err:
         await client(dialects_app, **{TRAINING_HEADER: "1"}).messages.create(
-            model="m", max_tokens=10, messages=USER, tools=TOOLS, tool_choice=tool_choice
+            model="m", max_tokens=10, messages=USER, tools=TOOLS, **extra
         )
     assert needle in err.value.message
     assert err.value.body == {"type": "error", "error": {"type": "invalid_request_error", "message": err.value.body["error"]["message"]}}  # type: ignore[index]
@@ -218,7 +222,7 @@ async def test_final_message_streams_as_a_normal_turn() -> None:
     rendered = dialect.render_final("Budget spent; stopping.", parsed)
     assert not isinstance(rendered, dict)
     data = b"".join([b async for b in rendered])
-    async with _sdk_over(data).messages.stream(model="m", max_tokens=5, messages=USER) as stream:  # type: ignore[arg-type]
+    async with _sdk_over(data).messages.stream(model="m", max_tokens=5, messages=USER) as stream:
         final = await stream.get_final_message()
     assert final.stop_reason == "end_turn" and final.content[0].type == "text"
     assert final.content[0].text == "Budget spent; stopping."
@@ -235,5 +239,5 @@ async def test_mid_stream_failure_raises_in_the_sdk() -> None:
 
     data = b"".join([b async for b in dialect.render_stream(broken(), parsed)])
     with pytest.raises(anthropic.APIStatusError, match="engine stream broke"):
-        async with _sdk_over(data).messages.stream(model="m", max_tokens=5, messages=USER) as stream:  # type: ignore[arg-type]
+        async with _sdk_over(data).messages.stream(model="m", max_tokens=5, messages=USER) as stream:
             await stream.get_final_message()

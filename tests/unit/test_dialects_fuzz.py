@@ -48,7 +48,9 @@ SEEDS: dict[str, tuple[str, dict[str, Any]]] = {
             "input": [
                 {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "u"}]},
                 {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call", "call_id": "d", "name": "g", "namespace": "n", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "c", "output": "r"},
+                {"type": "custom_tool_call_output", "call_id": "d", "output": [{"type": "input_text", "text": "r"}]},
             ],
             "tools": [
                 {"type": "function", "name": "f", "parameters": {"type": "object"}},
@@ -56,7 +58,7 @@ SEEDS: dict[str, tuple[str, dict[str, Any]]] = {
                 {"type": "custom", "name": "p"},
                 {"type": "web_search"},
             ],
-            "tool_choice": "auto",
+            "tool_choice": {"type": "function", "name": "g", "namespace": "n"},
             "stream": True,
             "text": {"format": {"type": "text"}},
         },
@@ -172,7 +174,7 @@ def _mutate(seed: dict[str, Any], path: tuple[Any, ...], action: str, new: Any) 
     return body
 
 
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_seeds_are_valid() -> None:

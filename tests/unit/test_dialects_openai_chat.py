@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 from fastapi import FastAPI
@@ -42,8 +43,9 @@ ROUTE = RouteInfo(dialect="openai_chat")
 
 
 def client(app: FastAPI, key: str = "sess-123", **headers: str) -> openai.AsyncOpenAI:
-    transport = httpx.ASGITransport(app=app)
-    http = httpx.AsyncClient(transport=transport, base_url="http://proxy", headers=headers)
+    # The openai SDK's transport library is httpx2 (the maintained fork of httpx).
+    transport = httpx2.ASGITransport(app=app)
+    http = httpx2.AsyncClient(transport=transport, base_url="http://proxy", headers=headers)
     return openai.AsyncOpenAI(api_key=key, base_url="http://proxy/v1", http_client=http, max_retries=0)
 
 
@@ -197,8 +199,8 @@ async def _replay(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-def _sse_response(data: bytes) -> httpx.Response:
-    return httpx.Response(200, content=data, headers={"content-type": "text/event-stream"})
+def _sse_response(data: bytes) -> httpx2.Response:
+    return httpx2.Response(200, content=data, headers={"content-type": "text/event-stream"})
 
 
 async def test_final_message_parses_as_a_normal_completion() -> None:
@@ -221,10 +223,10 @@ async def test_mid_stream_failure_raises_in_the_sdk() -> None:
     parsed = dialect.parse_request({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}, ROUTE)
     data = b"".join([b async for b in dialect.render_stream(broken(), parsed)])
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         return _sse_response(data)
 
-    sdk = openai.AsyncOpenAI(api_key="k", base_url="http://p/v1", http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    sdk = openai.AsyncOpenAI(api_key="k", base_url="http://p/v1", http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
     stream = await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
     with pytest.raises(openai.APIError, match="engine stream broke"):
         async for _ in stream:

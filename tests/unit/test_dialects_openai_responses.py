@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 import pytest
 from fastapi import FastAPI
@@ -16,26 +16,42 @@ from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
 
 from tests.fixtures.dialects_app import TRAINING_HEADER, scripted_completion, vllm_chunks
 
-SHELL: dict[str, Any] = {
+SHELL: Any = {
     "type": "function",
     "name": "shell",
     "description": "Run a command",
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
     "strict": False,
 }
-NAMESPACE: dict[str, Any] = {
+NAMESPACE: Any = {
     "type": "namespace",
     "name": "mcp__fs",
     "description": "file tools",
     "tools": [{"type": "function", "name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}],
 }
-CUSTOM: dict[str, Any] = {"type": "custom", "name": "apply_patch", "description": "Apply a patch", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
-HOSTED: dict[str, Any] = {"type": "web_search"}
+CUSTOM: Any = {"type": "custom", "name": "apply_patch", "description": "Apply a patch", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
+HOSTED: Any = {"type": "web_search"}
+FORCE_SHELL: Any = {"type": "function", "name": "shell"}
+HOSTED_CHOICE: Any = {"type": "web_search"}
+# What Codex sends on a later turn: its whole history, reasoning and hosted-tool records included.
+CODEX_HISTORY: Any = [
+    {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox: none"}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
+    {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"command":"ls"}'},
+    {"type": "function_call", "call_id": "c2", "name": "read", "namespace": "mcp__fs", "arguments": '{"path":"a"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+    {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "hello"}]},
+    {"type": "custom_tool_call", "call_id": "c3", "name": "apply_patch", "input": "*** Begin Patch"},
+    {"type": "custom_tool_call_output", "call_id": "c3", "output": "ok"},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
+]
 ROUTE = RouteInfo(dialect="openai_responses")
 
 
 def client(app: FastAPI, **headers: str) -> openai.AsyncOpenAI:
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy", headers=headers)
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://proxy", headers=headers)
     return openai.AsyncOpenAI(api_key="sess-123", base_url="http://proxy/v1", http_client=http, max_retries=0)
 
 
@@ -43,19 +59,7 @@ async def test_codex_shaped_request_becomes_the_canonical_request(dialects_app: 
     stream = await client(dialects_app).responses.create(
         model="gpt-5-codex",
         instructions="You are Codex.",
-        input=[
-            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox: none"}]},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
-            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
-            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"command":"ls"}'},
-            {"type": "function_call", "call_id": "c2", "name": "read", "namespace": "mcp__fs", "arguments": '{"path":"a"}'},
-            {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
-            {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "hello"}]},
-            {"type": "custom_tool_call", "call_id": "c3", "name": "apply_patch", "input": "*** Begin Patch"},
-            {"type": "custom_tool_call_output", "call_id": "c3", "output": "ok"},
-            {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}},
-        ],
+        input=CODEX_HISTORY,
         tools=[SHELL, NAMESPACE, CUSTOM, HOSTED],
         tool_choice="auto",
         parallel_tool_calls=False,
@@ -130,6 +134,7 @@ async def test_namespace_and_custom_tool_calls_are_rendered_back(dialects_app: F
         ([NAMESPACE], lambda item: item.type == "function_call" and (item.name, item.namespace) == ("read", "mcp__fs")),
         ([CUSTOM], lambda item: item.type == "custom_tool_call" and (item.name, item.input) == ("apply_patch", "ls -la")),
     ]:
+        resp: Any
         if stream:
             async with sdk.responses.stream(model="m", input="hi", tools=tools) as s:
                 resp = await s.get_final_response()
@@ -166,13 +171,13 @@ async def test_bad_requests_get_openai_400s(dialects_app: FastAPI, kwargs: dict[
 
 async def test_training_refuses_structured_output_and_forced_tools(dialects_app: FastAPI) -> None:
     training = client(dialects_app, **{TRAINING_HEADER: "1"})
-    fmt = {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}
+    fmt: Any = {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}
     with pytest.raises(openai.BadRequestError, match="structured output"):
-        await training.responses.create(model="m", input="hi", text=fmt)  # type: ignore[arg-type]
+        await training.responses.create(model="m", input="hi", text=fmt)
     with pytest.raises(openai.BadRequestError, match="'shell'"):
-        await training.responses.create(model="m", input="hi", tools=[SHELL], tool_choice={"type": "function", "name": "shell"})  # type: ignore[list-item]
+        await training.responses.create(model="m", input="hi", tools=[SHELL], tool_choice=FORCE_SHELL)
     # A hosted tool choice is not forcing anything upstream.
-    await training.responses.create(model="m", input="hi", tools=[SHELL, HOSTED], tool_choice={"type": "web_search"})  # type: ignore[list-item,typeddict-item]
+    await training.responses.create(model="m", input="hi", tools=[SHELL, HOSTED], tool_choice=HOSTED_CHOICE)
 
 
 async def test_mid_stream_failure_ends_in_response_failed() -> None:
@@ -186,10 +191,10 @@ async def test_mid_stream_failure_ends_in_response_failed() -> None:
 
     data = b"".join([b async for b in dialect.render_stream(broken(), parsed)])
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=data, headers={"content-type": "text/event-stream"})
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=data, headers={"content-type": "text/event-stream"})
 
-    sdk = openai.AsyncOpenAI(api_key="k", base_url="http://p/v1", http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    sdk = openai.AsyncOpenAI(api_key="k", base_url="http://p/v1", http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
     stream = await sdk.responses.create(model="m", input="x", stream=True)
     events = [e async for e in stream]
     last = events[-1]

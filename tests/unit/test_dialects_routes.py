@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 from harnessrl.runtime.proxy.dialects.base import (
+    DEFAULT_STATUS,
     MAX_JSON_DEPTH,
     CanonicalRequest,
     ChatMessage,
     DialectError,
+    ErrorKind,
     Operation,
     constrained_decoding_reasons,
     load_json_object,
@@ -19,6 +21,7 @@ from harnessrl.runtime.proxy.dialects.base import (
 )
 from harnessrl.runtime.proxy.dialects.routes import (
     DEFAULT_DIALECT,
+    DIALECTS,
     dialect_for,
     dialect_for_path,
     match_route,
@@ -148,3 +151,19 @@ async def test_stream_events_handles_arguments_before_the_name_and_stop_strings(
     finished = events[4]
     assert isinstance(finished, Finished) and (finished.reason, finished.stop_sequence) == ("stop", "END")
     assert finished.usage.output_tokens == 4 and len(events) == 5
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+@pytest.mark.parametrize("kind", sorted(DEFAULT_STATUS))
+def test_every_error_kind_renders_in_every_dialect(name: str, kind: ErrorKind) -> None:
+    rendered = DIALECTS[name].render_error(DialectError("nope", kind, retry_after=1.6 if kind in ("rate_limit", "overloaded") else None))
+    body = rendered.body
+    if name == "anthropic":
+        assert body["type"] == "error" and body["error"]["message"] == "nope"
+        assert rendered.status == (529 if kind == "overloaded" else DEFAULT_STATUS[kind])
+    elif name == "gemini":
+        assert (body["error"]["code"], body["error"]["message"]) == (rendered.status, "nope")
+        assert body["error"]["status"] == {"rate_limit": "RESOURCE_EXHAUSTED", "authentication": "UNAUTHENTICATED"}.get(kind, body["error"]["status"])
+    else:
+        assert body["error"]["message"] == "nope" and isinstance(body["error"]["type"], str)
+    assert rendered.headers == ({"retry-after": "2"} if kind in ("rate_limit", "overloaded") else {})

@@ -43,7 +43,7 @@ def _chunks(completion: Completion) -> list[CompletionChunk]:
     choice = completion.choices[0]
     chunks = [CompletionChunk(prompt_token_ids=completion.prompt_token_ids,
                               choices=[ChunkChoice(delta=UpstreamMessage(role="assistant", content=""))])]
-    for i, (tid, lp) in enumerate(zip(choice.token_ids or [], choice.logprobs.content or [], strict=True)):  # type: ignore[union-attr]
+    for i, (tid, lp) in enumerate(zip(choice.token_ids or [], choice.logprobs.content or [], strict=True)):
         delta = UpstreamMessage(tool_calls=choice.message.tool_calls) if i == 0 else UpstreamMessage(content="x")
         chunks.append(CompletionChunk(choices=[ChunkChoice(delta=delta, token_ids=[tid],
                                                            logprobs=ChoiceLogprobs(content=[lp]))]))

@@ -43,6 +43,8 @@ def opencode_config(ctx: RunContext, dialect: str) -> dict[str, object]:
         "small_model": f"{PROVIDER}/{ctx.model}",
         "autoupdate": False,
         "share": "disabled",
+        # No git snapshots of the workspace after every step: the sandbox is thrown away anyway.
+        "snapshot": False,
         "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
         "agent": {"build": {"steps": ctx.step_budget}},
     }
@@ -64,6 +66,9 @@ class OpenCode(Adapter):
             "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
             "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
             "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_CLAUDE_CODE": "1",  # do not read ~/.claude prompts and skills
+            "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
+            "OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER": "1",
             # OpenCode installs plugin packages at start-up; a dead local registry makes that fail fast offline.
             "npm_config_registry": "http://127.0.0.1:9/",
         }

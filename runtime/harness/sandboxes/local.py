@@ -2,7 +2,7 @@
 
 Each rollout gets `base_dir/<prefix>-<rollout>-<random>/` (mode 0700) holding `home/`, `workspace/`,
 `tests/` and `logs/`. Commands run:
-- in their own session and process group, with RLIMIT_CPU / RLIMIT_AS / RLIMIT_NPROC set before exec;
+- in their own session and process group, with RLIMIT_CPU / RLIMIT_DATA / RLIMIT_NPROC set before exec;
 - tagged with HARNESSRL_SANDBOX=<dir name> in their environment; on timeout, cancellation or close the group is
   SIGKILLed and then every process still carrying the tag (a daemon that left the group) is too, so nothing a
   harness starts outlives its rollout;
@@ -81,13 +81,13 @@ def isolate_mounts(base_dir: Path, own_dir: Path, hide: list[Path]) -> None:
 
 
 def child_setup(
-    limits: list[tuple[int, int]], isolation: Callable[[], None] | None, cwd: str
+    limits: list[tuple[int, int, int]], isolation: Callable[[], None] | None, cwd: str
 ) -> Callable[[], None]:
     """The preexec function: rlimits, then the mount isolation, then back into the workspace."""
 
     def setup() -> None:
-        for which, value in limits:
-            resource.setrlimit(which, (value, value))
+        for which, soft, hard in limits:
+            resource.setrlimit(which, (soft, hard))
         if isolation is not None:
             isolation()
         os.chdir(cwd)
@@ -95,12 +95,14 @@ def child_setup(
     return setup
 
 
-def rlimits(config: LocalSandboxConfig) -> list[tuple[int, int]]:
-    out = [(resource.RLIMIT_CPU, config.cpu_seconds)]
+def rlimits(config: LocalSandboxConfig) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard). CPU: SIGXCPU at the soft limit, SIGKILL 5 s later. Memory: RLIMIT_DATA, not
+    RLIMIT_AS — Node reserves gigabytes of address space for WebAssembly and fails under an AS limit."""
+    out = [(resource.RLIMIT_CPU, config.cpu_seconds, config.cpu_seconds + 5)]
     if config.memory_mb is not None:
-        out.append((resource.RLIMIT_DATA, config.memory_mb * 1024 * 1024))
+        out.append((resource.RLIMIT_DATA, config.memory_mb * 1024 * 1024, config.memory_mb * 1024 * 1024))
     if config.max_processes is not None:
-        out.append((resource.RLIMIT_NPROC, config.max_processes))
+        out.append((resource.RLIMIT_NPROC, config.max_processes, config.max_processes))
     return out
 
 
@@ -197,6 +199,7 @@ class LocalSandbox(Sandbox):
             "LANG": "C.UTF-8",
             **env,
             "HOME": self.home,
+            "PWD": cwd or self.workspace,  # some CLIs take their project directory from $PWD, not getcwd()
             "TMPDIR": str(self.root / "tmp"),
             MARKER_ENV: self.name,
         }

@@ -15,6 +15,7 @@ Request -> Chat Completions:
   Anthropic-schema client tools such as `bash_*`/`text_editor_*`) are dropped from the upstream
   request: only Anthropic can run or describe them, and leaving them out keeps the harness
   working (the model simply does not see them). Dropped names are reported in `dropped_tools`.
+- Structured outputs (`output_config.format`, `output_format`) become `response_format`.
 - `tool_choice`: auto -> auto, any -> required, tool -> that function, none -> none;
   `disable_parallel_tool_use` -> `parallel_tool_calls: false`. `top_p`/`top_k` are left out
   (the proxy samples from the full distribution); `thinking` settings are not forwarded (the
@@ -112,6 +113,8 @@ class MessagesRequest(_In):
     stop_sequences: list[str] | None = None
     temperature: float | None = Field(default=None, ge=0, le=1)
     stream: bool | None = False
+    output_config: dict[str, Any] | None = None
+    output_format: dict[str, Any] | None = None  # the structured-outputs beta's older spelling
 
 
 def _text_of(block: Mapping[str, Any], where: str) -> str:
@@ -192,7 +195,10 @@ def _assistant(content: list[dict[str, Any]], where: str) -> ChatMessage:
             continue
         else:
             raise unsupported_content(str(kind), at)
-    return ChatMessage(role="assistant", content=join_text(parts) if parts else None, tool_calls=calls or None)
+    # Text or tool calls; an assistant turn of only (dropped) thinking becomes empty text, never
+    # a null content that a chat template might print.
+    content = join_text(parts) if parts else (None if calls else "")
+    return ChatMessage(role="assistant", content=content, tool_calls=calls or None)
 
 
 def _messages(req: MessagesRequest) -> list[ChatMessage]:
@@ -231,6 +237,16 @@ def _tool_choice(choice: _ToolChoiceIn | None) -> ToolChoice | None:
             raise DialectError("tool_choice of type 'tool' needs a name", param="tool_choice.name")
         return NamedToolChoice(function=NamedFunction(name=choice.name))
     return {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+
+
+def _response_format(req: MessagesRequest) -> dict[str, Any] | None:
+    """Structured outputs (`output_config.format` / `output_format`) as Chat Completions'
+    `response_format`, so the canonical check refuses them in training sessions."""
+    fmt = (req.output_config or {}).get("format") or req.output_format
+    if not isinstance(fmt, dict):
+        return None
+    schema = fmt.get("schema") if isinstance(fmt.get("schema"), dict) else {}
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
 
 
 def _stop_reason(reason: str | None, has_tool_calls: bool, stop_sequence: str | None) -> str:
@@ -295,6 +311,7 @@ class AnthropicDialect(Dialect):
             temperature=req.temperature,
             stop=req.stop_sequences or None,
             stream=bool(req.stream) and not counting,
+            response_format=_response_format(req),
         )
         return ParsedRequest(
             canonical=canonical,

@@ -141,6 +141,13 @@ def _str_field(item: Mapping[str, Any], key: str, where: str) -> str:
     return value
 
 
+def _namespace(item: Mapping[str, Any], where: str) -> str | None:
+    value = item.get("namespace")
+    if value is not None and not isinstance(value, str):
+        raise DialectError(f"invalid request: {where}.namespace must be a string", param=f"{where}.namespace")
+    return value
+
+
 def _parts(content: Any, where: str) -> str | list[TextPart]:
     if isinstance(content, str):
         return content
@@ -200,11 +207,11 @@ def _messages(req: ResponsesRequest) -> list[ChatMessage]:
         if kind == "message":
             history.message(item, where)
         elif kind == "function_call":
-            name = flat_name(_str_field(item, "name", where), item.get("namespace"))
+            name = flat_name(_str_field(item, "name", where), _namespace(item, where))
             history.call(_str_field(item, "call_id", where), name, _str_field(item, "arguments", where))
         elif kind == "custom_tool_call":
             args = dumps({"input": _str_field(item, "input", where)})
-            name = flat_name(_str_field(item, "name", where), item.get("namespace"))
+            name = flat_name(_str_field(item, "name", where), _namespace(item, where))
             history.call(_str_field(item, "call_id", where), name, args)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             history.output(_str_field(item, "call_id", where), item.get("output", ""), f"{where}.output")
@@ -284,7 +291,8 @@ def _tool_choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
     if isinstance(choice, dict):
         kind = choice.get("type")
         if kind in ("function", "custom") and isinstance(choice.get("name"), str):
-            return NamedToolChoice(function=NamedFunction(name=flat_name(choice["name"], choice.get("namespace"))))
+            name = flat_name(choice["name"], _namespace(choice, "tool_choice"))
+            return NamedToolChoice(function=NamedFunction(name=name))
         if kind == "allowed_tools" and choice.get("mode") in ("auto", "required"):
             return choice["mode"]
         if isinstance(kind, str):  # a hosted tool (web_search, mcp, ...) that is not offered upstream
@@ -308,7 +316,7 @@ def _usage(usage: Usage | None, prompt_tokens: int | None = None) -> dict[str, A
     reasoning = int((u.completion_tokens_details or {}).get("reasoning_tokens") or 0)
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": u.cached_tokens},
+        "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + u.output_tokens,

@@ -1,0 +1,243 @@
+"""The load generator: plays concurrent multi-turn agent sessions against one target and times every call.
+
+One asyncio loop (uvloop) with one aiohttp connection pool per client process; `run_clients` spreads the sessions
+over several processes so the client is not what saturates, and each process reports its own CPU time and event
+loop lag so the report can show that. Sessions start spread over the first pause (no thundering herd), then each
+one waits `pause_s` between the end of a call and the next call, as a harness running a tool would.
+
+A session ends at its first failed call (as a harness that gives up would); it has *finished* when all its turns
+succeeded. Calls still in flight at the level's deadline are cut and counted apart from errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import resource
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from workload import DIALECTS, ReplyError, SessionPlan, SessionWorkload, output_seed, tool_output
+
+OUTPUT_POOL = 61  # distinct tool outputs per client process, picked per (session, turn)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Where the sessions go. `keys[i]` is session i's API key (the proxy's session id); `baseline_fields`
+    set means this is the engine itself, sent the OpenAI-chat body the proxy would send."""
+
+    name: str
+    base_url: str
+    model: str
+    keys: list[str]
+    baseline_fields: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    sessions: int
+    turns: int
+    pause_s: float
+    stream_fraction: float = 0.5
+    tool_tokens: int = 500
+    call_timeout_s: float = 60.0
+    duration_limit_s: float = 600.0  # from the start of the level; calls in flight then are cut
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    session: int
+    turn: int
+    dialect: str
+    stream: bool
+    started_s: float  # since the level's start
+    latency_s: float
+    outcome: str  # "ok", "cut" (in flight at the deadline), or an error description
+
+
+@dataclass
+class ClientStats:
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    lag_samples_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class WorkerResult:
+    records: list[CallRecord]
+    finished_sessions: int
+    client: ClientStats
+
+
+# --------------------------------------------------------------------------------------------- one session
+
+
+class _Cut(Exception):
+    pass
+
+
+def _lines(buffer: bytearray, chunk: bytes) -> Iterator[bytes]:
+    """Complete lines of an SSE body, fed chunk by chunk (lines may be longer than aiohttp's readline limit:
+    the engine's first streamed chunk carries the whole prompt's token ids)."""
+    buffer.extend(chunk)
+    while True:
+        end = buffer.find(b"\n")
+        if end < 0:
+            return
+        line = bytes(buffer[:end]).rstrip(b"\r")
+        del buffer[: end + 1]
+        yield line
+
+
+async def _call(http: aiohttp.ClientSession, target: TargetSpec, work: SessionWorkload) -> Any:
+    request = work.request()
+    async with http.post(target.base_url + request.path, data=request.body, headers=request.headers) as resp:
+        if resp.status != 200:
+            text = (await resp.read())[:200].decode("utf-8", "replace")
+            raise ReplyError(f"HTTP {resp.status}: {text}")
+        if not work.stream:
+            return work.parse(await resp.read())
+        reader = work.stream_reader()
+        buffer = bytearray()
+        async for chunk in resp.content.iter_any():
+            for line in _lines(buffer, chunk):
+                reader.feed(line)
+        if buffer:
+            reader.feed(bytes(buffer))
+        return reader.finish()
+
+
+async def _session(
+    http: aiohttp.ClientSession,
+    target: TargetSpec,
+    spec: LoadSpec,
+    index: int,
+    start: float,
+    outputs: list[str],
+    records: list[CallRecord],
+) -> bool:
+    plan = SessionPlan.of(index, spec.stream_fraction)
+    work = SessionWorkload(
+        plan.dialect, plan.stream, target.keys[index], target.model, baseline_fields=target.baseline_fields
+    )
+    label = "openai_chat" if target.baseline_fields is not None else plan.dialect
+    # Spread session starts over one pause (golden-ratio offsets: even at any session count).
+    await asyncio.sleep(
+        max(0.0, start + spec.pause_s * (index * 0.6180339887498949 % 1.0) - time.perf_counter())
+    )
+    for turn in range(spec.turns):
+        began = time.perf_counter()
+        try:
+            reply = await _call(http, target, work)
+            outcome = "ok"
+        except asyncio.CancelledError:
+            records.append(
+                CallRecord(index, turn, label, plan.stream, began - start, time.perf_counter() - began, "cut")
+            )
+            raise
+        except (ReplyError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            outcome = f"{type(exc).__name__}: {exc}"[:200] or type(exc).__name__
+        records.append(
+            CallRecord(index, turn, label, plan.stream, began - start, time.perf_counter() - began, outcome)
+        )
+        if outcome != "ok":
+            return False
+        try:
+            work.record_turn(reply, outputs[output_seed(index, turn) % len(outputs)])
+        except ReplyError as exc:
+            records[-1] = CallRecord(
+                index, turn, label, plan.stream, began - start, records[-1].latency_s, str(exc)[:200]
+            )
+            return False
+        if turn + 1 < spec.turns:
+            await asyncio.sleep(spec.pause_s)
+    return True
+
+
+async def _lag_monitor(samples: list[float], period_s: float = 0.05) -> None:
+    """How late the loop wakes a sleeper: a saturated client shows up here before anywhere else."""
+    while True:
+        began = time.perf_counter()
+        await asyncio.sleep(period_s)
+        samples.append(time.perf_counter() - began - period_s)
+
+
+async def run_sessions(
+    target: TargetSpec, spec: LoadSpec, indices: list[int], start_wall: float
+) -> WorkerResult:
+    """Play the sessions `indices`; the level starts at the wall-clock time `start_wall`."""
+    outputs = [tool_output(seed, spec.tool_tokens) for seed in range(OUTPUT_POOL)]
+    records: list[CallRecord] = []
+    stats = ClientStats()
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0, ttl_dns_cache=None)
+    timeout = aiohttp.ClientTimeout(total=spec.call_timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as http:
+        await asyncio.sleep(max(0.0, start_wall - time.time()))
+        start = time.perf_counter()
+        cpu0 = time.process_time()
+        lag = asyncio.create_task(_lag_monitor(stats.lag_samples_s))
+        tasks = [
+            asyncio.create_task(_session(http, target, spec, i, start, outputs, records)) for i in indices
+        ]
+        done, pending = await asyncio.wait(
+            tasks, timeout=max(0.0, start + spec.duration_limit_s - time.perf_counter())
+        )
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*pending, return_exceptions=True)
+        lag.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await lag
+        stats.cpu_s = time.process_time() - cpu0
+        stats.wall_s = time.perf_counter() - start
+    finished = sum(1 for t in done if not t.cancelled() and t.exception() is None and t.result())
+    return WorkerResult(records, finished, stats)
+
+
+def _worker(target: TargetSpec, spec: LoadSpec, indices: list[int], start_wall: float) -> WorkerResult:
+    raise_fd_limit()
+    try:
+        import uvloop
+    except ImportError:  # plain asyncio works, at a higher client cost per call
+        return asyncio.run(run_sessions(target, spec, indices, start_wall))
+    return uvloop.run(run_sessions(target, spec, indices, start_wall))
+
+
+def run_clients(
+    target: TargetSpec, spec: LoadSpec, procs: int, start_delay_s: float = 2.0
+) -> list[WorkerResult]:
+    """Run all `spec.sessions` sessions over `procs` client processes (session i goes to process i % procs)."""
+    procs = max(1, min(procs, spec.sessions))
+    shares = [list(range(p, spec.sessions, procs)) for p in range(procs)]
+    start_wall = time.time() + start_delay_s
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=procs, mp_context=context) as pool:
+        futures = [pool.submit(_worker, target, spec, share, start_wall) for share in shares]
+        return [f.result() for f in futures]
+
+
+def raise_fd_limit() -> int:
+    """Lift the soft open-files limit to the hard one (thousands of sessions = thousands of sockets)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return wanted
+
+
+__all__ = [
+    "DIALECTS",
+    "CallRecord",
+    "LoadSpec",
+    "TargetSpec",
+    "WorkerResult",
+    "raise_fd_limit",
+    "run_clients",
+]

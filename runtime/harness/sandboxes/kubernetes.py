@@ -1,0 +1,323 @@
+"""The kubernetes sandbox: one Pod per rollout plus a NetworkPolicy that lets it reach only the proxy and DNS.
+
+The Pod (`sleep infinity` in the pool's image, runtimeClassName/resources/nodeSelector from the pool) is
+ownerless — a runner restart must not delete it through garbage collection mid-rollout — but labelled with
+the pool, runner and rollout, so a restarted runner reaps what its predecessor left (`start`) and `shutdown`
+deletes everything still open. `activeDeadlineSeconds` bounds a Pod whose runner died before reaping it.
+Commands run through the exec API (the official client's websocket stream) under coreutils `timeout`; after
+every command `kill -9 -1` in the container ends whatever the harness left running.
+
+Tasks from an OCI image are mounted into the runner's own pod (an image volume rendered by the operator) and
+read as a directory there; the task files travel into the sandbox Pod through exec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import re
+import secrets
+import time
+from typing import Any
+
+from harnessrl.runtime.harness.config import KubernetesSandboxConfig
+from harnessrl.runtime.harness.sandboxes import remote
+from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.tasks import Task
+
+log = logging.getLogger(__name__)
+
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_POOL = "harnessrl.io/pool"
+LABEL_RUNNER = "harnessrl.io/runner"
+LABEL_ROLLOUT = "harnessrl.io/rollout"
+LABEL_SANDBOX = "harnessrl.io/sandbox"
+CONTAINER = "sandbox"
+HOME = "/home/agent"
+TESTS = "/tests"
+LOGS = "/logs"
+# Slack on top of the harness and grader timeouts before the kubelet kills an abandoned Pod.
+DEADLINE_SLACK_S = 600
+
+
+def label_value(value: str) -> str:
+    """A valid label value (≤ 63 chars of [A-Za-z0-9-_.], alphanumeric at both ends)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:63].strip("-_.")
+    return cleaned or "x"
+
+
+def sandbox_labels(config: KubernetesSandboxConfig, pool: str, runner_id: str, rollout_id: str, name: str) -> dict[str, str]:
+    return {
+        **config.labels,
+        LABEL_MANAGED: "harnessrl",
+        LABEL_POOL: label_value(pool),
+        LABEL_RUNNER: label_value(runner_id),
+        LABEL_ROLLOUT: label_value(rollout_id),
+        LABEL_SANDBOX: name,
+    }
+
+
+def owner_selector(pool: str, runner_id: str) -> str:
+    return f"{LABEL_MANAGED}=harnessrl,{LABEL_POOL}={label_value(pool)},{LABEL_RUNNER}={label_value(runner_id)}"
+
+
+def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str], deadline_s: int) -> dict[str, Any]:
+    mounts = {"workspace": config.workdir, "home": HOME, "tests": TESTS, "logs": LOGS}
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": config.image,
+        "command": ["sleep", "infinity"],
+        "workingDir": config.workdir,
+        "env": [{"name": "HOME", "value": HOME}, {"name": "LOGS_DIR", "value": LOGS}],
+        "volumeMounts": [{"name": vol, "mountPath": path} for vol, path in mounts.items()],
+    }
+    resources = {k: v for k, v in config.resources.model_dump().items() if v}
+    if resources:
+        container["resources"] = resources
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 0,
+        "activeDeadlineSeconds": deadline_s,
+        "containers": [container],
+        "volumes": [{"name": vol, "emptyDir": {}} for vol in mounts],
+    }
+    if config.runtime_class_name:
+        spec["runtimeClassName"] = config.runtime_class_name
+    if config.service_account_name:
+        spec["serviceAccountName"] = config.service_account_name
+    if config.node_selector:
+        spec["nodeSelector"] = dict(config.node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Deny all ingress; allow egress only to the proxy's pods on its port, and to cluster DNS."""
+    proxy_peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(config.proxy_pod_labels)}}
+    if config.proxy_namespace:
+        proxy_peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": config.proxy_namespace}}
+    dns_peer = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_SANDBOX: name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [
+                {"to": [proxy_peer], "ports": [{"protocol": "TCP", "port": config.proxy_port}]},
+                {"to": [dns_peer], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+            ],
+        },
+    }
+
+
+class KubernetesSandbox(Sandbox):
+    def __init__(self, provider: KubernetesProvider, name: str) -> None:
+        self.provider = provider
+        self.name = name
+        self.home = HOME
+        self.workspace = provider.config.workdir
+        self.tests_dir = TESTS
+        self.logs_dir = LOGS
+        self._closed = False
+
+    async def _sh(self, line: str, timeout_s: float) -> ExecResult:
+        return await asyncio.to_thread(self.provider.exec, self.name, ["sh", "-c", line], timeout_s)
+
+    async def write_files(self, files: dict[str, str]) -> None:
+        for path, content in files.items():
+            res = await self._sh(remote.write_file_line(path, content), 60)
+            if res.exit_code != 0:
+                raise SandboxError(f"writing {path} in pod {self.name} failed: {res.stderr[-300:]}")
+
+    async def read_file(self, path: str) -> str | None:
+        res = await self._sh(remote.read_file_line(path), 60)
+        if res.exit_code == 3:
+            return None
+        if res.exit_code != 0:
+            raise SandboxError(f"reading {path} in pod {self.name} failed: {res.stderr[-300:]}")
+        return base64.b64decode(res.stdout).decode(errors="replace")
+
+    async def put_dir(self, b64: str, dest: str) -> None:
+        res = await self._sh(remote.untar_line(b64, dest), 120)
+        if res.exit_code != 0:
+            raise SandboxError(f"copying files into {dest} in pod {self.name} failed: {res.stderr[-300:]}")
+
+    async def put_tests(self, task: Task) -> None:
+        await self.put_dir(remote.tar_b64(task.tests_dir), self.tests_dir)
+
+    async def run(self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None) -> ExecResult:
+        line = remote.shell_line(argv, {"HOME": self.home, **env}, cwd or self.workspace, timeout_s)
+        started = time.monotonic()
+        try:
+            res = await self._sh(line, timeout_s + 30)
+        finally:
+            # Whatever the command left behind (daemons, backgrounded tools) dies with it.
+            await asyncio.shield(self._sh("kill -9 -1 2>/dev/null; true", 30))
+        elapsed = time.monotonic() - started
+        res.timed_out = res.timed_out or (res.exit_code == remote.TIMEOUT_KILLED and elapsed >= timeout_s)
+        res.duration_s = elapsed
+        return res
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self.provider.delete, self.name)
+        self.provider.open_sandboxes.pop(self.name, None)
+
+
+class KubernetesProvider(SandboxProvider):
+    def __init__(
+        self, config: KubernetesSandboxConfig, pool: str, runner_id: str, api_client: Any | None = None,
+        deadline_s: int = 4 * 3600,
+    ) -> None:
+        from kubernetes import client as k8s
+
+        if api_client is None:
+            api_client = self._load_client(config)
+        self.config = config
+        self.pool = pool
+        self.runner_id = runner_id
+        self.core = k8s.CoreV1Api(api_client)
+        self.net = k8s.NetworkingV1Api(api_client)
+        self.deadline_s = deadline_s + DEADLINE_SLACK_S
+        self.open_sandboxes: dict[str, KubernetesSandbox] = {}
+
+    @staticmethod
+    def _load_client(config: KubernetesSandboxConfig) -> Any:
+        from kubernetes import client as k8s
+        from kubernetes import config as k8s_config
+
+        if config.kubeconfig is not None:
+            return k8s_config.new_client_from_config(config_file=str(config.kubeconfig))
+        try:
+            k8s_config.load_incluster_config()
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config()
+        return k8s.ApiClient()
+
+    # -- API calls (blocking; called through asyncio.to_thread) -------------------------------------------
+
+    def create(self, rollout_id: str) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        name = f"hrl-{label_value(self.pool)[:20].lower()}-{secrets.token_hex(6)}".replace("_", "-").replace(".", "-")
+        labels = sandbox_labels(self.config, self.pool, self.runner_id, rollout_id, name)
+        ns = self.config.namespace
+        try:
+            # The policy first: the Pod must never run unrestricted, even for a moment.
+            self.net.create_namespaced_network_policy(ns, network_policy_manifest(self.config, name, labels))
+            self.core.create_namespaced_pod(ns, pod_manifest(self.config, name, labels, self.deadline_s))
+        except ApiException as exc:
+            self.delete(name)
+            raise SandboxError(f"creating sandbox {name}: {exc.status} {exc.reason}") from exc
+        return name
+
+    def wait_running(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        deadline = time.monotonic() + self.config.pod_start_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                pod = self.core.read_namespaced_pod(name, self.config.namespace)
+            except ApiException as exc:
+                raise SandboxError(f"sandbox pod {name}: {exc.status} {exc.reason}") from exc
+            phase = pod.status.phase if pod.status else None
+            if phase == "Running":
+                return
+            if phase in ("Failed", "Succeeded"):
+                raise SandboxError(f"sandbox pod {name} ended ({phase}) before it ran anything")
+            time.sleep(0.5)
+        raise SandboxError(f"sandbox pod {name} not running after {self.config.pod_start_timeout_s:.0f}s")
+
+    def exec(self, name: str, argv: list[str], timeout_s: float) -> ExecResult:
+        from kubernetes.stream import stream
+
+        try:
+            ws = stream(
+                self.core.connect_get_namespaced_pod_exec, name, self.config.namespace, container=CONTAINER,
+                command=argv, stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False,
+            )
+        except Exception as exc:  # the client raises ApiException or websocket errors
+            raise SandboxError(f"exec in pod {name} failed: {exc}") from exc
+        out: list[str] = []
+        err: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        timed_out = False
+        try:
+            while ws.is_open():
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                ws.update(timeout=1)
+                if ws.peek_stdout():
+                    out.append(ws.read_stdout())
+                if ws.peek_stderr():
+                    err.append(ws.read_stderr())
+            code = ws.returncode
+        finally:
+            ws.close()
+        stdout, stderr = "".join(out)[-remote.MAX_INLINE_BYTES * 4 :], "".join(err)[-65536:]
+        return ExecResult(exit_code=code if code is not None else -1, stdout=stdout, stderr=stderr, timed_out=timed_out)
+
+    def delete(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        ns = self.config.namespace
+        for call in (
+            lambda: self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0),
+            lambda: self.net.delete_namespaced_network_policy(name, ns),
+        ):
+            try:
+                call()
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.warning("deleting sandbox %s: %s %s", name, exc.status, exc.reason)
+
+    def reap(self) -> int:
+        """Delete every sandbox Pod and NetworkPolicy labelled as this runner's."""
+        selector = owner_selector(self.pool, self.runner_id)
+        ns = self.config.namespace
+        names = {p.metadata.name for p in self.core.list_namespaced_pod(ns, label_selector=selector).items}
+        names |= {n.metadata.name for n in self.net.list_namespaced_network_policy(ns, label_selector=selector).items}
+        for name in names:
+            self.delete(name)
+        return len(names)
+
+    # -- SandboxProvider ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        reaped = await asyncio.to_thread(self.reap)
+        if reaped:
+            log.info("reaped %d sandboxes left by an earlier runner", reaped)
+
+    async def open(self, rollout_id: str, task: Task) -> KubernetesSandbox:
+        name = await asyncio.to_thread(self.create, rollout_id)
+        sandbox = KubernetesSandbox(self, name)
+        self.open_sandboxes[name] = sandbox
+        try:
+            await asyncio.to_thread(self.wait_running, name)
+            if task.environment_dir.is_dir():
+                await sandbox.put_dir(remote.tar_b64(task.environment_dir), sandbox.workspace)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    async def shutdown(self) -> None:
+        for sandbox in list(self.open_sandboxes.values()):
+            await sandbox.close()
+        await asyncio.to_thread(self.reap)

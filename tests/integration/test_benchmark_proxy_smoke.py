@@ -1,0 +1,50 @@
+"""Smoke run of the proxy load benchmark (`benchmarks/proxy/run.py --quick`): the engine stand-in (the scripted
+vLLM server in fast mode, a stand-in for a real engine) and `harnessrl proxy` as real processes on loopback,
+8 sessions (each dialect, streamed and not) x 3 turns against the proxy and straight to the engine. Checks the
+results files have the expected rows, zero errors, and that every process the run started is gone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(180)
+def test_quick_benchmark_writes_its_tables_with_zero_errors(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/proxy/run.py", "--quick", "--out-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["command"].endswith(f"run.py --quick --out-dir {tmp_path}")
+    [level] = results["levels"]
+    assert (level["sessions"], level["turns"]) == (8, 3)
+    by_target = {t["target"]: t for t in level["targets"]}
+    assert list(by_target) == ["baseline", "harnessrl"]
+    for t in by_target.values():
+        assert (t["sessions_finished"], t["errors"], t["cut_at_deadline"], t["calls_ok"]) == (8, 0, 0, 24), t
+        assert 0 < t["p50_ms"] <= t["p99_ms"]
+    proxy = by_target["harnessrl"]
+    assert proxy["p99_added_ms"] == pytest.approx(proxy["p99_ms"] - by_target["baseline"]["p99_ms"])
+    assert proxy["cpu_per_call_ms"] > 0 and proxy["rss_per_session_mb"] is not None
+    assert proxy["server"]["rss_end_mb"] > 0
+
+    markdown = (tmp_path / "results.md").read_text()
+    assert "## 8 sessions, 0.2 s between calls, 3 turns" in markdown
+    assert "| baseline | 8/8 | 0 | 0 |" in markdown and "| harnessrl | 8/8 | 0 | 0 |" in markdown
+
+    # engine + one proxy, each stopped by PID at the end
+    names = sorted(p.split(" pid ")[0] for p in results["processes"])
+    assert names == ["engine", "harnessrl"]
+    for entry in results["processes"]:
+        pid = int(entry.split(" pid ")[1])
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

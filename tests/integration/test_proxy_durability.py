@@ -1,0 +1,185 @@
+"""Durability and routing of the proxy process: rebuild from the journal after SIGKILL (byte for byte), TTL
+expiry, two engine replicas with session affinity and drain, pause/resume for weight sync, engine down."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.proxy_server import ProxyFactory, ProxyProcess, start_proxy_process
+from tests.integration.proxy_helpers import BY_NAME, DIALECTS, assert_dialect_error, create_session, send
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _engine() -> Any:
+    from harnessrl.runtime.engine.scripted import (
+        ScriptedEngine,
+        ScriptedEngineServer,
+        ScriptedReply,
+        ScriptedToolCall,
+        make_tokenizer,
+    )
+
+    server = ScriptedEngineServer(ScriptedEngine(make_tokenizer("bytes"))).start()
+    server.set_script([
+        ScriptedReply(content="slow answer", when_contains="SLOW", delay_s=1.5),
+        ScriptedReply(content="never seen", when_contains="STUCK", delay_s=4),
+        ScriptedReply(tool_calls=[ScriptedToolCall(name="bash", arguments={"command": "ls"})], when_tools=True,
+                      when_last_role="user"),
+        ScriptedReply(content="Done."),
+    ])
+    return server
+
+
+@pytest.fixture(scope="module")
+def engines() -> Iterator[list[Any]]:
+    servers = [_engine(), _engine()]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def two_engine_proxy(engines: list[Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
+    process = start_proxy_process(tmp_path_factory.mktemp("proxy2"), [e.root_url for e in engines])
+    yield process
+    process.stop()
+
+
+def _snapshot(proxy: ProxyProcess, sids: list[str]) -> dict[str, bytes]:
+    out = {}
+    for sid in sids:
+        for path in (f"/sessions/{sid}", f"/sessions/{sid}/sequences", f"/sessions/{sid}/turns"):
+            response = httpx.get(f"{proxy.url}{path}", headers=proxy.admin_headers, timeout=10)
+            assert response.status_code == 200, response.text
+            out[path] = response.content
+    return out
+
+
+def _chat_turns(proxy: ProxyProcess, sid: str, turns: int, stream_every: int = 2) -> None:
+    """A harness-like episode: the history (with each answer and a tool result) is replayed every call."""
+    chat = BY_NAME["openai_chat"]
+    body = chat.body("Fix the bug.", tools=True)
+    for i in range(turns):
+        stream = i % stream_every == 1
+        response = send(proxy.url, chat, sid, {**body, "stream": stream}, stream=stream)
+        assert response.status_code == 200, response.text
+        body["messages"] = [*body["messages"], {"role": "assistant", "content": f"step {i}"},
+                            {"role": "user", "content": f"tool output {i}"}]
+
+
+def test_journal_rebuilds_sessions_byte_for_byte_after_sigkill(proxy_factory: ProxyFactory,
+                                                               engines: list[Any]) -> None:
+    proxy = proxy_factory([engines[0].root_url])
+    sids = [str(create_session(proxy.url, proxy.admin_headers, rollout_id=f"r{i}")["session_id"]) for i in range(3)]
+    for sid in sids:
+        _chat_turns(proxy, sid, 3)
+    for dialect in DIALECTS:  # one turn per dialect, streamed, in the first session
+        assert send(proxy.url, dialect, sids[0], dialect.body("hi", stream=True), stream=True).status_code == 200
+    closed = str(create_session(proxy.url, proxy.admin_headers)["session_id"])
+    httpx.delete(f"{proxy.url}/sessions/{closed}", headers=proxy.admin_headers)
+    # A call still in flight when the replica dies: its response never reached the client.
+    chat = BY_NAME["openai_chat"]
+    inflight = threading.Thread(target=lambda: _swallow(lambda: send(proxy.url, chat, sids[1], chat.body("STUCK"))))
+    inflight.start()
+    time.sleep(0.3)
+    before = _snapshot(proxy, sids)
+    proxy.kill()
+    inflight.join(timeout=10)
+    proxy.start()
+    assert _snapshot(proxy, sids) == before
+    assert httpx.get(f"{proxy.url}/sessions/{closed}", headers=proxy.admin_headers).status_code == 404
+    # The rebuilt session goes on: the next turn links to the last one.
+    turns = httpx.get(f"{proxy.url}/sessions/{sids[2]}/turns", headers=proxy.admin_headers).json()
+    _chat_turns(proxy, sids[2], 4)
+    after = httpx.get(f"{proxy.url}/sessions/{sids[2]}/turns", headers=proxy.admin_headers).json()
+    assert after[: len(turns)] == turns and len(after) == len(turns) + 4
+    # A restart compacts the journal to the live sessions: the closed one's records are gone.
+    assert closed not in (proxy.journal_dir / "proxy-0.jsonl").read_text()
+
+
+def _swallow(call: Any) -> None:
+    with contextlib.suppress(httpx.HTTPError):
+        call()
+
+
+def test_sessions_expire_after_the_ttl(proxy_factory: ProxyFactory, engines: list[Any]) -> None:
+    proxy = proxy_factory([engines[0].root_url], session_ttl_s=1.0)
+    sid = str(create_session(proxy.url, proxy.admin_headers)["session_id"])
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin_headers).status_code == 200:
+        assert time.monotonic() < deadline, "session did not expire"
+        time.sleep(0.2)
+    chat = BY_NAME["openai_chat"]
+    assert_dialect_error("openai_chat", send(proxy.url, chat, sid, chat.body("hi")), 401)
+    assert 'harnessrl_proxy_sessions_ended_total{reason="expired"} 1.0' in httpx.get(f"{proxy.url}/metrics").text
+
+
+def test_two_engines_session_affinity_and_drain(two_engine_proxy: ProxyProcess, engines: list[Any]) -> None:
+    proxy = two_engine_proxy
+    sids = [str(create_session(proxy.url, proxy.admin_headers)["session_id"]) for _ in range(8)]
+    owner: dict[str, int] = {}
+    for sid in sids:
+        counts = [len(e.engine.calls) for e in engines]
+        _chat_turns(proxy, sid, 3)
+        grew = [len(e.engine.calls) - c for e, c in zip(engines, counts, strict=True)]
+        assert sorted(grew) == [0, 3], grew  # all three turns of a session on one engine
+        owner[sid] = grew.index(3)
+    assert set(owner.values()) == {0, 1}  # sessions spread over both
+    # Drain engine 0 while a slow call is in flight on it: the call finishes, new calls go to engine 1.
+    on_zero = next(s for s, e in owner.items() if e == 0)
+    chat = BY_NAME["openai_chat"]
+    result: dict[str, httpx.Response] = {}
+    slow = threading.Thread(target=lambda: result.setdefault("r", send(proxy.url, chat, on_zero, chat.body("SLOW"))))
+    slow.start()
+    time.sleep(0.3)
+    drained = httpx.post(f"{proxy.url}/engines/drain", headers=proxy.admin_headers,
+                         json={"url": engines[0].root_url, "draining": True})
+    assert drained.status_code == 200 and drained.json()["inflight"] == 1
+    before = len(engines[0].engine.calls)
+    for sid in sids:
+        assert send(proxy.url, chat, sid, chat.body("more")).status_code == 200
+    assert len(engines[0].engine.calls) == before
+    slow.join(timeout=10)
+    assert result["r"].status_code == 200 and "slow answer" in result["r"].text
+    httpx.post(f"{proxy.url}/engines/drain", headers=proxy.admin_headers,
+               json={"url": engines[0].root_url, "draining": False})
+
+
+def test_pause_holds_new_calls_until_resume(two_engine_proxy: ProxyProcess) -> None:
+    proxy = two_engine_proxy
+    sid = str(create_session(proxy.url, proxy.admin_headers)["session_id"])
+    chat = BY_NAME["openai_chat"]
+    paused = httpx.post(f"{proxy.url}/admin/pause", headers=proxy.admin_headers, timeout=10)
+    assert paused.json() == {"paused": True, "inflight": 0}
+    result: dict[str, httpx.Response] = {}
+    waiting = threading.Thread(target=lambda: result.setdefault("r", send(proxy.url, chat, sid, chat.body("hi"))))
+    waiting.start()
+    time.sleep(0.5)
+    assert "r" not in result  # held, not failed
+    httpx.post(f"{proxy.url}/admin/resume", headers=proxy.admin_headers)
+    waiting.join(timeout=10)
+    assert result["r"].status_code == 200
+
+
+def test_engine_unreachable_is_an_overloaded_error_with_retry_after(proxy_factory: ProxyFactory) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    proxy = proxy_factory([dead])
+    sid = str(create_session(proxy.url, proxy.admin_headers)["session_id"])
+    for dialect in DIALECTS:
+        for stream in (False, True):
+            response = send(proxy.url, dialect, sid, dialect.body("hi", stream=stream), stream=stream)
+            assert_dialect_error(dialect.name, response, 529 if dialect.name == "anthropic" else 503)
+            assert int(response.headers["retry-after"]) >= 1
+    assert httpx.get(f"{proxy.url}/healthz").status_code == 200

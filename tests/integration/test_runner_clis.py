@@ -1,0 +1,104 @@
+"""Each real harness CLI (installed by `make tools`) runs a shipped task through the runner: local sandbox, the
+real proxy process in front of the scripted engine (vLLM's wire shape, token ids and logprobs included), and the
+learner's real coordinator app for leases and completions. The engine's script answers with a tool call in the
+harness's own tool names that writes the answer, then a final message."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harnessrl.runtime.engine.scripted import ScriptedReply, ScriptedToolCall
+from harnessrl.runtime.harness.sandboxes.local import tagged_pids
+from harnessrl.runtime.learner.protocol import OutcomeKind
+
+pytestmark = pytest.mark.clis
+
+
+@pytest.fixture(autouse=True)
+def _clis_on_path(harness_cli_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", harness_cli_path)
+
+TASK = "sales-total"
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+ANSWER = json.loads((TASKS / "train" / TASK / "tests" / "expected.json").read_text())["value"]
+DONE = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # how mini-swe-agent ends its episode
+
+
+def shell_call(harness: str, command: str) -> ScriptedToolCall:
+    """A shell tool call as each harness names and shapes it."""
+    if harness == "codex":
+        return ScriptedToolCall(name="exec_command", arguments={"cmd": command})
+    name = {"claude-code": "Bash", "gemini-cli": "run_shell_command", "qwen-code": "run_shell_command"}.get(harness, "bash")
+    return ScriptedToolCall(name=name, arguments={"command": command, "description": "write the answer"})
+
+
+def script(harness: str, answer: object, delay_s: float = 0.0) -> list[ScriptedReply]:
+    final = (
+        ScriptedReply(tool_calls=[shell_call(harness, DONE)], when_last_role="tool")
+        if harness == "mini-swe-agent"
+        else ScriptedReply(content="I wrote the answer to answer.txt.", when_last_role="tool")
+    )
+    write = shell_call(harness, f"echo {answer} > answer.txt")
+    return [ScriptedReply(tool_calls=[write], when_tools=True, when_last_role="user", delay_s=delay_s), final]
+
+
+async def one_rollout(stack: Any, harness: str, **overrides: Any) -> tuple[Any, Any, Any]:
+    """Lease one rollout from the coordinator, run it, complete it: (runner, completion, ack)."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        runner = stack.make_runner(f"{harness}-pool", {"name": harness}, http, **overrides)
+        await runner.provider.start()
+        leased = await runner.lease(1)
+        (lease,) = leased.leases
+        assert lease.task_id == TASK and lease.harness == harness
+        completion = await runner.rollout(lease)
+        ack = await runner.complete(completion)
+        await runner.provider.shutdown()
+    return runner, completion, ack
+
+
+@pytest.mark.parametrize("harness", ["claude-code", "codex", "opencode", "gemini-cli", "qwen-code", "mini-swe-agent"])
+async def test_cli_solves_a_shipped_task(rollout_stack: Any, harness: str) -> None:
+    stack = rollout_stack([(f"{harness}-pool", harness)], TASK)
+    stack.engine.set_script(script(harness, ANSWER))
+    _, completion, ack = await one_rollout(stack, harness, timeouts={"harness_s": 120})
+    assert completion.outcome == OutcomeKind.solved, completion.error
+    assert completion.correctness == 1.0 and completion.tool_calls >= 1
+    assert "CORRECT" in completion.grader_output
+    # The coordinator took it, fetched the session's sequences from the proxy, and scored it with the bonus.
+    assert ack is not None and ack.status == "accepted" and ack.scored and ack.reward is not None and ack.reward > 1.0
+    assert stack.coordinator.status().rollouts_scored == 1
+
+
+async def test_wrong_answer_gets_reward_zero(rollout_stack: Any) -> None:
+    stack = rollout_stack([("codex-pool", "codex")], TASK)
+    stack.engine.set_script(script("codex", int(ANSWER) + 1))
+    _, completion, ack = await one_rollout(stack, "codex")
+    assert completion.outcome == OutcomeKind.wrong and completion.correctness == 0.0
+    assert "WRONG" in completion.grader_output
+    assert ack is not None and ack.scored and ack.reward == 0.0
+
+
+async def test_hanging_harness_ends_as_timeout_and_leaves_no_process(rollout_stack: Any) -> None:
+    stack = rollout_stack([("codex-pool", "codex")], TASK)
+    stack.engine.set_script(script("codex", ANSWER, delay_s=300))  # the model never answers in time
+    started = time.monotonic()
+    runner, completion, ack = await one_rollout(stack, "codex", timeouts={"harness_s": 8})
+    assert completion.outcome == OutcomeKind.timeout, completion.error
+    assert time.monotonic() - started < 60
+    assert tagged_pids(f"{runner.provider.prefix}-") == []  # nothing the harness started is still running
+    assert ack is not None and ack.scored and ack.reward == 0.0
+
+
+async def test_unreachable_proxy_is_an_infra_error_never_a_zero(rollout_stack: Any) -> None:
+    from tests.fixtures.proxy_server import _free_port
+
+    stack = rollout_stack([("codex-pool", "codex")], TASK, proxy_url=f"http://127.0.0.1:{_free_port()}")  # nothing listens
+    _, completion, ack = await one_rollout(stack, "codex")
+    assert completion.outcome == OutcomeKind.infra_error and "proxy unreachable" in (completion.error or "")
+    assert ack is not None and not ack.scored and ack.reward is None
+    assert stack.coordinator.status().rollouts_unscored == 1

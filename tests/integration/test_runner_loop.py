@@ -1,0 +1,82 @@
+"""`harnessrl runner --config FILE` as a process: it leases from the learner's real coordinator, runs a custom
+harness declared only in its config (a small agent on the official `openai` SDK) through the real proxy in front of
+the scripted engine, completes the rollouts, and on SIGTERM cancels what is in flight and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from harnessrl.runtime.engine.scripted import ScriptedReply
+from harnessrl.runtime.harness.sandboxes.local import tagged_pids
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+ANSWER = json.loads((TASKS / "train" / "sales-total" / "tests" / "expected.json").read_text())["value"]
+AGENT = """import sys
+from openai import OpenAI
+
+base_url, api_key, model, instruction = sys.argv[1:5]
+reply = OpenAI(base_url=base_url, api_key=api_key, max_retries=0).chat.completions.create(
+    model=model, messages=[{"role": "user", "content": instruction}])
+open("answer.txt", "w").write(reply.choices[0].message.content.strip() + "\\n")
+"""
+
+
+def wait_for(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any, tmp_path: Path) -> None:
+    stack = rollout_stack([("custom-pool", "my-agent")], "sales-total", group_size=2)
+    # Every call answers with the right number; a second group's calls are delayed so SIGTERM finds them in flight.
+    stack.engine.set_script([ScriptedReply(content=str(ANSWER), max_uses=2), ScriptedReply(content="0", delay_s=120)])
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    config = {
+        "pool": "custom-pool",
+        "runner_id": "runner-0",
+        "harness": {"kind": "custom", "name": "my-agent", "dialect": "openai_chat",
+                    "command": f"{sys.executable} {agent} {{base_url}} {{api_key}} {{model}} {{instruction}}"},
+        "sandbox": {"kind": "local", "base_dir": str(tmp_path / "sandboxes")},
+        "tasks": {"kind": "dir", "path": str(TASKS)},
+        "concurrency": 2,
+        "coordinator_url": stack.coordinator_url,
+        "proxy_admin_token_file": str(stack.proxy.config_path.parent / "admin-token"),
+        "timeouts": {"harness_s": 300},
+    }
+    config_path = tmp_path / "runner.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log_path = tmp_path / "runner.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "harnessrl"), "runner", "--config", str(config_path)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: stack.coordinator.status().rollouts_scored >= 2 or proc.poll() is not None, 120,
+                 "two scored rollouts")
+        assert proc.poll() is None, log_path.read_text()
+        status = stack.coordinator.status()
+        assert status.rollouts_scored == 2 and status.rollouts_unscored == 0
+        # The next group is leased and its harnesses are waiting on the (delayed) model when SIGTERM comes.
+        wait_for(lambda: len(tagged_pids("custom-pool-runner-0-")) > 0, 60, "the next group's harnesses")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = log_path.read_text()
+    assert log.count(": solved correctness=1.00") == 2, log
+    assert tagged_pids("custom-pool-runner-0-") == []
+    assert list((tmp_path / "sandboxes").iterdir()) == []
+    # Cancelled rollouts were not completed: their leases expire and are handed out again.
+    assert stack.coordinator.status().rollouts_scored == 2 and stack.coordinator.status().rollouts_unscored == 0

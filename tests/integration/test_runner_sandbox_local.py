@@ -1,0 +1,121 @@
+"""The local sandbox, with real processes: isolation between rollouts, limits, and that nothing a harness starts
+outlives its rollout (normal exit, timeout, cancellation, runner restart)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harnessrl.runtime.harness.config import LocalSandboxConfig
+from harnessrl.runtime.harness.sandboxes.local import LocalProvider, tagged_pids
+from harnessrl.runtime.harness.tasks import load_dir
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+TASK = load_dir(TASKS)["sales-total"]
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mount-namespace isolation needs root (see local.py)")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower().split("state:")[1].split("\n")[0]
+
+
+@pytest.fixture
+async def provider(tmp_path: Path) -> LocalProvider:
+    token = tmp_path / "admin-token"
+    token.write_text("s3cret")
+    prov = LocalProvider(LocalSandboxConfig(base_dir=tmp_path / "sb", cpu_seconds=2, memory_mb=512), prefix="pool-r0",
+                         hide=[TASKS, token])
+    await prov.start()
+    return prov
+
+
+@needs_root
+async def test_a_rollout_cannot_read_another_rollouts_workspace(provider: LocalProvider, tmp_path: Path) -> None:
+    a, b = await provider.open("a", TASK), await provider.open("b", TASK)
+    await b.write_files({f"{b.workspace}/secret.txt": "b's answer"})
+    probe = (f"cat {b.workspace}/secret.txt; ls {b.root}; ls {provider.base_dir}; "
+             f"cat {tmp_path / 'admin-token'}; ls {TASKS}; head -1 {a.workspace}/sales.csv")
+    res = await a.run(["sh", "-c", probe], {}, 20)
+    assert "b's answer" not in res.stdout and "s3cret" not in res.stdout
+    assert res.stdout.split() == [a.name, "order_id,customer,region,date,amount"]  # only itself, and its own data
+    assert "No such file" in res.stderr
+    # From outside (the runner) both are where they were.
+    assert (b.root / "workspace" / "secret.txt").read_text() == "b's answer"
+    await a.close()
+    await b.close()
+    assert list(provider.base_dir.iterdir()) == []
+
+
+async def test_nothing_outlives_a_normal_exit(provider: LocalProvider) -> None:
+    sb = await provider.open("daemon", TASK)
+    # A daemon that leaves the process group and the session, then the command exits at once.
+    res = await sb.run(["sh", "-c", "setsid sh -c 'sleep 300' >/dev/null 2>&1 & echo $!"], {}, 20)
+    pid = int(res.stdout.strip())
+    assert res.exit_code == 0 and not res.timed_out
+    assert not alive(pid) and tagged_pids(sb.name) == []
+    await sb.close()
+
+
+async def test_timeout_kills_the_whole_tree(provider: LocalProvider) -> None:
+    sb = await provider.open("hang", TASK)
+    started = time.monotonic()
+    res = await sb.run(["sh", "-c", "(sleep 300 &); setsid sleep 300 & sleep 300"], {}, 1.5)
+    assert res.timed_out and time.monotonic() - started < 10
+    assert tagged_pids(sb.name) == []
+    await sb.close()
+
+
+async def test_cancellation_kills_the_harness(provider: LocalProvider) -> None:
+    sb = await provider.open("cancel", TASK)
+    run = asyncio.create_task(sb.run(["sh", "-c", "setsid sleep 300 & sleep 300"], {}, 600))
+    deadline = time.monotonic() + 10
+    while not tagged_pids(sb.name) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert tagged_pids(sb.name)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert tagged_pids(sb.name) == []
+    await sb.close()
+    assert not sb.root.exists()
+
+
+async def test_cpu_and_memory_limits(provider: LocalProvider) -> None:
+    sb = await provider.open("limits", TASK)
+    hog = await sb.run([sys.executable, "-c", "b = bytearray(2 * 1024**3)"], {}, 60)
+    assert hog.exit_code != 0 and "MemoryError" in hog.stderr
+    spin = await sb.run([sys.executable, "-c", "while True: pass"], {}, 60)
+    assert spin.exit_code == -signal.SIGXCPU and not spin.timed_out  # RLIMIT_CPU (2 s) ended it
+    await sb.close()
+
+
+async def test_restarted_runner_reaps_what_the_last_one_left(tmp_path: Path) -> None:
+    config = LocalSandboxConfig(base_dir=tmp_path / "sb")
+    crashed = LocalProvider(config, prefix="pool-r0")
+    await crashed.start()
+    sb = await crashed.open("left", TASK)
+    # A harness of the crashed runner, still running (started with the sandbox's tag, outside its control).
+    env = {**os.environ, "HARNESSRL_SANDBOX": sb.name}
+    orphan = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    other = LocalProvider(config, prefix="pool-r1")  # another runner's sandboxes stay
+    await other.start()
+    kept = await other.open("kept", TASK)
+    try:
+        await LocalProvider(config, prefix="pool-r0").start()
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert not sb.root.exists() and kept.root.exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+        await kept.close()

@@ -1,0 +1,127 @@
+"""Each cross-field Rule has two halves, the CEL the API server runs and the Python check `harnessrl run`
+runs; here both are evaluated on the same values (CEL by the `common-expression-language` package, as the
+emulator does) and must agree."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import cel
+import pytest
+from harnessrl.operator.api import common, harnesspool, trainingrun
+from harnessrl.operator.api.common import ApiModel, Rule
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def _ruled_models() -> list[type[ApiModel]]:
+    found: set[type[ApiModel]] = set()
+    for module in (common, harnesspool, trainingrun):
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, ApiModel):
+                model: type[ApiModel] = value
+                if model.rules:
+                    found.add(model)
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+MODELS = _ruled_models()
+EXACTLY_ONE = [cls for cls in MODELS if any(r.message.startswith("exactly one of") for r in cls.rules)]
+
+
+def only_rule(model: type[ApiModel], marker: str) -> Rule:
+    (rule,) = [r for r in model.rules if marker in r.cel]
+    return rule
+
+
+def cel_holds(rule: Rule, value: dict[str, Any]) -> bool:
+    result = cel.compile(rule.cel).execute({"self": value})
+    assert isinstance(result, bool), f"{rule.cel} gave {result!r}"
+    return result
+
+
+def python_names(model: type[ApiModel]) -> dict[str, str]:
+    return {field.alias or name: name for name, field in model.model_fields.items()}
+
+
+def test_every_rule_is_covered() -> None:
+    covered = {
+        "exactly one of",
+        "clipHigh",
+        "weightSync",
+        "dialect",
+        "{instruction}",
+        "'..'",
+        "metadata.name",
+    }
+    for model in MODELS:
+        for rule in model.rules:
+            assert any(marker in rule.message or marker in rule.cel for marker in covered), rule
+
+
+@pytest.mark.parametrize("model", EXACTLY_ONE, ids=lambda m: m.__name__)
+def test_exactly_one_agrees_on_every_subset(model: type[ApiModel]) -> None:
+    rule = next(r for r in model.rules if r.message.startswith("exactly one of"))
+    members = re.findall(r"has\(self\.(\w+)\)", rule.cel)
+    assert len(members) >= 2
+    names = python_names(model)
+    for size in range(len(members) + 1):
+        for subset in itertools.combinations(members, size):
+            instance = model.model_construct(**{names[m]: object() for m in subset})
+            assert rule.check(instance) == cel_holds(rule, {m: {} for m in subset}) == (size == 1), subset
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet="./ab", max_size=10))
+def test_pvc_path_rule_agrees(path: str) -> None:
+    rule = only_rule(common.VolumePath, "matches")
+    instance = common.VolumePath.model_construct(claim_name="c", path=path)
+    assert rule.check(instance) == cel_holds(rule, {"claimName": "c", "path": path})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.text(alphabet="ab1-.A_", max_size=45), st.from_regex(r"\A[a-z][-a-z0-9]{0,44}\Z")))
+def test_name_rule_agrees(name: str) -> None:
+    rule = trainingrun.TrainingRun.rules[0]
+    instance = trainingrun.TrainingRun.model_construct(metadata=common.ObjectMeta.model_construct(name=name))
+    assert rule.check(instance) == cel_holds(rule, {"metadata": {"name": name}})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0, 10, allow_nan=False), st.floats(0, 10, allow_nan=False))
+def test_clip_rule_agrees(low: float, high: float) -> None:
+    rule = only_rule(trainingrun.GrpoSpec, "clipHigh")
+    instance = trainingrun.GrpoSpec.model_construct(clip_low=low, clip_high=high)
+    assert rule.check(instance) == cel_holds(rule, {"clipLow": low, "clipHigh": high}) == (high >= low)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet="{}instrucoa -", max_size=16), st.booleans())
+def test_custom_command_rule_agrees(command: str, with_placeholder: bool) -> None:
+    command = command + " {instruction}" if with_placeholder else command
+    rule = only_rule(harnesspool.CustomHarness, "instruction")
+    instance = harnesspool.CustomHarness.model_construct(command=command)
+    assert rule.check(instance) == cel_holds(rule, {"command": command})
+
+
+def test_dialect_rule_agrees() -> None:
+    rule = only_rule(harnesspool.KnownHarness, "dialect")
+    for name, dialect in itertools.product(harnesspool.KNOWN_HARNESSES, [None, "openai-chat", "gemini"]):
+        value = {"name": name} | ({"dialect": dialect} if dialect else {})
+        instance = harnesspool.KnownHarness.model_construct(name=name, dialect=dialect)
+        assert rule.check(instance) == cel_holds(rule, value) == (dialect is None or name == "opencode")
+
+
+def test_weight_sync_rule_agrees() -> None:
+    rule = only_rule(trainingrun.TrainingRunSpec, "weightSync")
+    for sync, adapter in itertools.product(["lora", "nccl", "restart"], ["lora", "full"]):
+        value = {"engine": {"weightSync": sync}, "model": {"adapter": {adapter: {}}}}
+        instance = trainingrun.TrainingRunSpec.model_construct(
+            engine=trainingrun.EngineSpec.model_construct(weight_sync=sync),
+            model=trainingrun.ModelSpec.model_construct(
+                adapter=trainingrun.AdapterSpec.model_construct(**{adapter: object()})
+            ),
+        )
+        assert rule.check(instance) == cel_holds(rule, value) == (sync != "lora" or adapter == "lora")

@@ -1,0 +1,95 @@
+"""The proxy benchmark's pure parts: each dialect's request bodies are what the proxy's own dialect parsers
+accept (with the history growing as the harness would send it), and the statistics are computed as documented."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "proxy"))
+
+from results import LevelResult, TargetResult, add_baseline, percentile
+from workload import (
+    DIALECTS,
+    TOOL_COMMAND,
+    TOOL_NAME,
+    Reply,
+    ReplyError,
+    SessionPlan,
+    SessionWorkload,
+    ToolCall,
+    tool_output,
+)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_bodies_parse_in_the_proxys_dialect_as_the_history_grows(dialect: str, stream: bool) -> None:
+    work = SessionWorkload(dialect, stream, "key", "tiny")  # type: ignore[arg-type]
+    output = tool_output(7, 500)
+    for turn in range(3):
+        request = work.request()
+        path, _, query = request.path.partition("?")
+        route = match_route(path, dict([query.split("=")]) if query else {})
+        assert route is not None and route.dialect == dialect
+        parsed = dialect_for(route).parse_request(request.body, route)
+        assert parsed.stream == stream
+        messages = parsed.canonical.upstream_body()["messages"]
+        # system + task, then an assistant tool call and its tool result per earlier turn
+        assert len(messages) == 2 + 2 * turn
+        assert [t.function.name for t in parsed.canonical.tools or []] == [TOOL_NAME]
+        if turn:
+            assert messages[-2]["role"] == "assistant" and messages[-1]["role"] == "tool"
+            assert json.loads(messages[-2]["tool_calls"][0]["function"]["arguments"]) == {"command": TOOL_COMMAND}
+        args = json.dumps({"command": TOOL_COMMAND})
+        work.record_turn(Reply([ToolCall(f"call_{turn}", TOOL_NAME, args)]), output)
+
+
+def test_tool_output_is_about_the_requested_tokens_and_deterministic() -> None:
+    text = tool_output(3, 500)
+    assert len(text.encode()) == 2000  # the stand-in's fast tokenizer: 4 bytes a token
+    assert text == tool_output(3, 500) != tool_output(4, 500)
+
+
+def test_a_reply_without_tool_call_is_an_error() -> None:
+    work = SessionWorkload("anthropic", False, "key", "tiny")
+    with pytest.raises(ReplyError):
+        work.record_turn(Reply([]), "out")
+    with pytest.raises(ReplyError):
+        work.parse(b"<html>")
+
+
+def test_stream_reader_needs_the_dialects_final_event() -> None:
+    reader = SessionWorkload("anthropic", True, "key", "tiny").stream_reader()
+    reader.feed(b'data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"shell","input":{}}}')
+    reader.feed(b'data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\\"a\\": 1}"}}')
+    with pytest.raises(ReplyError, match="before its final event"):
+        reader.finish()
+    reader.feed(b'data: {"type":"message_stop"}')
+    assert reader.finish().tool_calls == [ToolCall("t1", "shell", '{"a": 1}')]
+
+
+def test_session_mix_covers_every_dialect_streamed_and_not_in_eight_sessions() -> None:
+    plans = {(p.dialect, p.stream) for p in (SessionPlan.of(i, 0.5) for i in range(8))}
+    assert plans == {(d, s) for d in DIALECTS for s in (False, True)}
+    streamed = sum(SessionPlan.of(i, 0.5).stream for i in range(1000))
+    assert 450 <= streamed <= 550
+
+
+def test_percentile_is_nearest_rank_and_added_latency_is_against_the_baseline() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0 and percentile(values, 99) == 99.0 and percentile([], 50) is None
+
+    def target(name: str, p50: float, p99: float) -> TargetResult:
+        return TargetResult(target=name, sessions=1, sessions_finished=1, calls_ok=1, errors=0, cut_at_deadline=0,
+                            p50_ms=p50, p99_ms=p99, calls_per_s=1, wall_s=1, client_procs=1,
+                            client_cpu_pct_max=0, client_lag_p99_ms=0)
+
+    level = LevelResult(sessions=1, pause_s=2, turns=20,
+                        targets=[target("baseline", 10, 100), target("harnessrl", 15, 180)])
+    add_baseline(level)
+    assert (level.targets[1].p50_added_ms, level.targets[1].p99_added_ms) == (5, 80)

@@ -1,0 +1,187 @@
+"""Plan -> manifests: every child passes `kubernetes-validate --strict`, carries the run's ownerReference and
+labels, and holds what its component needs (GPUs, probes, volumes, RBAC, secrets as files)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from harnessrl.operator.api.harnesspool import HarnessPoolSpec
+from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.handlers.apply import drifted, patch_body
+from harnessrl.operator.kube import Owner, proxy, render
+from harnessrl.operator.kube.common import POD_PLACEHOLDER
+from harnessrl.operator.plan import ClusterPlacement, build_plan
+from harnessrl.runtime.engine.config import EngineConfig
+from harnessrl.runtime.harness.config import RunnerConfig
+from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.proxy.config import ProxyConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S_VERSION = "1.31"
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())
+POOLS = {
+    p.stem: HarnessPoolSpec.model_validate(yaml.safe_load(p.read_text())["spec"])
+    for p in (ROOT / "examples" / "harnesspools").glob("*.yaml")
+}
+OWNER = Owner(name="run", uid="0b7e6a52-7d0e-4c59-9a43-2f0e8d0c1a11")
+LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+          "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"}
+
+
+def manifests(**changes: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    spec = TrainingRunSpec.model_validate(EXAMPLE["spec"] | changes)
+    plan = build_plan("run", "team", spec, POOLS, ClusterPlacement("team"))
+    rendered = [*render(plan, OWNER), proxy.admin_secret(plan, OWNER, "s3cr3t-token")]
+    return {(m["kind"], m["metadata"]["name"]): m for m in rendered}
+
+
+VARIANTS = {
+    "example": {},
+    "all-pools": {"harnesses": [{"pool": p} for p in sorted(POOLS)]},
+    "pvc-sources-cpu": {
+        "model": {"base": {"pvc": {"claimName": "weights", "path": "qwen"}}, "adapter": {"full": {}}},
+        "tasks": {"image": {"image": "ghcr.io/org/tasks:v1"}},
+        "engine": {"gpus": 0, "weightSync": "restart"},
+        "learner": {"gpus": 0},
+        "harnesses": [{"pool": "claude-code"}],
+        "export": None,
+        "pod": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}},
+    },
+    "suspended": {"suspend": True},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_manifest_is_valid_owned_and_labelled(variant: str) -> None:
+    for (kind, name), manifest in manifests(**VARIANTS[variant]).items():
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+        meta = manifest["metadata"]
+        assert meta["namespace"] == "team" and name.startswith("run-"), (kind, name)
+        assert meta["ownerReferences"] == [OWNER.reference()], (kind, name)
+        assert set(meta["labels"]) >= LABELS, (kind, name)
+        assert meta["labels"]["app.kubernetes.io/instance"] == "run"
+
+
+def test_engine_statefulset() -> None:
+    m = manifests()
+    sts = m[("StatefulSet", "run-engine")]
+    pod = sts["spec"]["template"]["spec"]
+    vllm = pod["containers"][0]
+    assert sts["spec"]["serviceName"] == "run-engine" and m[("Service", "run-engine")]["spec"]["clusterIP"] == "None"
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == vllm["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in vllm["volumeMounts"]
+    assert vllm["startupProbe"]["httpGet"]["path"] == vllm["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"} in vllm["env"]
+    assert vllm["command"][:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "--enable-lora" in vllm["command"] and vllm["command"][vllm["command"].index("--max-lora-rank") + 1] == "32"
+    # Pod overrides and the Kueue queue label.
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["priorityClassName"] == "training"
+    assert sts["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert sts["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+
+
+def test_config_maps_hold_configs_the_components_load() -> None:
+    m = manifests()
+    loaded = {
+        "run-engine-config": EngineConfig,
+        "run-proxy-config": ProxyConfig,
+        "run-learner-config": LearnerConfig,
+        "run-codex-runner-config": RunnerConfig,
+    }
+    for name, model in loaded.items():
+        text = m[("ConfigMap", name)]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "pod-1")
+        model.model_validate(yaml.safe_load(text))
+    proxy_cfg = ProxyConfig.model_validate(yaml.safe_load(
+        m[("ConfigMap", "run-proxy-config")]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "run-proxy-1")))
+    assert proxy_cfg.base_url() == "http://run-proxy-1.run-proxy-headless.team.svc:8080"
+    assert proxy_cfg.replica_id == "run-proxy-1"
+
+
+def test_proxy_statefulset_and_admin_secret() -> None:
+    m = manifests()
+    sts = m[("StatefulSet", "run-proxy")]
+    assert sts["spec"]["serviceName"] == "run-proxy-headless" and sts["spec"]["replicas"] == 2
+    assert sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "journal"
+    headless = m[("Service", "run-proxy-headless")]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert "clusterIP" not in m[("Service", "run-proxy")]["spec"]
+    secret = m[("Secret", "run-proxy-admin")]
+    assert base64.b64decode(secret["data"]["token"]).decode() == "s3cr3t-token"
+
+
+def test_learner_job_secrets_are_files_never_literals() -> None:
+    m = manifests()
+    job = m[("Job", "run-learner")]
+    pod = job["spec"]["template"]["spec"]
+    assert job["spec"]["backoffLimit"] == 3 and pod["restartPolicy"] == "Never"
+    assert job["spec"]["podReplacementPolicy"] == "Failed"
+    learner = pod["containers"][0]
+    assert learner["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    mounted = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert mounted == {"hf-token", "run-proxy-admin"}
+    assert all("valueFrom" not in e for c in pod["containers"] for e in c.get("env", []))
+    checkpoints = next(v for v in pod["volumes"] if v["name"] == "checkpoints")
+    assert checkpoints["persistentVolumeClaim"]["claimName"] == "qwen3-8b-checkpoints"
+    assert ("PersistentVolumeClaim", "run-checkpoints") not in m  # the user's claim is used, none created
+    assert [c["name"] for c in pod["initContainers"]] == ["base-model", "task-index"]
+    # No secret value appears anywhere except in the Secret itself.
+    for key, manifest in m.items():
+        if key[0] != "Secret":
+            assert "s3cr3t-token" not in yaml.safe_dump(manifest)
+
+
+def test_runner_rbac_only_for_the_kubernetes_sandbox() -> None:
+    m = manifests(harnesses=[{"pool": p} for p in sorted(POOLS)])
+    for pool, spec in POOLS.items():
+        name = f"run-{pool}-runner"
+        kube_sandbox = spec.sandbox.kubernetes is not None
+        assert (("Role", name) in m) == kube_sandbox == (("RoleBinding", name) in m), pool
+        pod = m[("Deployment", name)]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == name and pod["automountServiceAccountToken"] == kube_sandbox
+        assert m[("Deployment", name)]["spec"]["replicas"] == spec.replicas
+        if kube_sandbox:
+            rules = {(tuple(r["apiGroups"]), tuple(r["resources"])) for r in m[("Role", name)]["rules"]}
+            assert rules == {(("",), ("pods",)), (("",), ("pods/exec",)), (("",), ("pods/log",)),
+                             (("networking.k8s.io",), ("networkpolicies",))}
+
+
+def test_sandboxes_reach_only_the_proxy() -> None:
+    policy = manifests()[("NetworkPolicy", "run-sandboxes")]["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": "run", "app.kubernetes.io/component": "sandbox"}
+    assert policy["ingress"] == [] and set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    to_proxy, dns = policy["egress"]
+    assert to_proxy["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "run",
+                                                               "app.kubernetes.io/component": "proxy"}}}]
+    assert {p["port"] for p in dns["ports"]} == {53}
+
+
+def test_suspended_run_keeps_its_checkpoints_and_suspends_the_learner() -> None:
+    m = manifests(suspend=True, learner={"gpus": 1})
+    assert m[("Job", "run-learner")]["spec"]["suspend"] is True
+    assert m[("StatefulSet", "run-engine")]["spec"]["replicas"] == 0
+    assert ("PersistentVolumeClaim", "run-checkpoints") in m
+
+
+def test_patch_body_keeps_immutable_fields_out_and_drift_ignores_server_defaults() -> None:
+    m = manifests(pod={})
+    job = patch_body(m[("Job", "run-learner")])
+    assert set(job["spec"]) == {"suspend", "parallelism"}
+    sts = patch_body(m[("StatefulSet", "run-proxy")])
+    assert "volumeClaimTemplates" not in sts["spec"] and "selector" not in sts["spec"]
+    live = m[("StatefulSet", "run-proxy")] | {"status": {"replicas": 2}}
+    live["spec"] = live["spec"] | {"revisionHistoryLimit": 10}
+    assert not drifted(sts, live)
+    live["spec"] = live["spec"] | {"replicas": 5}
+    assert drifted(sts, live)
+    # A Job Kueue admits: the operator never fights Kueue over `suspend`.
+    queued = patch_body(manifests()[("Job", "run-learner")])
+    assert "suspend" not in queued["spec"]

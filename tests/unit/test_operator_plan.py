@@ -1,0 +1,135 @@
+"""TrainingRun + HarnessPools -> Plan: names, replicas, images and each component's rendered config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harnessrl.operator.api.harnesspool import HarnessPoolSpec
+from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.plan import ClusterPlacement, ComponentKind, Images, PlanError, build_plan, child_name
+from harnessrl.runtime.engine.config import EngineConfig
+from harnessrl.runtime.harness.config import (
+    CustomHarnessSpec,
+    DirTasks,
+    E2BSandboxConfig,
+    HubTasks,
+    KubernetesSandboxConfig,
+    LocalSandboxConfig,
+    RunnerConfig,
+)
+from harnessrl.runtime.harness.versions import pin
+from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
+from harnessrl.runtime.proxy.config import ProxyConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())
+POOLS = {
+    p.stem: HarnessPoolSpec.model_validate(yaml.safe_load(p.read_text())["spec"])
+    for p in (ROOT / "examples" / "harnesspools").glob("*.yaml")
+}
+
+
+def example_plan(**changes: Any) -> Any:
+    spec = TrainingRunSpec.model_validate(EXAMPLE["spec"] | changes)
+    return build_plan("run", "team", spec, POOLS, ClusterPlacement("team"), Images(registry="reg.io/h", tag="1.2"))
+
+
+def test_children_have_deterministic_names_and_one_runner_set_per_pool() -> None:
+    plan = example_plan()
+    assert [c.name for c in plan.components()] == [
+        "run-engine", "run-proxy", "run-learner", "run-claude-code-runner", "run-codex-runner", "run-mini-swe-agent-runner",
+    ]
+    assert child_name("r", ComponentKind.RUNNER, "p") == "r-p-runner"
+    assert plan == example_plan()  # pure: same input, same plan
+
+
+def test_component_configs_are_the_components_own_models_wired_together() -> None:
+    plan = example_plan()
+    engine, proxy, learner = plan.engine.config, plan.proxy.config, plan.learner.config
+    assert isinstance(engine, EngineConfig) and isinstance(proxy, ProxyConfig) and isinstance(learner, LearnerConfig)
+    engines = ["http://run-engine-0.run-engine.team.svc:8000", "http://run-engine-1.run-engine.team.svc:8000"]
+    assert learner.engine.urls == engines and learner.engine.sync == SyncMode.lora
+    assert [str(u).rstrip("/") for u in proxy.upstream_urls] == engines
+    assert learner.proxy.url == "http://run-proxy.team.svc:8080"
+    # LoRA rank 32 is served with the same max rank; the engine hot-loads it.
+    assert engine.lora.enabled and engine.lora.max_rank == 32 and engine.tensor_parallel_size == 1
+    assert engine.model == "Qwen/Qwen3-8B" and engine.max_model_len == 65536 and engine.device == "cuda"
+    assert learner.grpo.steps == 400 and learner.grpo.groups_per_step == 8 and learner.grpo.micro_batch_tokens == 2_000_000
+    assert [(h.pool, h.harness, h.weight) for h in learner.harnesses] == [
+        ("claude-code", "claude-code", 2), ("codex", "codex", 1), ("mini-swe-agent", "mini-swe-agent", 1),
+    ]
+    # Export every 100 steps with a checkpoint every 50 steps = every 2nd checkpoint; the token is a file.
+    assert learner.export is not None and learner.export.every == 2 and learner.export.token_env is None
+    assert str(learner.export.token_file) == "/var/run/secrets/harnessrl/hub/token"
+    assert proxy.call_budget_default == 200 and proxy.admission.max_sessions == 512
+
+
+def test_runner_configs_follow_their_pools() -> None:
+    plan = example_plan()
+    runners = {r.pool: r for r in plan.runners}
+    claude = runners["claude-code"].config
+    assert isinstance(claude, RunnerConfig)
+    assert isinstance(claude.sandbox, KubernetesSandboxConfig)
+    assert claude.sandbox.runtime_class_name == "gvisor" and claude.sandbox.namespace == "team"
+    assert claude.sandbox.proxy_pod_labels == {"app.kubernetes.io/instance": "run", "app.kubernetes.io/component": "proxy"}
+    assert claude.concurrency == 32 and claude.step_budget == 50 and claude.model == "policy"
+    assert isinstance(claude.tasks, HubTasks) and claude.tasks.repo_id == "harnessrl/swe-smith-harbor"
+    assert runners["claude-code"].image == "reg.io/h/harness-claude-code:1.2"
+    assert runners["claude-code"].replicas == 2
+    mini = runners["mini-swe-agent"].config
+    assert isinstance(mini, RunnerConfig) and isinstance(mini.sandbox, LocalSandboxConfig)
+    assert mini.sandbox.memory_mb == 8192
+    # The run's scheduling settings reach runner Pods too.
+    assert runners["codex"].pod.priority_class_name == "training"
+
+
+def test_custom_and_e2b_pools() -> None:
+    plan = example_plan(harnesses=[{"pool": "custom"}, {"pool": "gemini-cli"}])
+    runners = {r.pool: r for r in plan.runners}
+    custom = runners["custom"].config
+    assert isinstance(custom, RunnerConfig) and isinstance(custom.harness, CustomHarnessSpec)
+    assert custom.harness.dialect == "openai_responses" and runners["custom"].image == "reg.io/h/harness-runner:1.2"
+    assert isinstance(custom.sandbox, KubernetesSandboxConfig) and custom.sandbox.image == "ghcr.io/example/my-agent:1.4.0"
+    gemini = runners["gemini-cli"].config
+    assert isinstance(gemini, RunnerConfig) and isinstance(gemini.sandbox, E2BSandboxConfig)
+    assert [s.path for s in runners["gemini-cli"].secrets] == [
+        "/var/run/secrets/harnessrl/proxy-admin/token", "/var/run/secrets/harnessrl/e2b/api-key",
+    ]
+
+
+def test_suspend_scales_everything_but_the_learner_to_zero() -> None:
+    plan = example_plan(suspend=True)
+    assert plan.suspended
+    assert [c.replicas for c in plan.components()] == [0, 0, 1, 0, 0, 0]
+
+
+def test_pvc_sources_and_cpu_engine() -> None:
+    plan = example_plan(
+        model={"base": {"pvc": {"claimName": "weights", "path": "qwen"}}, "adapter": {"full": {}}},
+        tasks={"pvc": {"claimName": "tasks"}},
+        engine={"gpus": 0, "weightSync": "restart"},
+    )
+    engine = plan.engine.config
+    assert isinstance(engine, EngineConfig)
+    assert engine.model == "/var/lib/harnessrl/model" and engine.device == "cpu" and not engine.lora.enabled
+    runner = plan.runners[0].config
+    assert isinstance(runner, RunnerConfig) and isinstance(runner.tasks, DirTasks)
+
+
+def test_missing_pool_and_unsupported_combinations_are_plan_errors() -> None:
+    spec = TrainingRunSpec.model_validate(EXAMPLE["spec"])
+    with pytest.raises(PlanError, match="HarnessPool codex not found in namespace team"):
+        build_plan("run", "team", spec, {k: v for k, v in POOLS.items() if k != "codex"}, ClusterPlacement("team"))
+    pinned = pin("claude-code").version
+    old = POOLS["claude-code"].model_copy(
+        update={"harness": POOLS["claude-code"].harness.model_copy(
+            update={"known": POOLS["claude-code"].harness.known.model_copy(update={"version": "0.0.1"})}  # type: ignore[union-attr]
+        )}
+    )
+    with pytest.raises(PlanError, match=f"not the pinned {pinned}"):
+        build_plan("run", "team", spec, POOLS | {"claude-code": old}, ClusterPlacement("team"))
+    with pytest.raises(PlanError, match="largest LoRA rank"):
+        example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"lora": {"rank": 1024}}})

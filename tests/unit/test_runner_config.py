@@ -1,0 +1,70 @@
+"""RunnerConfig: what the operator renders, and the errors a bad config gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from harnessrl.runtime.harness.config import (
+    CustomHarnessSpec,
+    KubernetesSandboxConfig,
+    LocalSandboxConfig,
+    RunnerConfig,
+    load_config,
+)
+from pydantic import ValidationError
+
+BASE = {
+    "pool": "claude-pool",
+    "harness": {"name": "claude-code"},
+    "tasks": {"kind": "dir", "path": "examples/tasks"},
+    "coordinator_url": "http://learner:8000",
+    "proxy_admin_token_file": "/var/run/harnessrl/admin-token",
+}
+
+
+def test_minimal_config_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "runner.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    config = load_config(path)
+    assert isinstance(config.sandbox, LocalSandboxConfig)
+    assert config.harness.kind == "known" and config.concurrency == 4 and config.step_budget == 50
+
+
+def test_custom_harness_and_kubernetes_sandbox() -> None:
+    config = RunnerConfig.model_validate({
+        **BASE,
+        "harness": {"kind": "custom", "name": "my-agent", "command": "a {instruction}", "dialect": "anthropic"},
+        "sandbox": {"kind": "kubernetes", "image": "ghcr.io/x/agent:1", "runtime_class_name": "gvisor",
+                    "proxy_pod_labels": {"app": "proxy"}},
+        "tasks": {"kind": "image", "image": "ghcr.io/x/tasks:1"},
+    })
+    assert isinstance(config.harness, CustomHarnessSpec)
+    assert isinstance(config.sandbox, KubernetesSandboxConfig) and config.sandbox.runtime_class_name == "gvisor"
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"harness": {"name": "cursor"}}, "claude-code"),
+        ({"tasks": {"kind": "image", "image": "x"}}, "kubernetes sandbox"),
+        ({"concurrency": 0}, "greater than or equal to 1"),
+        ({"pool": "Bad_Name"}, "pattern"),
+        ({"sandbox": {"kind": "kubernetes", "image": "x"}}, "proxy_pod_labels"),
+        ({"unknown": 1}, "Extra inputs"),
+    ],
+)
+def test_bad_configs_are_refused(patch: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        RunnerConfig.model_validate({**BASE, **patch})
+
+
+def test_admin_token_is_read_from_its_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("  \n")
+    config = RunnerConfig.model_validate({**BASE, "proxy_admin_token_file": str(token)})
+    with pytest.raises(ValueError, match="empty"):
+        config.read_admin_token()
+    token.write_text("s3cret\n")
+    assert config.read_admin_token() == "s3cret"
