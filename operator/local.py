@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import socket
 import sys
 import time
@@ -213,7 +214,10 @@ def process_specs(plan: Plan, run_dir: Path) -> list[ProcessSpec]:
                 env={},
                 log=logs / f"{component.name}.log",
                 health_url=url,
+                # Loading torch and the base model takes the learner a while on a busy CPU.
+                start_timeout_s=300.0 if component.kind == ComponentKind.LEARNER else 120.0,
                 finishes_run=component.kind == ComponentKind.LEARNER,
+                done_on_clean_exit=component.kind == ComponentKind.RUNNER,
             )
         )
     return specs
@@ -253,7 +257,17 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     return plan, placement
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a service manager, `timeout`, `kill`) stops the run as Ctrl-C does, so no component is orphaned."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def supervise(plan: Plan, run_dir: Path, live: bool) -> int:
+    _stop_on_sigterm()
     supervisor = Supervisor(restart_budget=max(plan.restart_budget, 1))
     learner = learner_config(plan)
     view = LiveView(learner.metrics_path or learner.checkpoint.dir / "metrics.jsonl", local_coordinator(plan), live)

@@ -24,6 +24,8 @@ from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.proxy.config import AdmissionLimits, ProxyConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harnessrl import __version__
+
 # vLLM accepts only these LoRA ranks for --max-lora-rank; the engine serves the smallest one that fits.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The API spells dialects as in its docs (kebab-case), the runner as Python identifiers.
@@ -67,7 +69,7 @@ class Images(_Model):
     """Where the operator's component images come from (`<registry>/<name>:<tag>`)."""
 
     registry: str = "ghcr.io/harnessrl"
-    tag: str = "0.1.0"
+    tag: str = __version__  # images are released with the package
 
     def image(self, name: str) -> str:
         return f"{self.registry}/{name}:{self.tag}"
@@ -213,6 +215,9 @@ def _build(
     if missing:
         raise PlanError(f"HarnessPool {', '.join(missing)} not found in namespace {namespace}")
     used = {ref.pool: pools[ref.pool] for ref in spec.harnesses}
+    too_long = sorted(name for name in used if len(name) > 63)
+    if too_long:
+        raise PlanError(f"HarnessPool name {', '.join(too_long)} is longer than 63 characters: it labels runner Pods")
     admin_secret = child_name(run, ComponentKind.PROXY) + "-admin"
     return Plan(
         run=run,

@@ -33,6 +33,8 @@ class ProcessSpec:
     start_timeout_s: float = 120.0
     # A component whose exit with status 0 means the run is over (the learner after its last step).
     finishes_run: bool = False
+    # A component that exits 0 when its work is done (a runner told by the coordinator) is not restarted.
+    done_on_clean_exit: bool = False
 
 
 @dataclass
@@ -97,6 +99,9 @@ class Supervisor:
             managed.exit_codes.append(code)
             if code == 0 and managed.spec.finishes_run:
                 return True
+            if code == 0 and managed.spec.done_on_clean_exit:
+                managed.popen = None
+                continue
             if managed.restarts >= self.restart_budget:
                 raise SupervisorError(
                     f"{managed.spec.name} exited with status {code} and has used its {self.restart_budget} "

@@ -141,7 +141,7 @@ async def _session(
                 CallRecord(index, turn, label, plan.stream, began - start, time.perf_counter() - began, "cut")
             )
             raise
-        except (ReplyError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except Exception as exc:  # any failure of the call is its outcome (HTTP, transport, timeout, shape)
             outcome = f"{type(exc).__name__}: {exc}"[:200] or type(exc).__name__
         records.append(
             CallRecord(index, turn, label, plan.stream, began - start, time.perf_counter() - began, outcome)

@@ -77,12 +77,7 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 def _error_kind(record: CallRecord) -> str:
     mode = "stream" if record.stream else "json"
-    words = (
-        record.outcome.split(":")[0] if record.outcome.startswith(("HTTP", "ReplyError")) else record.outcome
-    )
-    if record.outcome.startswith("HTTP"):
-        words = record.outcome[:8]
-    return f"{record.dialect}/{mode}: {words[:60]}"
+    return f"{record.dialect}/{mode}: {record.outcome.removeprefix('ReplyError: ')[:70]}"
 
 
 def _active_span(records: list[CallRecord]) -> float:

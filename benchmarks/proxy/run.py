@@ -32,6 +32,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loadgen import LoadSpec, TargetSpec, raise_fd_limit, run_clients
+from pyspy import PySpy
 from results import LevelResult, RunResults, TargetResult, add_baseline, render_markdown, target_result
 from servers import (
     REPO,
@@ -106,8 +107,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--keep-collapsed",
-        action="store_true",
-        help="keep running a proxy at higher levels after it finished under 10%% of its sessions",
+        type=parse_targets,
+        default=[],
+        metavar="TARGETS",
+        help="proxies to keep running at higher levels after they finished under 10%% of their sessions "
+        "(by default such a proxy is skipped at higher levels)",
     )
     p.add_argument(
         "--proxy-config",
@@ -121,6 +125,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=Path,
         default=REFERENCE_VENV / "bin" / "python",
         help="python of the virtualenv holding openenv (created if missing; see README)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample the harnessrl proxy with py-spy during each level; summary in OUT_DIR/profile.md",
     )
     p.add_argument("--out-dir", type=Path, default=HERE, help="where results.md / results.json go")
     args = p.parse_args(argv)
@@ -198,6 +207,7 @@ class Bench:
         self.group = group
         self.engine: Server | None = None
         self.collapsed: set[str] = set()
+        self.profiles: list[str] = []  # py-spy summaries of the harnessrl proxy, one per level
         self.proxy_extra = proxy_extra(args)
 
     def start(self) -> None:
@@ -219,6 +229,7 @@ class Bench:
     def run_target(self, target: str, spec: LoadSpec, tag: str) -> TargetResult:
         assert self.engine is not None
         server: Server | None = None
+        spy: PySpy | None = None
         token = ""
         try:
             if target == "harnessrl":
@@ -238,6 +249,8 @@ class Bench:
             else:
                 keys = create_sessions(target, server.url, token, spec.sessions, tag)
                 tspec = TargetSpec(target, server.url, MODEL, keys)
+            if self.args.profile and target == "harnessrl" and server is not None:
+                spy = PySpy(server.pid, self.work_dir / f"pyspy-{tag}.txt")
             sampler = UsageSampler(measured, rss_idle).start()
             engine_cpu0 = self.engine.cpu_s()
             began = time.perf_counter()
@@ -245,6 +258,10 @@ class Bench:
             wall = time.perf_counter() - began
             engine_cpu = self.engine.cpu_s() - engine_cpu0
             usage = sampler.finish()
+            if spy is not None:
+                self.profiles.append(
+                    f"## {spec.sessions} sessions, {spec.pause_s:g} s between calls\n\n{spy.stop()}\n"
+                )
             note = ""
             if target == "openenv" and server is not None:
                 probed = [ln for ln in server.log_tail(20000).splitlines() if ln.startswith("capture level:")]
@@ -266,6 +283,8 @@ class Bench:
                 result.server = usage  # the engine's own figures, shown apart from the proxies'
             return result
         finally:
+            if spy is not None:
+                spy.stop()  # a no-op when it already stopped
             if server is not None:
                 self.group.stop(server)
 
@@ -278,7 +297,7 @@ class Bench:
                 if target in self.collapsed:
                     results.notes.append(
                         f"{target} skipped at {sessions} sessions: it finished under 10% of its sessions at a "
-                        "lower level (pass --keep-collapsed to run it anyway)."
+                        f"lower level (pass --keep-collapsed {target} to run it anyway)."
                     )
                     continue
                 print(
@@ -304,11 +323,14 @@ class Bench:
                 )
                 if (
                     target != "baseline"
-                    and not self.args.keep_collapsed
+                    and target not in self.args.keep_collapsed
                     and result.sessions_finished < 0.1 * sessions
                 ):
                     self.collapsed.add(target)
                 write_results(results, self.args.out_dir)
+                if self.profiles:
+                    header = f"# py-spy profile of the harnessrl proxy\n\nCommand: `{results.command}`\n\n"
+                    (self.args.out_dir / "profile.md").write_text(header + "\n".join(self.profiles))
 
 
 def write_results(results: RunResults, out_dir: Path) -> None:

@@ -40,6 +40,14 @@ case $status in
 esac
 """
 
+SOLVE_SH = """#!/usr/bin/env bash
+# Reference solution (Harbor's oracle): computes the answer from the workspace's data.
+set -eu
+cd "${{WORKSPACE:-/workspace}}"
+python3 - <<'PY'
+{code}PY
+"""
+
 CHECK_PY = '''"""Checks the workspace against expected.json. Exit 0 = correct, 1 = wrong."""
 
 import csv
@@ -336,10 +344,103 @@ def code_specs() -> list[Spec]:
     ]
 
 
+# Reference solutions (Harbor's solution/solve.sh, run by its "oracle" agent): Python run in the workspace. They
+# compute from the task's data, so a test can show every task is solvable and its grader accepts the answer.
+_CSV = "import csv\nrows = list(csv.DictReader(open('{f}')))\n"
+_SALES = _CSV.format(f="sales.csv")
+_PEOPLE = _CSV.format(f="people.csv")
+_OUT = "open('answer.txt', 'w').write(str(ans) + '\\n')\n"
+SOLUTIONS: dict[str, str] = {
+    "sales-total": _SALES + "ans = sum(int(r['amount']) for r in rows)\n" + _OUT,
+    "sales-mean": _SALES + "ans = round(sum(int(r['amount']) for r in rows) / len(rows), 2)\n" + _OUT,
+    "sales-top-region": _SALES + "from collections import Counter\nc = Counter()\n"
+    "for r in rows: c[r['region']] += int(r['amount'])\nans = c.most_common(1)[0][0]\n" + _OUT,
+    "sales-large-orders": _SALES + "ans = sum(int(r['amount']) > 100 for r in rows)\n" + _OUT,
+    "sales-distinct-customers": _SALES + "ans = len({r['customer'] for r in rows})\n" + _OUT,
+    "sales-best-month": _SALES + "from collections import Counter\nc = Counter()\n"
+    "for r in rows: c[r['date'][:7]] += int(r['amount'])\nans = c.most_common(1)[0][0]\n" + _OUT,
+    "people-median-age": _PEOPLE + "import statistics\nans = statistics.median(int(r['age']) for r in rows)\n" + _OUT,
+    "people-oldest": _PEOPLE + "ans = max(rows, key=lambda r: int(r['age']))['name']\n" + _OUT,
+    "inventory-value": "import json\nitems = json.load(open('inventory.json'))\n"
+    "ans = round(sum(i['qty'] * i['price'] for i in items), 2)\n" + _OUT,
+    "inventory-sale-tag": "import json\nans = sum('sale' in i['tags'] for i in json.load(open('inventory.json')))\n" + _OUT,
+    "log-error-count": "ans = sum(line.split()[1] == 'ERROR' for line in open('app.log'))\n" + _OUT,
+    "log-top-ip": "from collections import Counter\nans = Counter(l.split()[0] for l in open('access.log')).most_common(1)[0][0]\n" + _OUT,
+    "text-word-count": "ans = len(open('text.txt').read().split())\n" + _OUT,
+    "text-common-word": "from collections import Counter\nans = Counter(open('text.txt').read().split()).most_common(1)[0][0]\n" + _OUT,
+    "temps-stddev": _CSV.format(f="temps.csv") + "import statistics\n"
+    "ans = round(statistics.pstdev(float(r['temp']) for r in rows), 2)\n" + _OUT,
+    "xy-correlation": _CSV.format(f="xy.csv") + "import statistics\n"
+    "ans = round(statistics.correlation([float(r['x']) for r in rows], [float(r['y']) for r in rows]), 3)\n" + _OUT,
+    "missing-cells": "import csv\nrows = list(csv.reader(open('data.csv')))[1:]\n"
+    "ans = sum(c == '' for r in rows for c in r)\n" + _OUT,
+    "email-domains": "ans = len({l.strip().split('@')[1] for l in open('emails.txt') if l.strip()})\n" + _OUT,
+    "pass-rate": _CSV.format(f="scores.csv") + "ans = round(100 * sum(int(r['score']) >= 60 for r in rows) / len(rows), 1)\n" + _OUT,
+    "weighted-mean": _CSV.format(f="weighted.csv") + "w = [int(r['weight']) for r in rows]\n"
+    "ans = round(sum(int(r['score']) * x for r, x in zip(rows, w)) / sum(w), 2)\n" + _OUT,
+    "count-functions": "import ast\ntree = ast.parse(open('module.py').read())\n"
+    "ans = sum(isinstance(n, ast.FunctionDef) for n in tree.body)\n" + _OUT,
+    "nested-sum": "import json\n"
+    "def s(v):\n"
+    "    if isinstance(v, (bool, str)): return 0\n"
+    "    if isinstance(v, (int, float)): return v\n"
+    "    return sum(s(x) for x in (v.values() if isinstance(v, dict) else v))\n"
+    "ans = s(json.load(open('nested.json')))\n" + _OUT,
+    "filter-north": "import csv\nrows = list(csv.reader(open('sales.csv')))\n"
+    "csv.writer(open('north.csv', 'w', newline='')).writerows([rows[0]] + [r for r in rows[1:] if r[2] == 'north'])\n",
+    "sort-by-amount": "import csv\nrows = list(csv.reader(open('sales.csv')))\n"
+    "body = sorted(rows[1:], key=lambda r: (-int(r[4]), r[0]))\n"
+    "csv.writer(open('sorted.csv', 'w', newline='')).writerows([rows[0]] + body)\n",
+    "region-totals": _SALES + "import json\nt = {}\n"
+    "for r in rows: t[r['region']] = t.get(r['region'], 0) + int(r['amount'])\njson.dump(t, open('totals.json', 'w'))\n",
+    "csv-to-json": _PEOPLE + "import json\n"
+    "json.dump([{'name': r['name'], 'age': int(r['age']), 'city': r['city']} for r in rows], open('people.json', 'w'))\n",
+    "dedupe-lines": "lines = open('lines.txt').read().splitlines()\n"
+    "open('unique.txt', 'w').write('\\n'.join(dict.fromkeys(lines)) + '\\n')\n",
+}
+_CODE: dict[str, str] = {
+    "fizzbuzz": "def fizzbuzz(n):\n    return ['FizzBuzz' if i % 15 == 0 else 'Fizz' if i % 3 == 0 else 'Buzz' if i % 5 == 0 else str(i)"
+    " for i in range(1, n + 1)]\n",
+    "palindrome": "def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n    return t == t[::-1]\n",
+    "fibonacci": "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+    "primes": "def primes_up_to(n):\n    return [p for p in range(2, n + 1) if all(p % d for d in range(2, int(p ** 0.5) + 1))]\n",
+    "word-freq": "def word_freq(text):\n    out = {}\n    for w in text.lower().split():\n        out[w] = out.get(w, 0) + 1\n    return out\n",
+    "flatten": "def flatten(xs):\n    out = []\n    for x in xs:\n        out += flatten(x) if isinstance(x, list) else [x]\n    return out\n",
+    "roman-to-int": "def roman_to_int(s):\n    v = dict(I=1, V=5, X=10, L=50, C=100, D=500, M=1000)\n"
+    "    return sum(-v[a] if v[a] < v[b] else v[a] for a, b in zip(s, s[1:] + 'I')) if s else 0\n",
+    "int-to-roman": "def int_to_roman(n):\n"
+    "    table = [(1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'), (100, 'C'), (90, 'XC'), (50, 'L'), (40, 'XL'),"
+    " (10, 'X'), (9, 'IX'), (5, 'V'), (4, 'IV'), (1, 'I')]\n    out = ''\n    for v, r in table:\n"
+    "        while n >= v:\n            out, n = out + r, n - v\n    return out\n",
+    "merge-intervals": "def merge_intervals(xs):\n    out = []\n    for a, b in sorted(xs):\n"
+    "        if out and a <= out[-1][1]:\n            out[-1][1] = max(out[-1][1], b)\n        else:\n            out.append([a, b])\n"
+    "    return out\n",
+    "binary-search": "import bisect\ndef binary_search(xs, x):\n    i = bisect.bisect_left(xs, x)\n"
+    "    return i if i < len(xs) and xs[i] == x else -1\n",
+    "run-length": "import itertools\ndef rle(s):\n    return ''.join(f'{c}{len(list(g))}' for c, g in itertools.groupby(s))\n",
+    "anagram": "def is_anagram(a, b):\n    f = lambda s: sorted(s.replace(' ', '').lower())\n    return f(a) == f(b)\n",
+    "gcd": "import math\ndef gcd(a, b):\n    return math.gcd(a, b)\n",
+    "transpose": "def transpose(m):\n    return [list(r) for r in zip(*m)]\n",
+    "moving-average": "def moving_average(xs, k):\n    return [sum(xs[i:i + k]) / k for i in range(len(xs) - k + 1)]\n",
+    "parse-duration": "import re\ndef parse_duration(s):\n    unit = dict(h=3600, m=60, s=1)\n"
+    "    return sum(int(n) * unit[u] for n, u in re.findall(r'(\\d+)([hms])', s))\n",
+    "fahrenheit": "def c_to_f(c):\n    return c * 9 / 5 + 32\n",
+    "count-vowels": "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s.lower())\n",
+    "second-largest": "def second_largest(xs):\n    d = sorted(set(xs))\n    return d[-2] if len(d) > 1 else None\n",
+    "chunk": "def chunk(xs, n):\n    return [xs[i:i + n] for i in range(0, len(xs), n)]\n",
+    "caesar": "def caesar(s, k):\n    out = ''\n    for c in s:\n        if c.isascii() and c.isalpha():\n"
+    "            base = ord('A') if c.isupper() else ord('a')\n            c = chr(base + (ord(c) - base + k) % 26)\n"
+    "        out += c\n    return out\n",
+    "matrix-multiply": "def matmul(a, b):\n    return [[sum(x * y for x, y in zip(r, c)) for c in zip(*b)] for r in a]\n",
+}
+SOLUTIONS.update({name: f"open('solution.py', 'w').write({src!r})\n" for name, src in _CODE.items()})
+
+
 def all_specs() -> list[Spec]:
     specs = data_specs() + code_specs()
     names = [s.name for s in specs]
     assert len(names) == len(set(names)), "task names must be unique"
+    assert set(names) == set(SOLUTIONS), "every task needs a reference solution"
     return specs
 
 
@@ -372,6 +473,7 @@ def render(spec: Spec, split: str) -> dict[str, str]:
         "tests/expected.json": json.dumps(spec.expected, indent=1, sort_keys=True) + "\n",
         # Harbor requires environment/; keep it present for tasks without data files.
         "environment/.keep": "",
+        "solution/solve.sh": SOLVE_SH.format(code=SOLUTIONS[spec.name]),
     }
     files.update({f"environment/{name}": body for name, body in spec.files.items()})
     return files
@@ -393,7 +495,7 @@ def main() -> int:
         path = ROOT / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body)
-        if path.name == "test.sh":
+        if path.suffix == ".sh":
             path.chmod(0o755)
     print(f"wrote {len(all_specs())} tasks under {ROOT}")
     return 0

@@ -91,6 +91,11 @@ class Context:
             self._running.add(key)
             self._executor.submit(self._run, key)
 
+    def busy(self) -> bool:
+        """Some reconcile is running or queued."""
+        with self._mu:
+            return bool(self._running)
+
     def trigger_namespace(self, kind: str, namespace: str) -> None:
         with self._mu:
             keys = [k for k in self.known if k[0] == kind and k[1] == namespace]

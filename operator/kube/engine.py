@@ -47,9 +47,8 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "readinessProbe": http_probe("/health", period=10, failures=3),
         "livenessProbe": http_probe("/health", period=20, failures=6),
     }
-    pod = pod_template(
-        plan, engine, {"containers": [container], "volumes": volumes}, config_digest=config_hash(launch.model_dump())
-    )
+    spec = {"containers": [container], "volumes": volumes, "automountServiceAccountToken": False}
+    pod = pod_template(plan, engine, spec, config_digest=config_hash(launch.model_dump()))
     statefulset = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

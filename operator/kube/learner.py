@@ -65,6 +65,8 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "containers": [container],
         "volumes": volumes,
         "securityContext": {"fsGroup": RUN_AS},
+        # Nothing in the learner talks to the API server: the operator reads its status over HTTP.
+        "automountServiceAccountToken": False,
     }
     pod = pod_template(plan, learner, spec, config_digest=config_hash(rendered_config(learner)))
     meta = component_metadata(plan, owner, learner)

@@ -73,7 +73,12 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     pod = pod_template(
         plan,
         proxy,
-        {"containers": [container], "volumes": volumes, "securityContext": {"fsGroup": RUN_AS}},
+        {
+            "containers": [container],
+            "volumes": volumes,
+            "securityContext": {"fsGroup": RUN_AS},
+            "automountServiceAccountToken": False,
+        },
         config_digest=config_hash(config),
     )
     statefulset = {

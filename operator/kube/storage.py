@@ -80,9 +80,9 @@ TASK_INDEX = """\
 import os, pathlib
 from pydantic import TypeAdapter
 from harnessrl.runtime.harness.config import TaskSource
-from harnessrl.runtime.harness.tasks import load_source, split_tasks
+from harnessrl.runtime.harness.tasks import load_dir, source_dir, split_tasks
 source = TypeAdapter(TaskSource).validate_json(os.environ["HARNESSRL_TASKS"])
-ids = sorted(split_tasks(load_source(source), os.environ["HARNESSRL_SPLIT"]))
+ids = sorted(split_tasks(load_dir(source_dir(source)), os.environ["HARNESSRL_SPLIT"]))
 limit = int(os.environ.get("HARNESSRL_LIMIT") or len(ids))
 out = pathlib.Path(os.environ["HARNESSRL_TASK_IDS"])
 out.write_text("".join(i + "\\n" for i in ids[:limit]))

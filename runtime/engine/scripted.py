@@ -25,6 +25,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -249,8 +250,9 @@ def token_logprob(prev: int, token: int) -> float:
 # ----------------------------------------------------------------------------------------------- the engine
 
 
-class Completion(BaseModel):
-    """A scripted reply rendered into tokens."""
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A scripted reply rendered into tokens (internal: a dataclass, so long prompts cost no validation)."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
@@ -524,6 +526,7 @@ def stream_chunks(
     `stream_options.include_usage` is set."""
     want_ids = bool(request.get("return_token_ids"))
     want_logprobs = bool(request.get("logprobs"))
+    include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
     base = {
         "id": request_id,
         "object": "chat.completion.chunk",
@@ -555,8 +558,12 @@ def stream_chunks(
             choice["stop_reason"] = None
         if want_ids:
             choice["token_ids"] = [c.completion_ids[i]]
-        yield base | {"choices": [choice]}
-    if (request.get("stream_options") or {}).get("include_usage"):
+        chunk = base | {"choices": [choice]}
+        if i == n - 1 and not include_usage:
+            # vLLM stamps the fingerprint on the terminal chunk, or on the usage chunk when there is one.
+            chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
+        yield chunk
+    if include_usage:
         n_prompt = len(c.prompt_ids)
         yield base | {
             "choices": [],

@@ -175,7 +175,11 @@ def build_tiny_model(
     out = Path(out_dir)
     digest = spec_digest(spec, seed)
     marker = out / MARKER
-    if marker.is_file() and json.loads(marker.read_text()).get("digest") == digest:
+
+    def built() -> bool:
+        return marker.is_file() and json.loads(marker.read_text()).get("digest") == digest
+
+    if built():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
@@ -185,12 +189,14 @@ def build_tiny_model(
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / MARKER).write_text(json.dumps({"digest": digest, "seed": seed, "spec": spec.model_dump()}))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        # Never replace a good build another process finished meanwhile (a server may be reading it).
+        if not built():
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
     except OSError:
         # Another builder won the rename race with the same content; use theirs.
-        if not (marker.is_file() and json.loads(marker.read_text()).get("digest") == digest):
+        if not built():
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

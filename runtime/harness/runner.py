@@ -292,7 +292,8 @@ class Runner:
                         t = asyncio.create_task(self.run_and_complete(lease), name=lease.rollout_id)
                         active.add(t)
                         t.add_done_callback(active.discard)
-                    wait_s = 0.0 if leased.leases else leased.retry_after_s
+                    # Done: finish what is running, then ask once more (and stop).
+                    wait_s = 3600.0 if leased.done else 0.0 if leased.leases else leased.retry_after_s
                 else:
                     wait_s = 3600.0
                 await wait_any(stop, active, wait_s)

@@ -510,11 +510,11 @@ def _release_engine(state: ProxyState, engine: Engine, started: float) -> None:
 
 async def _record_turn(state: ProxyState, session: Session, capture: CallCapture, policy: PolicyState,
                        started: float) -> None:
-    turn, problems = capture.to_turn(model=policy.model, policy_version=policy.version, started_at=started,
-                                     finished_at=time.time())
-    error = f"turn kept as context only: {'; '.join(problems)}" if problems else None
-    await state.durable(session.record_call(answered=True, error=error, turn=turn))
-    state.metrics.turns.labels("false" if problems else "true").inc()
+    turn = capture.to_turn(model=policy.model, policy_version=policy.version, started_at=started,
+                           finished_at=time.time())
+    record = session.record_call(answered=True, turn=turn)
+    await state.durable(record)
+    state.metrics.turns.labels("true" if record["turn"]["trainable"] else "false").inc()
     state.metrics.tokens.labels("completion").inc(len(turn.completion_ids))
 
 

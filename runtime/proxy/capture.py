@@ -1,8 +1,8 @@
 """What the proxy records of one engine call: token ids, sampled logprobs, finish reason, tool calls.
 
 `CallCapture` accumulates a stream chunk by chunk (work proportional to the new tokens) or reads a whole
-completion; `to_turn` validates it (finite logprobs <= 0, one per sampled token): an invalid capture is still
-recorded, as context only (`trainable=False`), so the session's later turns keep linking to it.
+completion; `to_turn` makes the Turn. An invalid capture (logprobs not finite and <= 0, or not one per token) is still
+recorded, as context only (`trainable=False`, decided by the call graph), so later turns keep linking to it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harnessrl.runtime.proxy.dialects.upstream import ChoiceLogprobs, Completion, CompletionChunk
-from harnessrl.runtime.trajectory.models import Turn, capture_problems
+from harnessrl.runtime.trajectory.models import Turn
 
 
 @dataclass
@@ -58,9 +58,11 @@ class CallCapture:
     def tool_calls(self) -> int:
         return len(self.tool_call_indices)
 
-    def to_turn(self, *, model: str, policy_version: int, started_at: float, finished_at: float) -> tuple[Turn, list[str]]:
-        """The turn to record and, if it cannot be trained on, why."""
-        turn = Turn(
+    def to_turn(self, *, model: str, policy_version: int, started_at: float, finished_at: float) -> Turn:
+        """The turn to record. Not validated here: the ids and logprobs were typed when the engine's answer was
+        parsed, and the call graph checks `capture_problems` once when it links the turn (a turn that fails is
+        kept as context only)."""
+        return Turn.model_construct(
             prompt_ids=self.prompt_ids,
             completion_ids=self.completion_ids,
             logprobs=self.logprobs,
@@ -70,8 +72,5 @@ class CallCapture:
             tool_calls=self.tool_calls,
             started_at=started_at,
             finished_at=finished_at,
+            trainable=True,
         )
-        problems = capture_problems(turn)
-        if problems:
-            turn = turn.model_copy(update={"trainable": False})
-        return turn, problems

@@ -189,7 +189,9 @@ class EngineClient:
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
-                return
+                # Read on to the end of the body rather than return: a fully read response lets the pool reuse
+                # the connection, an abandoned one is closed.
+                continue
             try:
                 yield CompletionChunk.model_validate_json(data)
             except ValueError as exc:

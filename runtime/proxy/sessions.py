@@ -19,7 +19,7 @@ from typing import Any
 
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.trajectory.graph import SessionGraph
-from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta
+from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta, capture_problems
 
 MAX_ERRORS = 20
 
@@ -82,7 +82,8 @@ class Session:
     def nodes(self) -> list[Node]:
         return [self.graph.node(i) for i in range(len(self.graph))]
 
-    def _apply(self, at: float, status: SessionStatus, answered: bool, error: str | None, turn: Turn | None) -> None:
+    def _apply(self, at: float, status: SessionStatus, answered: bool, error: str | None,
+               turn: TurnDelta | None) -> None:
         self.last_activity_at = at
         self.status = status
         if answered:
@@ -106,14 +107,18 @@ class Session:
     ) -> dict[str, Any]:
         """Apply one call to the live session and return the journal record that replays it.
 
-        Linking happens here (O(prompt length)); the record stores only the prompt tokens beyond the parent."""
+        Linking happens here (O(prompt length)); the record stores only the prompt tokens beyond the parent.
+        A turn the call graph refuses to train on (see `capture_problems`) is kept as context, and why is
+        recorded as the call's error."""
         at = time.time() if at is None else at
         new_status = self.status if status is None else status
         delta: TurnDelta | None = None
         if turn is not None:
-            node: Node = self.graph.add(turn)
-            delta = self.graph.delta(node.id)
-        self._apply(at, new_status, answered, error, turn)
+            delta = self.graph.delta(self.graph.add(turn).id)
+            if not delta.trainable:
+                problems = "; ".join(capture_problems(turn)) or "marked untrainable"
+                error = f"turn {delta.id} kept as context only: {problems}"
+        self._apply(at, new_status, answered, error, delta)
         return {
             "k": "call",
             "sid": self.id,
@@ -125,10 +130,12 @@ class Session:
         }
 
     def replay_call(self, record: dict[str, Any]) -> None:
-        turn: Turn | None = None
+        delta: TurnDelta | None = None
         if record.get("turn") is not None:
-            turn = self.graph.add_delta(TurnDelta.model_validate(record["turn"])).turn
-        self._apply(float(record["at"]), SessionStatus(record["status"]), bool(record["answered"]), record.get("error"), turn)
+            delta = TurnDelta.model_validate(record["turn"])
+            self.graph.add_delta(delta)
+        self._apply(float(record["at"]), SessionStatus(record["status"]), bool(record["answered"]),
+                    record.get("error"), delta)
 
 
 @dataclass

@@ -253,8 +253,8 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
     assert status["phase"] == "Succeeded" and status["step"] == 3 and status["completionTime"]
     # A finished run frees its GPUs: engine, proxy and runners go to zero.
     operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)["spec"]["replicas"] == 0)
-    reasons = {e["reason"] for e in operator.list_objects("v1", "Event", NS)}
-    assert {"Training", "TrainingComplete", "HubExportFailing"} <= reasons
+    operator.wait_for(lambda: {"Training", "TrainingComplete", "HubExportFailing"}
+                      <= {e["reason"] for e in operator.list_objects("v1", "Event", NS)})
 
 
 def waiting(container: str, reason: str, message: str = "") -> dict[str, Any]:
@@ -283,8 +283,11 @@ def test_failing_children_surface_as_conditions_with_reasons(operator: Any) -> N
         cond = wait_condition(operator, "run-a", condition_type, "False", reason)
         assert f"pod run-a-{component}-0" in cond["message"]
         wait_condition(operator, "run-a", "Ready", "False", reason)
-        warnings = [e for e in operator.list_objects("v1", "Event", NS) if e["reason"] == reason]
-        assert warnings and {e["type"] for e in warnings} == {"Warning"}
+        # Events are posted right after the status that they announce.
+        warnings = operator.wait_for(lambda r=reason: [e for e in operator.list_objects("v1", "Event", NS)
+                                                       if e["reason"] == r])
+        assert {e["type"] for e in warnings} == {"Warning"}
+        assert warnings[0]["involvedObject"]["kind"] == "TrainingRun" and warnings[0]["involvedObject"]["name"] == "run-a"
     wait_condition(operator, "run-a", "EngineReady", "True", "AllReplicasReady")
 
 
@@ -385,7 +388,8 @@ def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: Fa
     apply_pools(cluster, "mini-swe-agent")
     cluster.apply(small_run())
     with running_operator(cluster, learner_status.url):
-        cluster.wait_for(lambda: cluster.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+        # The NetworkPolicies are rendered last: once they exist, every child does.
+        cluster.wait_for(lambda: cluster.get("networking.k8s.io/v1", "NetworkPolicy", "run-a-engine", namespace=NS))
         before = {(k, n): cluster.get(*_kind(k), n, namespace=NS)["metadata"]["uid"] for k, n in children(cluster, "run-a")}
         token = cluster.get("v1", "Secret", "run-a-proxy-admin", namespace=NS)["data"]["token"]
     with running_operator(cluster, learner_status.url):

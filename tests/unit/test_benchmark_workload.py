@@ -93,3 +93,19 @@ def test_percentile_is_nearest_rank_and_added_latency_is_against_the_baseline() 
                         targets=[target("baseline", 10, 100), target("harnessrl", 15, 180)])
     add_baseline(level)
     assert (level.targets[1].p50_added_ms, level.targets[1].p99_added_ms) == (5, 80)
+
+
+def test_stage_breakdown_times_every_stage_of_every_session_mix() -> None:
+    import asyncio
+
+    from stages import Clock, play
+
+    clock = Clock()
+    loop = asyncio.new_event_loop()
+    try:
+        calls = play(clock, loop, turns=2)
+    finally:
+        loop.close()
+    assert calls == len(DIALECTS) * 2 * 2
+    assert len(clock.ms) == 8 and all(ms > 0 for ms in clock.ms.values())
+    assert set(clock.calls_by_mix.values()) == {2} and len(clock.calls_by_mix) == 8

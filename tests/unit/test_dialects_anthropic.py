@@ -51,7 +51,7 @@ async def test_claude_code_shaped_request_becomes_the_canonical_request(dialects
         system=[
             {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.0; cc_entrypoint=sdk-cli"},
             {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
-            {"type": "text", "text": "Be brief."},
+            {"type": "text", "text": "x-anthropic-billing-header: cch=ab12;\nBe brief."},
         ],
         messages=[
             {"role": "user", "content": "list files"},

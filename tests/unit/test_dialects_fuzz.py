@@ -174,7 +174,7 @@ def _mutate(seed: dict[str, Any], path: tuple[Any, ...], action: str, new: Any) 
     return body
 
 
-FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_seeds_are_valid() -> None:

@@ -3,6 +3,7 @@ shared stream reader."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -167,3 +168,46 @@ def test_every_error_kind_renders_in_every_dialect(name: str, kind: ErrorKind) -
     else:
         assert body["error"]["message"] == "nope" and isinstance(body["error"]["type"], str)
     assert rendered.headers == ({"retry-after": "2"} if kind in ("rate_limit", "overloaded") else {})
+
+
+FINAL_REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "openai_chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+    "openai_responses": ("/v1/responses", {"model": "m", "input": "x"}),
+    "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}),
+    "gemini": ("/v1beta/models/m:generateContent", {"contents": [{"parts": [{"text": "x"}]}]}),
+}
+# A non-streaming final answer is text only and ends the turn.
+ENDS_PLAINLY: dict[str, Any] = {
+    "openai_chat": lambda b: b["choices"][0]["finish_reason"] == "stop" and "tool_calls" not in b["choices"][0]["message"],
+    "openai_responses": lambda b: b["status"] == "completed" and [i["type"] for i in b["output"]] == ["message"],
+    "anthropic": lambda b: b["stop_reason"] == "end_turn" and [c["type"] for c in b["content"]] == ["text"],
+    "gemini": lambda b: b["candidates"][0]["finishReason"] == "STOP" and list(b["candidates"][0]["content"]["parts"][0]) == ["text"],
+}
+# The terminal event each dialect's stream must end with.
+TERMINAL = {"openai_chat": b"data: [DONE]", "openai_responses": b"event: response.completed",
+            "anthropic": b"event: message_stop", "gemini": b'"finishReason":"STOP"'}
+
+
+@pytest.mark.parametrize("name", sorted(FINAL_REQUESTS))
+@pytest.mark.parametrize("stream", [False, True])
+async def test_final_message_is_a_plain_ending_turn(name: str, stream: bool) -> None:
+    path, body = FINAL_REQUESTS[name]
+    if stream:
+        path = path.replace(":generateContent", ":streamGenerateContent")
+        body = {**body, "stream": True} if name != "gemini" else body
+    route = match_route(path)
+    assert route is not None
+    dialect = DIALECTS[name]
+    parsed = dialect.parse_request(body, route)
+    assert parsed.stream is stream
+    rendered = dialect.render_final("The call budget is spent.", parsed)
+    if stream:
+        assert not isinstance(rendered, dict)
+        data = b"".join([b async for b in rendered])
+        events = [e for e in data.split(b"\n\n") if e]
+        assert TERMINAL[name] in events[-1]
+    else:
+        assert isinstance(rendered, dict)
+        assert ENDS_PLAINLY[name](rendered), rendered
+        data = json.dumps(rendered).encode()
+    assert b"The call budget is spent." in data

@@ -128,7 +128,7 @@ def _gemini() -> genai.Client:
     return genai.Client(api_key="k", http_options=options)
 
 
-EXAMPLES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @EXAMPLES

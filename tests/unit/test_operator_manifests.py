@@ -185,3 +185,23 @@ def test_patch_body_keeps_immutable_fields_out_and_drift_ignores_server_defaults
     # A Job Kueue admits: the operator never fights Kueue over `suspend`.
     queued = patch_body(manifests()[("Job", "run-learner")])
     assert "suspend" not in queued["spec"]
+
+
+def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
+    """Run the learner's task-index init container program (as the Pod would, with its env) on the example
+    task set: it must agree with the runner's own task loader on the ids of the split."""
+    import subprocess
+    import sys
+
+    from harnessrl.runtime.harness.tasks import load_dir, split_tasks
+
+    job = manifests(tasks={"pvc": {"claimName": "tasks"}, "split": "train", "limit": 5})[("Job", "run-learner")]
+    index = next(c for c in job["spec"]["template"]["spec"]["initContainers"] if c["name"] == "task-index")
+    env = {e["name"]: e["value"] for e in index["env"]}
+    assert yaml.safe_load(env["HARNESSRL_TASKS"]) == {"kind": "dir", "path": "/var/lib/harnessrl/tasks"}
+    out = tmp_path / "ids.txt"
+    env |= {"HARNESSRL_TASKS": f'{{"kind": "dir", "path": "{ROOT / "examples" / "tasks"}"}}', "HARNESSRL_TASK_IDS": str(out)}
+    command = [sys.executable if index["command"][0] == "python" else index["command"][0], *index["command"][1:]]
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=60)
+    expected = sorted(split_tasks(load_dir(ROOT / "examples" / "tasks"), "train"))[:5]
+    assert out.read_text().split() == expected and len(expected) == 5

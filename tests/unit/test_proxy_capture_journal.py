@@ -21,6 +21,9 @@ from harnessrl.runtime.proxy.dialects.upstream import (
     UpstreamToolCall,
 )
 from harnessrl.runtime.proxy.journal import Journal, read_records
+from harnessrl.runtime.proxy.protocol import CreateSessionRequest
+from harnessrl.runtime.proxy.sessions import Session, SessionStore
+from harnessrl.runtime.trajectory.models import capture_problems
 
 
 def _completion(logprobs: list[float]) -> Completion:
@@ -59,20 +62,51 @@ def test_stream_capture_equals_whole_capture() -> None:
     for chunk in _chunks(completion):
         streamed.feed(chunk)
     for capture in (whole, streamed):
-        turn, problems = capture.to_turn(model="tiny", policy_version=2, started_at=1.0, finished_at=2.0)
-        assert problems == []
+        turn = capture.to_turn(model="tiny", policy_version=2, started_at=1.0, finished_at=2.0)
+        assert capture_problems(turn) == []
         assert (turn.prompt_ids, turn.completion_ids, turn.logprobs) == ([1, 2, 3], [7, 8, 9], [-0.5, -1.0, -0.01])
         assert (turn.finish_reason, turn.tool_calls, turn.policy_version, turn.trainable) == ("tool_calls", 1, 2, True)
 
 
-def test_invalid_capture_is_kept_as_context_only() -> None:
+def _session() -> Session:
+    store = SessionStore(default_budget=10, ttl_s=60)
+    return store.create(CreateSessionRequest(rollout_id="r", task_id="t", harness="h", group_id="g"))[0]
+
+
+def test_invalid_capture_is_kept_as_context_only_and_counted() -> None:
+    session = _session()
+    good = CallCapture.from_completion(_completion([-0.1, -0.1, -0.1]))
+    session.record_call(answered=True, turn=good.to_turn(model="t", policy_version=0, started_at=0, finished_at=0))
     for logprobs in ([-0.5, 0.3, -1.0], [-0.5, -math.inf, -1.0], [-0.5, -1.0]):
         capture = CallCapture.from_completion(_completion([-0.1, -0.1, -0.1]))
         capture.logprobs = logprobs
-        turn, problems = capture.to_turn(model="tiny", policy_version=0, started_at=0, finished_at=0)
-        assert problems and turn.trainable is False
-    missing_prompt = CallCapture.from_completion(_completion([-0.1, -0.1, -0.1]).model_copy(update={"prompt_token_ids": None}))
-    assert missing_prompt.to_turn(model="t", policy_version=0, started_at=0, finished_at=0)[1]
+        record = session.record_call(
+            answered=True, turn=capture.to_turn(model="t", policy_version=0, started_at=0, finished_at=0)
+        )
+        assert record["turn"]["trainable"] is False and "kept as context only" in record["error"]
+    info = session.info()
+    assert (info.turns, info.bad_turns, len(info.errors)) == (4, 3, 3)
+    (trained,) = [s for s in session.sequences().sequences if sum(s.loss_mask)]
+    assert trained.node_ids == [0]  # only the valid turn's samples are trained
+
+
+def test_replaying_the_records_rebuilds_the_same_session() -> None:
+    live = _session()
+    records = []
+    prompt = [1, 2, 3]
+    for i in range(4):
+        completion = _completion([-0.1, -0.2, -0.3]).model_copy(update={"prompt_token_ids": prompt})
+        turn = CallCapture.from_completion(completion).to_turn(model="t", policy_version=i, started_at=i, finished_at=i)
+        records.append(live.record_call(answered=True, turn=turn, at=float(i)))
+        prompt = [*prompt, 7, 8, 9, 100 + i]
+    # Prefix de-duplication: each later record stores only the new prompt token.
+    assert [len(r["turn"]["prompt_tail"]) for r in records] == [3, 1, 1, 1]
+    rebuilt = Session(id=live.id, request=live.request, call_budget=live.call_budget, created_at=live.created_at,
+                      last_activity_at=live.created_at)
+    for record in records:
+        rebuilt.replay_call(json.loads(json.dumps(record)))
+    assert rebuilt.info() == live.info()
+    assert rebuilt.sequences() == live.sequences()
 
 
 async def test_completion_as_chunks_round_trips_through_capture() -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,38 +44,6 @@ def test_committed_tree_matches_the_generator() -> None:
         if p.is_file() and "__pycache__" not in p.parts
     }
     assert on_disk == expected, "run `python examples/tasks/generate.py` and commit the result"
-
-
-def run_grader(task_dir: Path, workspace: Path, logs: Path) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "WORKSPACE": str(workspace), "TESTS_DIR": str(task_dir / "tests"),
-           "LOGS_DIR": str(logs)}
-    return subprocess.run(["bash", str(task_dir / "tests" / "test.sh")], env=env, capture_output=True, text=True,
-                          timeout=30, check=False)
-
-
-@pytest.mark.parametrize("name", ["sales-total", "people-oldest", "csv-to-json", "fizzbuzz", "dedupe-lines"])
-def test_graders_reward_right_and_wrong_answers(name: str, tmp_path: Path) -> None:
-    """Each check kind: an empty workspace gets 0; the answer made from expected.json gets 1."""
-    task = load_dir(TASKS)[name]
-    workspace, logs = tmp_path / "ws", tmp_path / "logs"
-    workspace.mkdir()
-    assert run_grader(task.path, workspace, logs).returncode == 0
-    assert (logs / "verifier" / "reward.txt").read_text().strip() == "0"
-    exp = json.loads((task.tests_dir / "expected.json").read_text())
-    if exp["kind"] in ("number", "text"):
-        (workspace / "answer.txt").write_text(f"{exp['value']}\n")
-    elif exp["kind"] == "json":
-        (workspace / exp["file"]).write_text(json.dumps(exp["value"]))
-    elif exp["kind"] == "lines":
-        (workspace / exp["file"]).write_text("\n".join(exp["value"]) + "\n")
-    else:  # code: a real implementation
-        (workspace / "solution.py").write_text(
-            "def fizzbuzz(n):\n"
-            "    return ['FizzBuzz' if i % 15 == 0 else 'Fizz' if i % 3 == 0 else 'Buzz' if i % 5 == 0 else str(i)\n"
-            "            for i in range(1, n + 1)]\n"
-        )
-    result = run_grader(task.path, workspace, logs)
-    assert (logs / "verifier" / "reward.txt").read_text().strip() == "1", result.stdout + result.stderr
 
 
 def test_loader_errors_name_the_task(tmp_path: Path) -> None:

@@ -254,3 +254,29 @@ def test_journal_deltas_rebuild_the_same_graph(turns: list[Turn]) -> None:
     rebuilt = SessionGraph.from_deltas("s", deltas)
     assert rebuilt.sequences() == g.sequences()
     assert [rebuilt.node(i) for i in range(len(turns))] == [g.node(i) for i in range(len(turns))]
+
+
+def test_memory_is_proportional_to_unique_tokens() -> None:
+    """A 20-turn agent session (a ~500-token tool result per turn, real-sized token ids) keeps ~12 bytes per
+    unique token, not turns × context: the proxy's per-session budget is 0.5 MB at these sizes."""
+    import tracemalloc
+
+    rng = random.Random(1)
+    prompt = [rng.randrange(150_000) for _ in range(1000)]
+    turns = []
+    for _ in range(20):
+        completion = [rng.randrange(150_000) for _ in range(50)]
+        # Fresh int objects per call, as JSON parsing gives the proxy.
+        turns.append(Turn.model_validate_json(turn(prompt, completion).model_dump_json()))
+        prompt = prompt + completion + [rng.randrange(150_000) for _ in range(500)]
+    unique = len(turns[-1].prompt_ids) + len(turns[-1].completion_ids)
+    g = SessionGraph("s")
+    tracemalloc.start()
+    try:
+        for t in turns:
+            g.add(t)
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held / unique < 24, f"{held} bytes for {unique} unique tokens"
+    assert held < 300_000

@@ -2,8 +2,9 @@
 
 Request -> Chat Completions:
 - `system` (string or text blocks) becomes one system message. Claude Code sends a first block
-  `x-anthropic-billing-header: ...`; it is metadata for Anthropic's billing, not prompt, and it
-  changes between calls, so it is dropped (keeping it would break prefix linking of turns).
+  `x-anthropic-billing-header: cc_version=...; cch=<hash>`; Anthropic lifts it out for billing
+  (the model never sees it) and it changes between calls, so its line is removed (keeping it
+  would also break the prefix linking of turns); a block left empty is dropped.
 - User `tool_result` blocks become `tool` messages (text or text blocks; `is_error` is kept
   as-is, the text says what failed), placed before the rest of that user turn's text. Assistant
   `tool_use` blocks become `tool_calls` (input serialised as JSON). `thinking` and
@@ -30,10 +31,12 @@ closes, as valid JSON: the SDK parses every delta and would fail on a model's br
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 from harnessrl.runtime.proxy.dialects.base import (
+    TOOL_CHOICE_MODES,
     CanonicalRequest,
     ChatMessage,
     Dialect,
@@ -135,12 +138,14 @@ def _text_blocks(blocks: list[Any], where: str) -> list[TextPart]:
     return parts
 
 
+_BILLING_LINE = re.compile(rf"^{re.escape(BILLING_HEADER_PREFIX)}.*(?:\n|$)", re.MULTILINE)
+
+
 def _system(system: str | list[dict[str, Any]] | None) -> ChatMessage | None:
     if system is None:
         return None
-    if isinstance(system, str):
-        return ChatMessage(role="system", content=system) if system else None
-    parts = [p for p in _text_blocks(system, "system") if not p.text.startswith(BILLING_HEADER_PREFIX)]
+    texts = [system] if isinstance(system, str) else [p.text for p in _text_blocks(system, "system")]
+    parts = [TextPart(text=t) for t in (_BILLING_LINE.sub("", t) for t in texts) if t]
     return ChatMessage(role="system", content=join_text(parts)) if parts else None
 
 
@@ -197,8 +202,8 @@ def _assistant(content: list[dict[str, Any]], where: str) -> ChatMessage:
             raise unsupported_content(str(kind), at)
     # Text or tool calls; an assistant turn of only (dropped) thinking becomes empty text, never
     # a null content that a chat template might print.
-    content = join_text(parts) if parts else (None if calls else "")
-    return ChatMessage(role="assistant", content=content, tool_calls=calls or None)
+    text = join_text(parts) if parts else (None if calls else "")
+    return ChatMessage(role="assistant", content=text, tool_calls=calls or None)
 
 
 def _messages(req: MessagesRequest) -> list[ChatMessage]:
@@ -236,7 +241,7 @@ def _tool_choice(choice: _ToolChoiceIn | None) -> ToolChoice | None:
         if not choice.name:
             raise DialectError("tool_choice of type 'tool' needs a name", param="tool_choice.name")
         return NamedToolChoice(function=NamedFunction(name=choice.name))
-    return {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+    return TOOL_CHOICE_MODES["required" if choice.type == "any" else choice.type]
 
 
 def _response_format(req: MessagesRequest) -> dict[str, Any] | None:
@@ -388,7 +393,7 @@ class AnthropicDialect(Dialect):
             match event:
                 case Started(prompt):
                     prompt_tokens = prompt
-                    message = {
+                    message: dict[str, Any] = {
                         "id": new_id("msg_"),
                         "type": "message",
                         "role": "assistant",
@@ -421,8 +426,8 @@ class AnthropicDialect(Dialect):
                     for b in close():
                         yield b
                     matched = stop if stop in (request.canonical.stop or []) else None
-                    delta = {"stop_reason": _stop_reason(reason, has_tools, matched), "stop_sequence": matched}
-                    yield ev({"type": "message_delta", "delta": delta, "usage": _usage(usage, prompt_tokens)})
+                    end: dict[str, Any] = {"stop_reason": _stop_reason(reason, has_tools, matched), "stop_sequence": matched}
+                    yield ev({"type": "message_delta", "delta": end, "usage": _usage(usage, prompt_tokens)})
                     yield ev({"type": "message_stop"})
                 case Failed(error):
                     yield ev(self.error_body(error))

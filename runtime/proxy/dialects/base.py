@@ -160,6 +160,8 @@ class NamedToolChoice(_Wire):
 
 
 ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+ToolChoiceMode = Literal["auto", "none", "required"]
+TOOL_CHOICE_MODES: dict[str, ToolChoiceMode] = {"auto": "auto", "none": "none", "required": "required"}
 
 
 class CanonicalRequest(BaseModel):

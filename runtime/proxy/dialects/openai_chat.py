@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from harnessrl.runtime.proxy.dialects.base import (
     CONSTRAINING_EXTRAS,
+    TOOL_CHOICE_MODES,
     CanonicalRequest,
     ChatMessage,
     Dialect,
@@ -181,8 +182,10 @@ def _tools(tools: list[_ToolIn] | None) -> list[FunctionTool] | None:
 
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
-    if choice is None or choice in ("auto", "none", "required"):
-        return choice
+    if choice is None:
+        return None
+    if isinstance(choice, str) and choice in TOOL_CHOICE_MODES:
+        return TOOL_CHOICE_MODES[choice]
     if isinstance(choice, dict):
         if choice.get("type") == "function" and isinstance(choice.get("function"), dict):
             name = choice["function"].get("name")
@@ -191,7 +194,7 @@ def _tool_choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
         if choice.get("type") == "allowed_tools" and isinstance(choice.get("allowed_tools"), dict):
             mode = choice["allowed_tools"].get("mode")
             if mode in ("auto", "required"):
-                return mode
+                return TOOL_CHOICE_MODES[mode]
     raise DialectError(f"tool_choice {choice!r} is not supported", param="tool_choice")
 
 

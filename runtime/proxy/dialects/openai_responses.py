@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from harnessrl.runtime.proxy.dialects.base import (
+    TOOL_CHOICE_MODES,
     CanonicalRequest,
     ChatMessage,
     Dialect,
@@ -286,15 +287,17 @@ def _tools(
 
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
-    if choice is None or choice in ("auto", "none", "required"):
-        return choice
+    if choice is None:
+        return None
+    if isinstance(choice, str) and choice in TOOL_CHOICE_MODES:
+        return TOOL_CHOICE_MODES[choice]
     if isinstance(choice, dict):
         kind = choice.get("type")
         if kind in ("function", "custom") and isinstance(choice.get("name"), str):
             name = flat_name(choice["name"], _namespace(choice, "tool_choice"))
             return NamedToolChoice(function=NamedFunction(name=name))
         if kind == "allowed_tools" and choice.get("mode") in ("auto", "required"):
-            return choice["mode"]
+            return TOOL_CHOICE_MODES[choice["mode"]]
         if isinstance(kind, str):  # a hosted tool (web_search, mcp, ...) that is not offered upstream
             return "auto"
     raise DialectError(f"tool_choice {choice!r} is not supported", param="tool_choice")

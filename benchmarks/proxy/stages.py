@@ -1,0 +1,163 @@
+"""CPU time of each stage of the harnessrl proxy's work for one call, in-process and without HTTP.
+
+    .venv/bin/python benchmarks/proxy/stages.py [--turns 20] [--repeat 3]
+
+Plays the benchmark's sessions (every dialect, streamed and not) through the proxy's own functions, with the
+engine stand-in's own rendering of the upstream answers, and reports the mean CPU milliseconds per call of each
+stage: where the proxy's CPU per call goes, before any socket, event loop or contention is involved. The
+whole-server figure (run.py) adds the HTTP server, the upstream client and the event loop on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harnessrl.runtime.engine.scripted import (
+    Script,
+    ScriptedEngine,
+    ScriptedReply,
+    ScriptedToolCall,
+    chat_response,
+    make_tokenizer,
+    stream_chunks,
+)
+from harnessrl.runtime.proxy.capture import CallCapture
+from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
+from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.engines import upstream_body
+from harnessrl.runtime.proxy.journal import Journal
+from harnessrl.runtime.proxy.protocol import CreateSessionRequest
+from harnessrl.runtime.proxy.sessions import SessionStore
+from workload import DIALECTS, TOOL_COMMAND, TOOL_NAME, Reply, SessionWorkload, ToolCall, tool_output
+
+
+class Clock:
+    """CPU milliseconds by stage, and by the session (dialect, streaming) being played."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = defaultdict(float)
+        self.by_mix: dict[str, float] = defaultdict(float)
+        self.calls_by_mix: dict[str, int] = defaultdict(int)
+        self.mix = ""
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        began = time.process_time()
+        yield
+        spent = (time.process_time() - began) * 1000
+        self.ms[stage] += spent
+        self.by_mix[self.mix] += spent
+
+
+async def _aiter(items: list[CompletionChunk]) -> AsyncIterator[CompletionChunk]:
+    for item in items:
+        yield item
+
+
+async def _drain(stream: AsyncIterator[bytes]) -> int:
+    return sum([len(b) async for b in stream])
+
+
+def play(clock: Clock, loop: asyncio.AbstractEventLoop, turns: int, model: str = "tiny") -> int:
+    """One session per dialect x streaming mode; returns the number of calls."""
+    engine = ScriptedEngine(make_tokenizer("fast"), model=model, record_calls=False)
+    call = ScriptedToolCall(name=TOOL_NAME, arguments={"command": TOOL_COMMAND})
+    engine.set_script(Script(replies=[ScriptedReply(tool_calls=[call])]))
+    store = SessionStore(default_budget=200, ttl_s=3600)
+    calls = 0
+    for dialect_name in DIALECTS:
+        for stream in (False, True):
+            work = SessionWorkload(dialect_name, stream, "key", model)
+            clock.mix = f"{dialect_name} {'stream' if stream else 'json'}"
+            session, _ = store.create(
+                CreateSessionRequest(rollout_id="r", task_id="t", harness="h", group_id="g")
+            )
+            for _ in range(turns):
+                request = work.request()
+                path, _, query = request.path.partition("?")
+                route = match_route(path, dict([query.split("=")]) if query else {})
+                assert route is not None
+                dialect = dialect_for(route)
+                with clock("1 parse dialect request"):
+                    parsed = dialect.parse_request(request.body, route)
+                with clock("2 build + encode upstream body"):
+                    body = json.dumps(
+                        upstream_body(parsed.canonical, model, training=True, stream=stream)
+                    ).encode()
+                upstream = json.loads(body)
+                completion = engine.complete(upstream)
+                if stream:
+                    lines = [json.dumps(c).encode() for c in stream_chunks(completion, upstream, "id", 0)]
+                    with clock("3 parse upstream answer"):
+                        chunks = [CompletionChunk.model_validate_json(line) for line in lines]
+                    with clock("4 capture"):
+                        capture = CallCapture()
+                        for chunk in chunks:
+                            capture.feed(chunk)
+                else:
+                    raw = json.dumps(chat_response(completion, upstream, "id", 0)).encode()
+                    with clock("3 parse upstream answer"):
+                        whole = Completion.model_validate_json(raw)
+                    with clock("4 capture"):
+                        capture = CallCapture.from_completion(whole)
+                with clock("5 make turn"):
+                    turn = capture.to_turn(model=model, policy_version=0, started_at=0.0, finished_at=0.0)
+                with clock("6 link turn + journal delta"):
+                    record = session.record_call(answered=True, turn=turn)
+                with clock("7 encode journal record"):
+                    Journal.encode(record)
+                with clock("8 render answer"):
+                    if stream:
+                        size = loop.run_until_complete(_drain(dialect.render_stream(_aiter(chunks), parsed)))
+                    else:
+                        size = len(json.dumps(dialect.render_response(whole, parsed)))
+                assert size > 0
+                made = [
+                    ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                    for c in completion.tool_calls
+                ]
+                work.record_turn(Reply(made), _OUTPUT)
+                clock.calls_by_mix[clock.mix] += 1
+                calls += 1
+    return calls
+
+
+_OUTPUT = tool_output(1, 500)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/proxy/stages.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    clock = Clock()
+    loop = asyncio.new_event_loop()
+    calls = sum(play(clock, loop, args.turns) for _ in range(args.repeat))
+    loop.close()
+    total = sum(clock.ms.values())
+    print(
+        f"harnessrl proxy stages, CPU ms per call (mean over {calls} calls, {args.turns}-turn sessions, "
+        "every dialect, streamed and not):"
+    )
+    print("| stage | ms/call |\n|---|---|")
+    for stage, ms in sorted(clock.ms.items()):
+        print(f"| {stage} | {ms / calls:.3f} |")
+    print(f"| total | {total / calls:.3f} |")
+    print("\n| session | ms/call |\n|---|---|")
+    for mix, ms in clock.by_mix.items():
+        print(f"| {mix} | {ms / clock.calls_by_mix[mix]:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

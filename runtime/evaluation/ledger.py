@@ -1,0 +1,213 @@
+"""The eval coordinator's bookkeeping: one rollout per (pool × task × attempt), leases, completions, pass@1.
+
+No I/O; time is passed in, lease ids carry a random suffix. A rollout is pending → leased → scored, or after an unscored outcome (infra or
+grader failure: nothing about the policy) pending again until it has failed `max_unscored` times, then it is
+recorded as unscored for good. An expired lease makes the rollout pending again; whichever completion of a
+rollout arrives first is the one counted (as in the learner's coordinator), later ones are duplicates.
+Unlike training there are no groups to fill and no policy updates: the ledger is done when every rollout is
+final.
+"""
+
+from __future__ import annotations
+
+import secrets
+from enum import StrEnum
+
+from harnessrl.runtime.learner.protocol import (
+    SCORED_OUTCOMES,
+    AckStatus,
+    Completion,
+    CompletionAck,
+    Lease,
+    LeaseRequest,
+    OutcomeKind,
+)
+from pydantic import BaseModel, Field
+
+
+class EvalError(ValueError):
+    """A request the eval coordinator refuses (a pool it does not evaluate, the wrong harness for a pool)."""
+
+
+class UnknownRollout(EvalError):
+    pass
+
+
+class PoolHarness(BaseModel):
+    pool: str = Field(min_length=1, max_length=253)
+    harness: str = Field(min_length=1, max_length=63)
+
+
+class SlotStatus(StrEnum):
+    pending = "pending"
+    leased = "leased"
+    scored = "scored"
+    unscored = "unscored"  # failed for reasons outside the policy `max_unscored` times: left out of pass@1
+
+
+FINAL = frozenset({SlotStatus.scored, SlotStatus.unscored})
+
+
+class Slot(BaseModel):
+    rollout_id: str
+    pool: str
+    harness: str
+    task_id: str
+    attempt: int = Field(ge=0, description="which sample of this task under this pool (0-based)")
+    status: SlotStatus = SlotStatus.pending
+    leases: int = 0
+    lease_id: str | None = None
+    lease_deadline: float | None = None
+    runner_id: str | None = None
+    finished_leases: list[str] = Field(default_factory=list)
+    unscored_failures: int = 0
+    outcome: OutcomeKind | None = None
+    correctness: float = 0.0
+    tool_calls: int = 0
+    error: str | None = None
+
+
+class Ledger(BaseModel):
+    slots: dict[str, Slot]
+    leases_expired: int = 0
+    duplicates: int = 0
+
+
+def rollout_id(pool: str, task_id: str, attempt: int) -> str:
+    return f"{pool}/{task_id}/a{attempt}"
+
+
+def plan_ledger(pools: list[PoolHarness], task_ids: list[str], attempts: int) -> Ledger:
+    """Every rollout of the evaluation, ordered task-major so that partial progress covers every pool evenly."""
+    if not pools:
+        raise EvalError("no harness pool to evaluate")
+    if not task_ids:
+        raise EvalError("no task to evaluate")
+    if attempts < 1:
+        raise EvalError(f"attempts must be at least 1, got {attempts}")
+    slots = [
+        Slot(rollout_id=rollout_id(p.pool, t, a), pool=p.pool, harness=p.harness, task_id=t, attempt=a)
+        for a in range(attempts)
+        for t in task_ids
+        for p in pools
+    ]
+    return Ledger(slots={s.rollout_id: s for s in slots})
+
+
+def expire(ledger: Ledger, now: float) -> int:
+    n = 0
+    for s in ledger.slots.values():
+        if s.status == SlotStatus.leased and s.lease_deadline is not None and s.lease_deadline < now:
+            s.status, s.lease_id, s.lease_deadline, s.runner_id = SlotStatus.pending, None, None, None
+            n += 1
+    ledger.leases_expired += n
+    return n
+
+
+def lease(
+    ledger: Ledger, req: LeaseRequest, now: float, ttl_s: float, model: str, proxy_url: str, policy_version: int
+) -> list[Lease]:
+    """Up to `req.max` pending rollouts of the runner's pool (expired leases first become pending again)."""
+    expire(ledger, now)
+    mine = [s for s in ledger.slots.values() if s.pool == req.pool]
+    if not mine:
+        pools = sorted({s.pool for s in ledger.slots.values()})
+        raise EvalError(f"pool {req.pool!r} is not evaluated here (pools: {', '.join(pools)})")
+    if mine[0].harness != req.harness:
+        raise EvalError(f"pool {req.pool!r} runs harness {mine[0].harness!r} in this eval, runner says {req.harness!r}")
+    out: list[Lease] = []
+    for s in mine:
+        if len(out) >= req.max:
+            break
+        if s.status != SlotStatus.pending:
+            continue
+        s.leases += 1
+        # Random suffix: lease counts restart with the process, lease ids must not (a finished id is a duplicate).
+        s.status, s.lease_id = SlotStatus.leased, f"{s.rollout_id}.l{s.leases}-{secrets.token_hex(4)}"
+        s.lease_deadline, s.runner_id = now + ttl_s, req.runner_id
+        out.append(
+            Lease(
+                rollout_id=s.rollout_id,
+                lease_id=s.lease_id,
+                task_id=s.task_id,
+                harness=s.harness,
+                pool=s.pool,
+                group_id=f"{s.pool}/{s.task_id}",
+                policy_version=policy_version,
+                model=model,
+                proxy_url=proxy_url,
+                lease_deadline=s.lease_deadline,
+            )
+        )
+    return out
+
+
+def complete(ledger: Ledger, c: Completion, max_unscored: int) -> CompletionAck:
+    """Record a completion. Idempotent: a repeat of a finished lease, or any completion of a final rollout,
+    is a duplicate and changes nothing."""
+    slot = ledger.slots.get(c.rollout_id)
+    if slot is None:
+        raise UnknownRollout(f"unknown rollout id {c.rollout_id!r}")
+    if slot.status in FINAL or c.lease_id in slot.finished_leases:
+        ledger.duplicates += 1
+        return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=slot.status == SlotStatus.scored)
+    slot.finished_leases.append(c.lease_id)
+    slot.outcome, slot.tool_calls, slot.error = c.outcome, c.tool_calls, c.error
+    slot.lease_id, slot.lease_deadline, slot.runner_id = None, None, None
+    if c.outcome in SCORED_OUTCOMES:
+        slot.status = SlotStatus.scored
+        # A solved rollout is fully correct whatever the runner sent; the rest keep the grader's partial credit.
+        slot.correctness = 1.0 if c.outcome == OutcomeKind.solved else c.correctness
+        return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=True, reward=slot.correctness)
+    slot.unscored_failures += 1
+    slot.status = SlotStatus.unscored if slot.unscored_failures >= max_unscored else SlotStatus.pending
+    return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=False)
+
+
+def done(ledger: Ledger) -> bool:
+    return all(s.status in FINAL for s in ledger.slots.values())
+
+
+# -- pass@1 -----------------------------------------------------------------------------------------------------
+
+
+class PoolScore(BaseModel):
+    """pass@1 of one pool: the fraction of scored attempts that were solved (None when none was scored)."""
+
+    pool: str
+    harness: str
+    rollouts: int
+    scored: int
+    solved: int
+    unscored: int
+    pending: int
+    pass_at_1: float | None
+    mean_correctness: float | None
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def pool_scores(ledger: Ledger) -> list[PoolScore]:
+    by_pool: dict[str, list[Slot]] = {}
+    for s in ledger.slots.values():
+        by_pool.setdefault(s.pool, []).append(s)
+    scores = []
+    for pool, slots in by_pool.items():
+        scored = [s for s in slots if s.status == SlotStatus.scored]
+        solved = [s for s in scored if s.outcome == OutcomeKind.solved]
+        scores.append(
+            PoolScore(
+                pool=pool,
+                harness=slots[0].harness,
+                rollouts=len(slots),
+                scored=len(scored),
+                solved=len(solved),
+                unscored=sum(s.status == SlotStatus.unscored for s in slots),
+                pending=sum(s.status not in FINAL for s in slots),
+                pass_at_1=_mean([1.0 if s.outcome == OutcomeKind.solved else 0.0 for s in scored]),
+                mean_correctness=_mean([s.correctness for s in scored]),
+            )
+        )
+    return scores

@@ -1,0 +1,144 @@
+"""The local supervisor: health waits, restarts within a budget, and process-group teardown (real processes)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harnessrl.operator.supervisor import ProcessSpec, Supervisor, SupervisorError
+
+# A tiny HTTP server that answers /health with 200, then optionally dies after a delay.
+SERVER = """
+import http.server, os, sys, threading, time
+port, die_after = int(sys.argv[1]), float(sys.argv[2])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", port), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+if die_after > 0:
+    time.sleep(die_after); os._exit(3)
+time.sleep(600)
+"""
+
+
+def free_port() -> int:
+    from harnessrl.operator.local import free_port as fp
+
+    return fp()
+
+
+def spec(tmp_path: Path, name: str, die_after: float = 0.0, **kw: object) -> ProcessSpec:
+    port = free_port()
+    return ProcessSpec(
+        name=name,
+        argv=[sys.executable, "-c", SERVER, str(port), str(die_after)],
+        env={},
+        log=tmp_path / f"{name}.log",
+        health_url=f"http://127.0.0.1:{port}/health",
+        start_timeout_s=20.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purposes.
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split()[2] != "Z"
+
+
+def test_waits_for_health_and_stops_the_whole_group(tmp_path: Path) -> None:
+    supervisor = Supervisor()
+    # The component starts a grandchild; stopping the component must stop it too.
+    child_pid_file = tmp_path / "child.pid"
+    parent = ProcessSpec(
+        name="parent",
+        argv=[sys.executable, "-c",
+              "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+              f"open({str(child_pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)"],
+        env={},
+        log=tmp_path / "parent.log",
+    )
+    try:
+        server = supervisor.start(spec(tmp_path, "server"))
+        supervisor.start(parent)
+        deadline = time.monotonic() + 10
+        while not child_pid_file.exists() or not child_pid_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        grandchild = int(child_pid_file.read_text())
+        assert server.popen is not None and server.popen.poll() is None
+        assert supervisor.check() is False
+    finally:
+        supervisor.stop_all(grace_s=5)
+    assert not alive(grandchild)
+    assert all(m.popen is not None and m.popen.poll() is not None for m in supervisor.procs)
+
+
+def test_crashed_component_is_restarted_then_budget_exhausted(tmp_path: Path) -> None:
+    supervisor = Supervisor(restart_budget=1, poll_s=0.05)
+    try:
+        managed = supervisor.start(spec(tmp_path, "flaky", die_after=0.5))
+        first_pid = managed.popen.pid if managed.popen else None
+        deadline = time.monotonic() + 20
+        while managed.restarts == 0:
+            assert time.monotonic() < deadline
+            supervisor.check()
+            time.sleep(0.1)
+        assert managed.popen is not None and managed.popen.pid != first_pid
+        assert managed.exit_codes == [3]
+        with pytest.raises(SupervisorError, match="used its 1 restarts"):
+            while time.monotonic() < deadline:
+                supervisor.check()
+                time.sleep(0.1)
+    finally:
+        supervisor.stop_all(grace_s=5)
+    assert "starting flaky" in (tmp_path / "flaky.log").read_text()
+
+
+def test_clean_exit_of_the_finishing_component_ends_the_run(tmp_path: Path) -> None:
+    supervisor = Supervisor(restart_budget=0)
+    done = ProcessSpec(name="learner", argv=[sys.executable, "-c", "pass"], env={}, log=tmp_path / "l.log",
+                       finishes_run=True)
+    try:
+        supervisor.start(done)
+        deadline = time.monotonic() + 10
+        while not supervisor.check():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        supervisor.stop_all(grace_s=2)
+
+
+def test_component_that_dies_while_starting_is_reported_with_its_log(tmp_path: Path) -> None:
+    supervisor = Supervisor()
+    broken = ProcessSpec(name="broken", argv=[sys.executable, "-c", "import sys; sys.exit(7)"], env={},
+                         log=tmp_path / "broken.log", health_url="http://127.0.0.1:9/health", start_timeout_s=10)
+    with pytest.raises(SupervisorError, match=r"broken exited with status 7 while starting; see .*broken.log"):
+        supervisor.start(broken)
+    supervisor.stop_all(grace_s=1)
+
+
+def test_clean_exit_of_a_done_component_is_not_restarted(tmp_path: Path) -> None:
+    supervisor = Supervisor(restart_budget=3)
+    runner = ProcessSpec(name="runner", argv=[sys.executable, "-c", "pass"], env={}, log=tmp_path / "r.log",
+                         done_on_clean_exit=True)
+    try:
+        managed = supervisor.start(runner)
+        deadline = time.monotonic() + 10
+        while managed.popen is not None:
+            assert time.monotonic() < deadline
+            assert supervisor.check() is False
+            time.sleep(0.05)
+        assert managed.restarts == 0 and managed.exit_codes == [0]
+        assert supervisor.check() is False
+    finally:
+        supervisor.stop_all(grace_s=2)

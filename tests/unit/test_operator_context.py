@@ -1,0 +1,70 @@
+"""The reconcile queue: triggers for one object coalesce, passes of one object never overlap, a failing pass
+does not stop the others, and the resync re-triggers every known object."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import kubernetes.client
+from harnessrl.operator.handlers.context import Context, OperatorOptions
+
+
+def make_context(resync: float = 3600) -> Context:
+    # The API client is never used here: the reconcilers are test functions.
+    return Context(OperatorOptions(resync_seconds=resync), kubernetes.client.ApiClient(kubernetes.client.Configuration()))
+
+
+def test_triggers_during_a_pass_coalesce_into_one_more_pass() -> None:
+    ctx = make_context()
+    started, release = threading.Event(), threading.Event()
+    passes: list[str] = []
+    overlap = threading.Lock()
+
+    def reconcile(_: Context, namespace: str, name: str) -> None:
+        assert overlap.acquire(blocking=False), "two passes of one object overlapped"
+        try:
+            passes.append(name)
+            started.set()
+            release.wait(5)
+        finally:
+            overlap.release()
+
+    ctx.register("Run", reconcile)
+    ctx.start()
+    try:
+        ctx.seen("Run", "ns", "a")
+        assert started.wait(5)
+        for _ in range(10):
+            ctx.trigger(("Run", "ns", "a"))
+        release.set()
+        deadline = time.monotonic() + 5
+        while ctx.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        ctx.stop()
+    assert passes == ["a", "a"]
+
+
+def test_failures_are_contained_and_resync_retries() -> None:
+    ctx = make_context(resync=0.05)
+    calls: dict[str, int] = {"bad": 0, "good": 0}
+
+    def reconcile(_: Context, namespace: str, name: str) -> None:
+        calls[name] += 1
+        if name == "bad":
+            raise RuntimeError("API server unavailable")
+
+    ctx.register("Run", reconcile)
+    ctx.start()
+    try:
+        ctx.seen("Run", "ns", "bad")
+        ctx.seen("Run", "ns", "good")
+        deadline = time.monotonic() + 5
+        while min(calls.values()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ctx.seen("Run", "ns", "bad", deleted=True)
+    finally:
+        ctx.stop()
+    assert calls["bad"] >= 3 and calls["good"] >= 3
+    assert ("Run", "ns", "bad") not in ctx.known and ("Run", "ns", "good") in ctx.known

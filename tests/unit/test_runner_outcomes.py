@@ -1,0 +1,193 @@
+"""How the runner turns what happened into an outcome, with the sandbox and the proxy replaced by in-memory
+stand-ins (a Sandbox subclass; httpx's MockTransport answering the proxy's admin API from its protocol models).
+The real processes and servers are exercised in tests/integration/test_runner_*.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from harnessrl.runtime.harness.adapters import adapter_for
+from harnessrl.runtime.harness.config import RunnerConfig
+from harnessrl.runtime.harness.runner import Runner
+from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.tasks import Task, load_dir
+from harnessrl.runtime.learner.protocol import (
+    Completion,
+    CompletionAck,
+    Lease,
+    LeaseRequest,
+    LeaseResponse,
+    OutcomeKind,
+)
+from harnessrl.runtime.proxy.protocol import (
+    CreateSessionResponse,
+    DialectBaseUrls,
+    SessionInfo,
+    SessionStatus,
+)
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+ALL_TASKS = load_dir(TASKS)
+
+
+class FakeSandbox(Sandbox):
+    def __init__(self, run_result: ExecResult, reward_txt: str | None) -> None:
+        self.home, self.workspace, self.tests_dir, self.logs_dir = "/h", "/w", "/t", "/l"
+        self.run_result, self.reward_txt = run_result, reward_txt
+        self.files: dict[str, str] = {}
+        self.runs: list[list[str]] = []
+        self.closed = False
+
+    async def write_files(self, files: dict[str, str]) -> None:
+        self.files.update(files)
+
+    async def read_file(self, path: str) -> str | None:
+        return self.reward_txt if path == "/l/verifier/reward.txt" else self.files.get(path)
+
+    async def run(self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None) -> ExecResult:
+        self.runs.append(argv)
+        return self.run_result if len(self.runs) == 1 else ExecResult(exit_code=0, stdout="graded")
+
+    async def put_tests(self, task: Task) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeProvider(SandboxProvider):
+    def __init__(self, sandboxes: list[FakeSandbox | SandboxError]) -> None:
+        self.queue = sandboxes
+        self.opened: list[FakeSandbox] = []
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    async def open(self, rollout_id: str, task: Task) -> FakeSandbox:
+        item = self.queue.pop(0)
+        if isinstance(item, SandboxError):
+            raise item
+        self.opened.append(item)
+        return item
+
+
+def proxy_transport(session_status: SessionStatus = SessionStatus.active, up: bool = True,
+                    down_after_create: bool = False) -> httpx.MockTransport:
+    state = {"created": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if not up or (down_after_create and state["created"]):
+            raise httpx.ConnectError("connection refused", request=request)
+        assert request.headers["authorization"] == "Bearer admin"
+        if request.method == "POST" and request.url.path == "/sessions":
+            state["created"] += 1
+            resp = CreateSessionResponse(
+                session_id=f"sess{state['created']}", base_url="http://proxy:8080", replica_id="proxy-0",
+                dialect_base_urls=DialectBaseUrls(openai="http://proxy:8080/v1", anthropic="http://proxy:8080",
+                                                  gemini="http://proxy:8080"),
+                model="tiny", policy_version=0, call_budget=8)
+            return httpx.Response(200, json=resp.model_dump())
+        sid = request.url.path.rsplit("/", 1)[-1]
+        info = SessionInfo(session_id=sid, rollout_id="r", task_id="t", harness="h", group_id="g", training=True,
+                           metadata={}, status=session_status, call_budget=8, calls=3, turns=3, bad_turns=0,
+                           tool_calls=2, errors=[], policy_versions=[0], created_at=0, last_activity_at=0)
+        return httpx.Response(200, json=info.model_dump())
+
+    return httpx.MockTransport(handler)
+
+
+def runner(provider: FakeProvider, transport: httpx.MockTransport, tmp_path: Path, harness: str = "qwen-code",
+           retries: int = 0) -> Runner:
+    token = tmp_path / "token"
+    token.write_text("admin")
+    config = RunnerConfig.model_validate({
+        "pool": "p", "harness": {"name": harness}, "tasks": {"kind": "dir", "path": str(TASKS)},
+        "coordinator_url": "http://coordinator", "proxy_admin_token_file": str(token), "infra_retries": retries,
+    })
+    http = httpx.AsyncClient(transport=transport)
+    return Runner(config, adapter_for(config.harness), provider, ALL_TASKS, http, "admin")
+
+
+LEASE = Lease(rollout_id="r1", lease_id="l1", task_id="sales-total", harness="qwen-code", pool="p", group_id="g",
+              policy_version=0, model="tiny", proxy_url="http://proxy:8080", lease_deadline=time.time() + 600)
+OK_RESULT = '[{"type": "result", "subtype": "success", "is_error": false, "result": "done"}]'
+
+
+@pytest.mark.parametrize(
+    ("run", "reward", "session", "outcome", "correctness"),
+    [
+        (ExecResult(exit_code=0, stdout=OK_RESULT), "1", SessionStatus.active, OutcomeKind.solved, 1.0),
+        (ExecResult(exit_code=0, stdout=OK_RESULT), "0.25", SessionStatus.active, OutcomeKind.wrong, 0.25),
+        (ExecResult(exit_code=0, stdout=OK_RESULT), None, SessionStatus.active, OutcomeKind.grader_error, 0.0),
+        (ExecResult(exit_code=-9, timed_out=True), None, SessionStatus.active, OutcomeKind.timeout, 0.0),
+        (ExecResult(exit_code=53), None, SessionStatus.active, OutcomeKind.timeout, 0.0),  # turn limit
+        (ExecResult(exit_code=1, stderr="crash"), None, SessionStatus.budget_exhausted, OutcomeKind.timeout, 0.0),
+        (ExecResult(exit_code=1, stderr="crash"), None, SessionStatus.active, OutcomeKind.harness_error, 0.0),
+    ],
+)
+async def test_outcomes(tmp_path: Path, run: ExecResult, reward: str | None, session: SessionStatus,
+                        outcome: OutcomeKind, correctness: float) -> None:
+    sandbox = FakeSandbox(run, reward)
+    r = runner(FakeProvider([sandbox]), proxy_transport(session), tmp_path)
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == outcome, completion.error
+    assert completion.correctness == correctness and completion.session_id == "sess1"
+    assert completion.session_base_url == "http://proxy:8080" and completion.tool_calls == 2
+    assert sandbox.closed
+    # The harness got the proxy's chat URL and its session id as the key.
+    assert sandbox.files["/h/.qwen/settings.json"] and sandbox.runs[0][0] == "qwen"
+
+
+async def test_harness_failure_with_the_proxy_gone_is_infrastructure(tmp_path: Path) -> None:
+    sandbox = FakeSandbox(ExecResult(exit_code=1, stderr="fetch failed"), None)
+    r = runner(FakeProvider([sandbox]), proxy_transport(down_after_create=True), tmp_path)
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == OutcomeKind.infra_error and "proxy unreachable" in (completion.error or "")
+
+
+async def test_infra_errors_are_retried_in_place_then_reported(tmp_path: Path) -> None:
+    good = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), "1")
+    r = runner(FakeProvider([SandboxError("node lost"), good]), proxy_transport(), tmp_path, retries=1)
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == OutcomeKind.solved and completion.session_id == "sess2"  # a fresh session
+    r = runner(FakeProvider([SandboxError("a"), SandboxError("b")]), proxy_transport(), tmp_path, retries=1)
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == OutcomeKind.infra_error and completion.error == "b"
+    unknown = LEASE.model_copy(update={"task_id": "no-such-task"})
+    completion = await runner(FakeProvider([]), proxy_transport(), tmp_path).rollout(unknown)
+    assert completion.outcome == OutcomeKind.infra_error and "no-such-task" in (completion.error or "")
+    completion = await runner(FakeProvider([]), proxy_transport(up=False), tmp_path).rollout(LEASE)
+    assert completion.outcome == OutcomeKind.infra_error and completion.session_id is None
+
+
+async def test_serve_runs_leases_concurrently_and_stops_when_the_coordinator_is_done(tmp_path: Path) -> None:
+    leases = [LEASE.model_copy(update={"rollout_id": f"r{i}", "lease_id": f"l{i}"}) for i in range(3)]
+    completed: list[Completion] = []
+    requests: list[LeaseRequest] = []
+    proxy = proxy_transport()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "proxy":
+            return proxy.handler(request)  # type: ignore[no-any-return]
+        if request.url.path == "/v1/leases":
+            req = LeaseRequest.model_validate_json(request.content)
+            requests.append(req)
+            given = [leases.pop(0) for _ in range(min(req.max, len(leases)))]
+            return httpx.Response(200, json=LeaseResponse(leases=given, done=not given and not leases).model_dump())
+        c = Completion.model_validate_json(request.content)
+        completed.append(c)
+        return httpx.Response(200, json=CompletionAck(rollout_id=c.rollout_id, status="accepted", scored=True).model_dump())
+
+    sandboxes = [FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), "1") for _ in range(3)]
+    r = runner(FakeProvider(list(sandboxes)), httpx.MockTransport(handler), tmp_path)
+    r.config.concurrency = 2
+    await asyncio.wait_for(r.serve(asyncio.Event()), 30)
+    assert sorted(c.rollout_id for c in completed) == ["r0", "r1", "r2"]
+    assert all(c.outcome == OutcomeKind.solved for c in completed)
+    assert requests[0].max == 2 and requests[0].pool == "p" and requests[0].harness == "qwen-code"
+    assert all(s.closed for s in sandboxes)
