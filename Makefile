@@ -46,6 +46,7 @@ typecheck: venv
 
 crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
+	cp crds/*.yaml charts/harnessrl/crds/
 
 test: venv tools lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -8,6 +8,7 @@ with the local sandbox. Everything the run writes lives in its run directory:
     RUN_DIR/config/*.json      each component's config, as it reads it
     RUN_DIR/secrets/           the proxy admin token (generated once), the Hub token (from --secret/env)
     RUN_DIR/logs/*.log         one log per component
+    RUN_DIR/pids.json          the process id of each running component
     RUN_DIR/journal/           the proxy's captured turns
     RUN_DIR/checkpoints/       checkpoints and metrics.jsonl
 
@@ -268,7 +269,7 @@ def _stop_on_sigterm() -> None:
 
 def supervise(plan: Plan, run_dir: Path, live: bool) -> int:
     _stop_on_sigterm()
-    supervisor = Supervisor(restart_budget=max(plan.restart_budget, 1))
+    supervisor = Supervisor(restart_budget=max(plan.restart_budget, 1), pid_file=run_dir / "pids.json")
     learner = learner_config(plan)
     view = LiveView(learner.metrics_path or learner.checkpoint.dir / "metrics.jsonl", local_coordinator(plan), live)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlparse
 
 from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, SecretKeyRef
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
@@ -35,6 +36,12 @@ RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
     "anthropic": "anthropic",
     "gemini": "gemini",
 }
+
+
+# Full-weight sync over vLLM's weight-transfer API (runtime/learner/sync.py): what the engines need for it.
+NCCL_ENGINE_ARGS = ["--weight-transfer-config", '{"backend":"nccl"}']
+NCCL_ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+NCCL_PORT = 29551
 
 
 class PlanError(ValueError):
@@ -243,6 +250,10 @@ def harness_name(pool: HarnessPoolSpec) -> str:
 def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
     engine, model = spec.engine, spec.model
     lora = model.adapter.lora
+    nccl = engine.weight_sync == "nccl"
+    if nccl and engine.replicas > 1:
+        # One NCCL transfer group per learner: the learner broadcasts to one engine.
+        raise PlanError(f"engine.weightSync nccl supports one engine replica, not {engine.replicas}")
     if model.base.hub is not None:
         # vLLM downloads hub weights itself; a revision other than main is passed through.
         source = model.base.hub.repo
@@ -262,8 +273,8 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         ),
         host="0.0.0.0",
         port=placement.engine_port,
-        extra_args=[*revision, *engine.args],
-        env={e.name: e.value for e in engine.env},
+        extra_args=[*revision, *NCCL_ENGINE_ARGS, *engine.args] if nccl else [*revision, *engine.args],
+        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in engine.env},
         **({"max_model_len": engine.max_model_len} if engine.max_model_len else {}),
     )
     return Component(
@@ -374,6 +385,9 @@ def _learner(
         engine=learner_cfg.EngineLink(
             urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
             sync=learner_cfg.SyncMode(spec.engine.weight_sync),
+            # The engines' workers join the learner's NCCL rendezvous at its own address.
+            nccl_master_address=urlparse(placement.coordinator_url(run)).hostname or "127.0.0.1",
+            nccl_master_port=NCCL_PORT,
         ),
         checkpoint=learner_cfg.CheckpointConfig(
             dir=placement.path("checkpoints"),
@@ -391,7 +405,8 @@ def _learner(
         replicas=1,
         gpus=learner.gpus,
         resources=learner.resources,
-        ports=[Port(name="http", port=placement.learner_port)],
+        ports=[Port(name="http", port=placement.learner_port)]
+        + ([Port(name="nccl", port=NCCL_PORT)] if spec.engine.weight_sync == "nccl" else []),
         config=config,
         secrets=secrets,
         pod=spec.pod,

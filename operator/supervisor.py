@@ -8,6 +8,7 @@ components themselves resume from their durable state (the proxy's journal, the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -46,9 +47,11 @@ class Managed:
 
 
 class Supervisor:
-    def __init__(self, restart_budget: int = 3, poll_s: float = 0.5) -> None:
+    def __init__(self, restart_budget: int = 3, poll_s: float = 0.5, pid_file: Path | None = None) -> None:
         self.restart_budget = restart_budget
         self.poll_s = poll_s
+        # name -> pid of every live component, rewritten on each (re)start: for operators and tests.
+        self.pid_file = pid_file
         self.procs: list[Managed] = []
 
     def start(self, spec: ProcessSpec) -> Managed:
@@ -71,8 +74,16 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        self._write_pids()
         if spec.health_url is not None:
             self._wait_healthy(managed)
+
+    def _write_pids(self) -> None:
+        if self.pid_file is not None:
+            pids = {m.spec.name: m.popen.pid for m in self.procs if m.popen is not None}
+            tmp = self.pid_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(pids, indent=2) + "\n")
+            tmp.replace(self.pid_file)
 
     def _wait_healthy(self, managed: Managed) -> None:
         spec, popen = managed.spec, managed.popen

@@ -288,7 +288,9 @@ def transitions(old: list[Condition], new: list[Condition]) -> list[Event]:
         # Complete/Failed False is bookkeeping; a False that is not trouble is news only when it ends a True
         # (e.g. resumed: Suspended True -> False).
         if cond.status != "True" and (
-            cond.type in (COMPLETE, FAILED) or (kind == "Normal" and (previous or ("",))[0] != "True")
+            cond.type in (COMPLETE, FAILED)
+            or cond.reason in ("RunFinished", "Suspended")  # consequences of an announced transition
+            or (kind == "Normal" and (previous or ("",))[0] != "True")
         ):
             continue
         text = f"{cond.type} is {cond.status}" + (f": {cond.message}" if cond.message else "")

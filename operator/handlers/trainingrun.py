@@ -138,7 +138,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     owner = Owner(name=name, uid=body["metadata"]["uid"])
     snapshot = apply_children(kube, plan, owner)
     observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {INSTANCE: name}))
-    if observed.learner is not None:
+    if int(((observed.learner or {}).get("status") or {}).get("active") or 0) >= 1:
         url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
         progress = fetch(url)
         if progress is not None:

@@ -44,12 +44,11 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             "policyTypes": ["Ingress"],
             "ingress": [
                 {
-                    "from": [
-                        {"podSelector": {"matchLabels": selector(plan.run, ComponentKind.PROXY)}},
-                        {"podSelector": {"matchLabels": selector(plan.run, ComponentKind.LEARNER)}},
-                    ],
+                    "from": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.PROXY)}}],
                     "ports": [{"protocol": "TCP", "port": engine_port}],
-                }
+                },
+                # The learner loads adapters over HTTP, and NCCL weight transfer connects on ephemeral ports.
+                {"from": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.LEARNER)}}]},
             ],
         },
     }

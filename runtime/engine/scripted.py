@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 SYSTEM_FINGERPRINT = "vllm-0.32.0-scripted"
+COMPACT = (",", ":")  # vLLM serialises with pydantic: no spaces
 
 
 class ScriptedToolCall(BaseModel):
@@ -348,7 +349,8 @@ class ScriptedEngine:
                 "input_tokens",
             )
         reply = self._pick(request)
-        calls = [(self._tool_name(c, tools), c.arguments) for c in reply.tool_calls]
+        # Arguments come back as vLLM's hermes parser re-serialises them (and as the template replays them).
+        calls = [(self._tool_name(c, tools), normalized_arguments(c.arguments)) for c in reply.tool_calls]
         text = assistant_text(reply.content, calls)
         ids = self.tokenizer.encode(text)
         pieces = self.tokenizer.pieces(text, ids)
@@ -362,8 +364,9 @@ class ScriptedEngine:
             finish = "length"
         else:
             ids, pieces = [*ids, self.tokenizer.eos_id], [*pieces, ""]
-            # As vLLM's hermes parser: the text before the first <tool_call> is the content.
-            content = text[: text.find("<tool_call>")] if calls else text
+            # vLLM's hermes parser would also return the "\n" before <tool_call>; leaving it out lets a harness
+            # that replays this message reproduce the same prompt tokens (the template adds it back).
+            content = reply.content if calls else text
             tool_calls = [
                 {
                     "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
@@ -481,16 +484,20 @@ def chat_response(c: Completion, request: dict[str, Any], request_id: str, creat
 
 
 def _token_deltas(c: Completion) -> list[dict[str, Any]]:
-    """The `delta` of each sampled token's chunk: text before the first tool call streams as content; a tool call
-    streams as an id+name delta on its first token and an arguments delta on its last; the rest (markup between
-    calls, the stop token) carry empty deltas, as vLLM's hermes streaming parser emits them."""
+    """The `delta` of each sampled token's chunk: the content streams as text; a tool call streams as an id+name
+    delta on its first token and an arguments delta on its last; the rest (hermes markup, the stop token) carry
+    empty deltas, as vLLM's hermes streaming parser emits them."""
     starts: list[int] = []
     offset = 0
     for piece in c.pieces:
         starts.append(offset)
         offset += len(piece)
     text = "".join(c.pieces)
-    deltas: list[dict[str, Any]] = [{"content": p} if p else {} for p in c.pieces]
+    content_end = len(c.content or "") if c.tool_calls else len(text)
+    deltas: list[dict[str, Any]] = []
+    for start, piece in zip(starts, c.pieces, strict=True):
+        portion = text[start : min(start + len(piece), content_end)]
+        deltas.append({"content": portion} if portion else {})
     if c.finish_reason != "length":
         deltas[-1] = {}
     search_from = 0
@@ -499,8 +506,6 @@ def _token_deltas(c: Completion) -> list[dict[str, Any]]:
         search_from = text.index("</tool_call>", begin) + len("</tool_call>")
         first = max(i for i, o in enumerate(starts) if o <= begin)
         last = max(i for i, o in enumerate(starts) if o < search_from)
-        if k == 0:
-            deltas[first:] = [{} for _ in deltas[first:]]
         name = {
             "id": call["id"],
             "type": "function",
@@ -508,13 +513,12 @@ def _token_deltas(c: Completion) -> list[dict[str, Any]]:
             "function": {"name": call["function"]["name"]},
         }
         args = {"index": k, "function": {"arguments": call["function"]["arguments"]}}
-        # With coarse tokens the first call's token may also hold the end of the content.
-        lead = text[starts[first] : begin] if k == 0 else ""
         if first == last:
             name["function"] |= args["function"]
         else:
             deltas[last] = {"content": None, "tool_calls": [args]}
-        deltas[first] = {"content": lead or None, "tool_calls": [name]}
+        # With coarse tokens the first call's token may also hold the end of the content.
+        deltas[first] = {"content": deltas[first].get("content") or None, "tool_calls": [name]}
     return deltas
 
 
@@ -659,13 +663,13 @@ def create_app(engine: ScriptedEngine) -> FastAPI:
         request_id, created = f"chatcmpl-{secrets.token_hex(8)}", int(time.time())
         if not body.get("stream"):
             return Response(
-                json.dumps(chat_response(completion, body, request_id, created)),
+                json.dumps(chat_response(completion, body, request_id, created), separators=COMPACT),
                 media_type="application/json",
             )
 
         async def sse() -> AsyncIterator[bytes]:
             for chunk in stream_chunks(completion, body, request_id, created):
-                yield f"data: {json.dumps(chunk)}\n\n".encode()
+                yield f"data: {json.dumps(chunk, separators=COMPACT)}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(sse(), media_type="text/event-stream")

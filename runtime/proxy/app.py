@@ -371,10 +371,14 @@ def create_app(config: ProxyConfig) -> FastAPI:
         try:
             return await handle_call(state, dialect, route, session, request)
         except DialectError as exc:
-            state.metrics.requests.labels(dialect.name, exc.kind).inc()
-            if exc.kind not in ("overloaded", "rate_limit"):
-                await state.durable(session.record_call(answered=False, error=exc.message))
-            return error_response(dialect, exc)
+            error = exc
+        except Exception as exc:  # a bug, or an error no layer classified: still answer in the dialect
+            log.exception("unexpected error in a %s call", dialect.name)
+            error = DialectError(f"internal proxy error: {type(exc).__name__}", "internal")
+        state.metrics.requests.labels(dialect.name, error.kind).inc()
+        if error.kind not in ("overloaded", "rate_limit"):
+            await state.durable(session.record_call(answered=False, error=error.message))
+        return error_response(dialect, error)
 
     return app
 
@@ -480,24 +484,29 @@ def _pick(state: ProxyState, session: Session, exclude: frozenset[str] = frozens
 
 
 async def _with_failover(state: ProxyState, session: Session, call: Any) -> tuple[Engine, Any]:
-    """Run `call(engine)` on the session's engine; if it cannot be reached, mark it down and try the next one.
-    Safe because nothing has been sent to the harness yet."""
+    """Run `call(engine)` on the session's engine. If the engine cannot be reached, mark it down and move on to
+    the next one; if a kept-alive connection breaks under the request (the engine closed it as we reused it),
+    try again once. Both are safe because nothing has been sent to the harness yet."""
     tried: set[str] = set()
+    broken = 0
     while True:
         engine = _pick(state, session, frozenset(tried))
         engine.inflight += 1
         engine.calls += 1
         try:
             return engine, await call(engine)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+        except httpx.TimeoutException:
             engine.inflight -= 1
+            raise DialectError("the engine did not answer in time", "timeout") from None
+        except httpx.TransportError as exc:
+            engine.inflight -= 1
+            if not isinstance(exc, httpx.ConnectError) and broken == 0:
+                broken += 1
+                continue
             state.pool.mark_down(engine)
             state.metrics.engine_failures.labels(engine.url).inc()
             log.warning("engine %s unreachable (%s); trying another", engine.url, type(exc).__name__)
             tried.add(engine.url)
-        except httpx.TimeoutException:
-            engine.inflight -= 1
-            raise DialectError("the engine did not answer in time", "timeout") from None
         except BaseException:
             engine.inflight -= 1
             raise

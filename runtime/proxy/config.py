@@ -15,7 +15,9 @@ class UpstreamLimits(BaseModel):
 
     max_connections: int = Field(1024, ge=1, le=100_000)
     max_keepalive_connections: int = Field(512, ge=0, le=100_000)
-    keepalive_expiry_s: float = Field(60.0, gt=0)
+    # Below the engine's own keep-alive timeout (vLLM/uvicorn: 5 s), so the proxy never reuses a connection the
+    # engine is closing.
+    keepalive_expiry_s: float = Field(4.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
     # A long generation may take minutes; the read timeout bounds silence between bytes, not the whole call.
     read_timeout_s: float = Field(600.0, gt=0)

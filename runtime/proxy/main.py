@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,7 +26,7 @@ def main(argv: list[str]) -> int:
             config = config.model_copy(update={"port": args.port})
         config.read_admin_token()
     except (OSError, ValueError, ValidationError) as exc:
-        print(f"harnessrl proxy: bad config {args.config}: {exc}")
+        print(f"harnessrl proxy: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(

@@ -3,8 +3,10 @@
 POST /sessions            CreateSessionRequest -> CreateSessionResponse   (admin bearer token)
 GET /sessions/{id}        -> SessionInfo                                  (admin)
 GET /sessions/{id}/sequences -> SequencesResponse                         (admin)
+GET /sessions/{id}/turns  -> list of trajectory Node (the captured call graph)   (admin)
 DELETE /sessions/{id}     -> SessionInfo (final state)                    (admin)
 GET/PUT /policy           PolicyState                                     (PUT: admin)
+GET /engines, POST /engines/drain, POST /admin/pause, POST /admin/resume  (admin; see README.md)
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def test_streamed_tool_call_accumulates_in_the_sdk(scripted_engine: ScriptedEngi
         final = stream.get_final_completion()
     message = final.choices[0].message
     assert final.choices[0].finish_reason == "tool_calls"
-    assert message.content == "Let me look.\n"
+    assert message.content == "Let me look."
     assert [(c.function.name, c.function.arguments) for c in message.tool_calls or []] == [  # type: ignore[union-attr]
         ("run_shell_command", '{"command": "ls"}'),
         ("run_shell_command", '{"command": "pwd"}'),

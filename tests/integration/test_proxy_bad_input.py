@@ -140,7 +140,7 @@ def mutated_request(draw: st.DrawFn) -> tuple[DialectCall, dict[str, Any] | Any,
     return dialect, body, stream
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=mutated_request())
 def test_fuzzed_requests_get_a_dialect_answer_never_a_500(proxy_url: str, session_id: str,
                                                           case: tuple[DialectCall, Any, bool]) -> None:

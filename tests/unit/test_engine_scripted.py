@@ -101,7 +101,7 @@ def test_stream_reassembles_to_the_non_streaming_body(stride: int) -> None:
     chunks = list(stream_chunks(c, body, "chatcmpl-1", 0))
     got = reassemble(chunks)
     message = full["choices"][0]["message"]
-    assert got["content"] == message["content"] == "Käse → ok\n"
+    assert got["content"] == message["content"] == "Käse → ok"
     assert got["calls"] == [
         {"name": t["function"]["name"], "arguments": t["function"]["arguments"]}
         for t in message["tool_calls"]
@@ -160,3 +160,39 @@ def test_fast_tokenizer_is_prefix_stable_and_about_a_quarter_of_the_bytes() -> N
     )
     assert second[: len(first) + len(completion)] == first + completion
     assert 200 <= len(first) <= 300
+
+
+@pytest.mark.parametrize("stride", [1, 4])
+def test_replayed_content_and_tool_calls_keep_the_prefix(stride: int) -> None:
+    e = engine(stride)
+    e.set_script(
+        [
+            ScriptedReply(
+                when_last_role="user",
+                content="Let me look.",
+                tool_calls=[ScriptedToolCall(name="shell", arguments={"command": "ls"})],
+            ),
+            ScriptedReply(when_last_role="tool", content="Done: a.py"),
+        ]
+    )
+    history: list[dict[str, Any]] = [{"role": "user", "content": "List."}]
+    first = e.complete(request(history, tools=TOOLS))
+    call = first.tool_calls[0]
+    history += [
+        {
+            "role": "assistant",
+            "content": first.content,
+            "tool_calls": [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": "shell", "arguments": '{"command":"ls"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call["id"], "content": "a.py"},
+    ]
+    second = e.complete(request(history, tools=TOOLS))
+    head = first.prompt_ids + first.completion_ids
+    assert second.prompt_ids[: len(head)] == head
+    assert second.content == "Done: a.py"

