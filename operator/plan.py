@@ -306,6 +306,7 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         admin_token_file=placement.path("proxy-admin-token"),
         journal_dir=placement.path("journal"),
         call_budget_default=spec.proxy.call_budget,
+        max_tokens_per_call=spec.proxy.max_tokens_per_call,
         admission=AdmissionLimits(max_sessions=spec.proxy.max_sessions_per_replica),
     )
     return Component(

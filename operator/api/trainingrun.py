@@ -237,6 +237,12 @@ class ProxySpec(ApiModel):
         le=100_000,
         description="Most model calls one session may make; later calls get an error in the harness's dialect.",
     )
+    max_tokens_per_call: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="Cap on the completion tokens of every model call; empty for the harness's own limit.",
+    )
     max_sessions_per_replica: int = Field(
         default=512,
         ge=1,

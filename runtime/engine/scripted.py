@@ -9,14 +9,15 @@ the prompt of a follow-up call starts with the previous prompt + completion when
 Replies are chosen per request by rules (`ScriptedReply.when_*`), which keeps concurrent sessions and side calls
 (e.g. a harness's title-generation call without tools) from consuming each other's replies.
 
-Run standalone (e.g. for the benchmark): `python -m harnessrl.runtime.engine.scripted --port 8100 --tokenizer fast`.
+Tokenisation lives in `chat_tokenizers`, the wire shapes in `vllm_wire`; this module holds the script, the engine
+and its HTTP surface. Run standalone (e.g. for the benchmark):
+`python -m harnessrl.runtime.engine.scripted --port 8100 --tokenizer fast`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import codecs
 import json
 import secrets
 import socket
@@ -24,17 +25,43 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from harnessrl.runtime.engine.chat_tokenizers import (
+    ByteChatTokenizer,
+    ChatTokenizer,
+    HfChatTokenizer,
+    assistant_text,
+    make_tokenizer,
+    message_text,
+    normalized_arguments,
+)
+from harnessrl.runtime.engine.vllm_wire import COMPACT, Completion, VllmError, chat_response, stream_chunks
 from pydantic import BaseModel, ConfigDict, Field
 
-SYSTEM_FINGERPRINT = "vllm-0.32.0-scripted"
-COMPACT = (",", ":")  # vLLM serialises with pydantic: no spaces
+# Re-exported: tests and the benchmark import these from here.
+__all__ = [
+    "ByteChatTokenizer",
+    "Completion",
+    "HfChatTokenizer",
+    "Script",
+    "ScriptError",
+    "ScriptedCall",
+    "ScriptedEngine",
+    "ScriptedEngineServer",
+    "ScriptedReply",
+    "ScriptedToolCall",
+    "VllmError",
+    "chat_response",
+    "create_app",
+    "main",
+    "make_tokenizer",
+    "stream_chunks",
+]
 
 
 class ScriptedToolCall(BaseModel):
@@ -87,193 +114,9 @@ class ScriptedCall(BaseModel):
     finish_reason: str
 
 
-# ----------------------------------------------------------------------------------------------- tokenizers
-
-
-class ChatTokenizer(Protocol):
-    eos_id: int
-
-    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]: ...
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def pieces(self, text: str, ids: list[int]) -> list[str]:
-        """Text of each token of `ids` (= encode(text)) such that "".join(pieces) == text."""
-        ...
-
-
-def message_text(content: Any) -> str:
-    """Content as text: a string, or the text parts of a parts array joined by newlines (as vLLM does)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
-        )
-    raise ScriptError(f"message content must be a string or a list of parts, not {type(content).__name__}")
-
-
-def tool_call_block(name: str, arguments: dict[str, Any] | str) -> str:
-    """A tool call in hermes format, exactly as the Qwen2.5 template renders it back in the history."""
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
-
-
-def assistant_text(content: str | None, calls: list[tuple[str, dict[str, Any] | str]]) -> str:
-    """What follows the generation prompt `<|im_start|>assistant\\n` in the template (before <|im_end|>)."""
-    return "\n".join(([content] if content else []) + [tool_call_block(n, a) for n, a in calls])
-
-
-def normalized_arguments(raw: Any) -> dict[str, Any] | str:
-    """Arguments as vLLM hands them to the template: a JSON string is parsed, so re-spacing doesn't matter."""
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-        return parsed if isinstance(parsed, dict) else raw
-    return raw if isinstance(raw, dict) else {}
-
-
-def history_calls(message: dict[str, Any]) -> list[tuple[str, dict[str, Any] | str]]:
-    calls = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", call) if isinstance(call, dict) else {}
-        calls.append((str(fn.get("name", "")), normalized_arguments(fn.get("arguments"))))
-    return calls
-
-
-def vllm_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool as vLLM hands it to the chat template (its ChatCompletionToolsParam.model_dump(): fixed key order,
-    null description/parameters kept, unset strict dropped), so the rendered prompt matches vLLM's to the token."""
-    fn = tool.get("function") or {}
-    function = {
-        "name": fn.get("name"),
-        "description": fn.get("description"),
-        "parameters": fn.get("parameters"),
-    }
-    function |= {k: fn[k] for k in ("strict", "defer_loading") if fn.get(k) is not None}
-    out: dict[str, Any] = {"type": "function", "function": function}
-    if tool.get("defer_loading") is not None:
-        out["defer_loading"] = tool["defer_loading"]
-    return out
-
-
-class HfChatTokenizer:
-    """The tiny model's own tokenizer and chat template: the ids vLLM would report for the same request."""
-
-    def __init__(self, model_dir: str | Path) -> None:
-        from transformers import AutoTokenizer
-
-        self._tok = AutoTokenizer.from_pretrained(str(model_dir))
-        self.eos_id = int(self._tok.convert_tokens_to_ids("<|im_end|>"))
-
-    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        rendered = []
-        for m in messages:
-            msg: dict[str, Any] = {"role": m.get("role"), "content": message_text(m.get("content"))}
-            if m.get("tool_calls"):
-                msg["tool_calls"] = [
-                    {"type": "function", "function": {"name": n, "arguments": a}} for n, a in history_calls(m)
-                ]
-            rendered.append(msg)
-        text = self._tok.apply_chat_template(
-            rendered,
-            tools=[vllm_tool(t) for t in tools] if tools else None,
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        return list(self._tok.encode(text, add_special_tokens=False))
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False))
-
-    def pieces(self, text: str, ids: list[int]) -> list[str]:
-        out, prev = [], ""
-        for i in range(1, len(ids) + 1):
-            decoded = self._tok.decode(ids[:i])
-            out.append(decoded[len(prev) :])
-            prev = decoded
-        return out
-
-
-class ByteChatTokenizer:
-    """Byte-level stand-in without a model: one id per `stride` UTF-8 bytes (id = first byte). stride=1 is exact
-    byte tokenisation; stride=4 ("fast") gives ~real BPE token counts at C speed, for the load benchmark.
-
-    A message is [role id] + its bytes + [end id]; tools are one leading segment. Ids 256+ are the markers."""
-
-    ROLE_IDS: ClassVar[dict[str, int]] = {
-        "system": 256,
-        "user": 257,
-        "assistant": 258,
-        "tool": 259,
-        "tools": 260,
-    }
-    END = 261
-
-    def __init__(self, stride: int = 1) -> None:
-        self.stride = stride
-        self.eos_id = self.END
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8")[:: self.stride])
-
-    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        ids: list[int] = []
-        if tools:
-            ids += [self.ROLE_IDS["tools"], *self.encode(json.dumps(tools, sort_keys=True)), self.END]
-        for m in messages:
-            role = str(m.get("role"))
-            text = message_text(m.get("content"))
-            if role == "assistant":
-                text = assistant_text(text, history_calls(m))
-            ids += [self.ROLE_IDS.get(role, self.ROLE_IDS["user"]), *self.encode(text), self.END]
-        ids.append(self.ROLE_IDS["assistant"])
-        return ids
-
-    def pieces(self, text: str, ids: list[int]) -> list[str]:
-        data = text.encode("utf-8")
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        return [
-            decoder.decode(data[i : i + self.stride], final=i + self.stride >= len(data))
-            for i in range(0, len(data), self.stride)
-        ]
-
-
 def token_logprob(prev: int, token: int) -> float:
     """A deterministic 'sampled logprob' in [-3, -0.01]: stable across runs, prefix-independent."""
     return -0.01 - (zlib.crc32(f"{prev}:{token}".encode()) % 300) / 100.0
-
-
-# ----------------------------------------------------------------------------------------------- the engine
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """A scripted reply rendered into tokens (internal: a dataclass, so long prompts cost no validation)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    pieces: list[str]
-    logprobs: list[float]
-    content: str | None
-    tool_calls: list[dict[str, Any]]
-    finish_reason: str
-    delay_s: float = 0.0
-
-
-class VllmError(Exception):
-    def __init__(self, status: int, message: str, type_: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param = status, message, type_, param
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}
-        }
 
 
 class ScriptedEngine:
@@ -338,7 +181,11 @@ class ScriptedEngine:
         if not isinstance(messages, list) or not messages:
             raise VllmError(400, "messages: a non-empty list is required", "BadRequestError", "messages")
         tools = request.get("tools") or None
-        prompt_ids = self.tokenizer.prompt_ids(messages, tools)
+        try:
+            prompt_ids = self.tokenizer.prompt_ids(messages, tools)
+        # Malformed messages get a 400, as vLLM's request validation gives.
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise VllmError(400, f"messages: {exc}", "BadRequestError", "messages") from exc
         if len(prompt_ids) > self.max_model_len:
             raise VllmError(
                 400,
@@ -417,166 +264,6 @@ class ScriptedEngine:
             if name in offered:
                 return name
         raise ScriptError(f"scripted tool call wants one of {wanted} but the request offers {offered}")
-
-
-# ----------------------------------------------------------------------------------------------- wire shapes
-
-
-def _logprob_entries(c: Completion, start: int, end: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "token": c.pieces[i],
-            "logprob": c.logprobs[i],
-            "bytes": list(c.pieces[i].encode("utf-8")),
-            "top_logprobs": [],
-        }
-        for i in range(start, end)
-    ]
-
-
-def chat_response(c: Completion, request: dict[str, Any], request_id: str, created: int) -> dict[str, Any]:
-    """The non-streaming body, field for field as vLLM 0.32 serialises ChatCompletionResponse."""
-    want_ids = bool(request.get("return_token_ids"))
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": c.content,
-        "refusal": None,
-        "annotations": None,
-        "audio": None,
-        "function_call": None,
-    }
-    if c.tool_calls:
-        message["tool_calls"] = c.tool_calls
-    message["reasoning"] = None
-    n_prompt, n_out = len(c.prompt_ids), len(c.completion_ids)
-    return {
-        "id": request_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": request["model"],
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": {"content": _logprob_entries(c, 0, n_out)} if request.get("logprobs") else None,
-                "finish_reason": c.finish_reason,
-                "stop_reason": None,
-                "token_ids": c.completion_ids if want_ids else None,
-                "routed_experts": None,
-            }
-        ],
-        "service_tier": None,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
-        "usage": {
-            "prompt_tokens": n_prompt,
-            "total_tokens": n_prompt + n_out,
-            "completion_tokens": n_out,
-            "prompt_tokens_details": None,
-            "completion_tokens_details": None,
-        },
-        "prompt_logprobs": None,
-        "prompt_token_ids": c.prompt_ids if want_ids else None,
-        "prompt_text": None,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
-    }
-
-
-def _token_deltas(c: Completion) -> list[dict[str, Any]]:
-    """The `delta` of each sampled token's chunk: the content streams as text; a tool call streams as an id+name
-    delta on its first token and an arguments delta on its last; the rest (hermes markup, the stop token) carry
-    empty deltas, as vLLM's hermes streaming parser emits them."""
-    starts: list[int] = []
-    offset = 0
-    for piece in c.pieces:
-        starts.append(offset)
-        offset += len(piece)
-    text = "".join(c.pieces)
-    content_end = len(c.content or "") if c.tool_calls else len(text)
-    deltas: list[dict[str, Any]] = []
-    for start, piece in zip(starts, c.pieces, strict=True):
-        portion = text[start : min(start + len(piece), content_end)]
-        deltas.append({"content": portion} if portion else {})
-    if c.finish_reason != "length":
-        deltas[-1] = {}
-    search_from = 0
-    for k, call in enumerate(c.tool_calls):
-        begin = text.index("<tool_call>", search_from)
-        search_from = text.index("</tool_call>", begin) + len("</tool_call>")
-        first = max(i for i, o in enumerate(starts) if o <= begin)
-        last = max(i for i, o in enumerate(starts) if o < search_from)
-        name = {
-            "id": call["id"],
-            "type": "function",
-            "index": k,
-            "function": {"name": call["function"]["name"]},
-        }
-        args = {"index": k, "function": {"arguments": call["function"]["arguments"]}}
-        if first == last:
-            name["function"] |= args["function"]
-        else:
-            deltas[last] = {"content": None, "tool_calls": [args]}
-        # With coarse tokens the first call's token may also hold the end of the content.
-        deltas[first] = {"content": deltas[first].get("content") or None, "tool_calls": [name]}
-    return deltas
-
-
-def stream_chunks(
-    c: Completion, request: dict[str, Any], request_id: str, created: int
-) -> Iterator[dict[str, Any]]:
-    """The SSE chunk bodies, as vLLM 0.32 streams them (exclude-unset serialisation): a role chunk carrying
-    `prompt_token_ids`, one chunk per sampled token with its `token_ids` and logprobs, and a usage chunk when
-    `stream_options.include_usage` is set."""
-    want_ids = bool(request.get("return_token_ids"))
-    want_logprobs = bool(request.get("logprobs"))
-    include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-    base = {
-        "id": request_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": request["model"],
-    }
-    first: dict[str, Any] = base | {
-        "choices": [
-            {
-                "index": 0,
-                "delta": {"role": "assistant", "content": ""},
-                "logprobs": None,
-                "finish_reason": None,
-            }
-        ]
-    }
-    if want_ids:
-        first |= {"prompt_token_ids": c.prompt_ids, "prompt_text": None}
-    yield first
-    n = len(c.completion_ids)
-    for i, delta in enumerate(_token_deltas(c)):
-        choice: dict[str, Any] = {
-            "index": 0,
-            "delta": delta,
-            "logprobs": {"content": _logprob_entries(c, i, i + 1)} if want_logprobs else None,
-            "finish_reason": c.finish_reason if i == n - 1 else None,
-        }
-        if i == n - 1:
-            choice["stop_reason"] = None
-        if want_ids:
-            choice["token_ids"] = [c.completion_ids[i]]
-        chunk = base | {"choices": [choice]}
-        if i == n - 1 and not include_usage:
-            # vLLM stamps the fingerprint on the terminal chunk, or on the usage chunk when there is one.
-            chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
-        yield chunk
-    if include_usage:
-        n_prompt = len(c.prompt_ids)
-        yield base | {
-            "choices": [],
-            "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n},
-            "system_fingerprint": SYSTEM_FINGERPRINT,
-        }
-
-
-# ----------------------------------------------------------------------------------------------- HTTP
 
 
 def create_app(engine: ScriptedEngine) -> FastAPI:
@@ -718,18 +405,6 @@ class ScriptedEngineServer:
         self._server.should_exit = True
         self._thread.join(timeout_s)
         self._sock.close()
-
-
-def make_tokenizer(kind: str, model_dir: str | None = None) -> ChatTokenizer:
-    if kind == "tiny":
-        if not model_dir:
-            raise ValueError("tokenizer 'tiny' needs the tiny model's directory")
-        return HfChatTokenizer(model_dir)
-    if kind == "bytes":
-        return ByteChatTokenizer(stride=1)
-    if kind == "fast":
-        return ByteChatTokenizer(stride=4)
-    raise ValueError(f"unknown tokenizer {kind!r}: expected tiny, bytes or fast")
 
 
 def main(argv: list[str] | None = None) -> int:

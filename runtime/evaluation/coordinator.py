@@ -72,7 +72,7 @@ class EvalCoordinator:
         if L.done(self.ledger):
             return LeaseResponse(done=True, retry_after_s=0)
         c = self.config
-        leases = L.lease(self.ledger, req, now, c.lease_ttl_s, c.model, c.proxy_url, c.policy_version)
+        leases = L.lease(self.ledger, req, now, c.lease_ttl_s, c.model, c.proxy_url, c.policy_version, c.max_unscored)
         return LeaseResponse(leases=leases, retry_after_s=0 if leases else c.retry_after_s)
 
     def complete(self, completion: Completion) -> CompletionAck:

@@ -1,11 +1,12 @@
 """The eval coordinator's bookkeeping: one rollout per (pool × task × attempt), leases, completions, pass@1.
 
-No I/O; time is passed in, lease ids carry a random suffix. A rollout is pending → leased → scored, or after an unscored outcome (infra or
-grader failure: nothing about the policy) pending again until it has failed `max_unscored` times, then it is
-recorded as unscored for good. An expired lease makes the rollout pending again; whichever completion of a
-rollout arrives first is the one counted (as in the learner's coordinator), later ones are duplicates.
-Unlike training there are no groups to fill and no policy updates: the ledger is done when every rollout is
-final.
+No I/O; time is passed in, lease ids carry a random suffix. A rollout is pending → leased → scored, or after
+an unscored outcome (infra or grader failure: nothing about the policy) pending again until it has failed
+`max_unscored` times, then it is recorded as unscored for good. An expired lease makes the rollout pending
+again and counts as such a failure, so a rollout that keeps killing its runner cannot stall the evaluation.
+Whichever completion of a rollout arrives first is the one counted (as in the learner's coordinator), later
+ones are duplicates. Unlike training there are no groups to fill and no policy updates: the ledger is done
+when every rollout is final.
 """
 
 from __future__ import annotations
@@ -94,21 +95,34 @@ def plan_ledger(pools: list[PoolHarness], task_ids: list[str], attempts: int) ->
     return Ledger(slots={s.rollout_id: s for s in slots})
 
 
-def expire(ledger: Ledger, now: float) -> int:
+def expire(ledger: Ledger, now: float, max_unscored: int) -> int:
+    """Leases past their deadline: the rollout is pending again. An expiry counts as an unscored failure, so a
+    rollout that keeps killing its runner is given up (unscored) instead of being handed out forever."""
     n = 0
     for s in ledger.slots.values():
         if s.status == SlotStatus.leased and s.lease_deadline is not None and s.lease_deadline < now:
-            s.status, s.lease_id, s.lease_deadline, s.runner_id = SlotStatus.pending, None, None, None
+            s.lease_id, s.lease_deadline, s.runner_id = None, None, None
+            s.unscored_failures += 1
+            s.status = SlotStatus.unscored if s.unscored_failures >= max_unscored else SlotStatus.pending
+            if s.status == SlotStatus.unscored:
+                s.outcome, s.error = OutcomeKind.infra_error, f"no completion in {s.leases} leases"
             n += 1
     ledger.leases_expired += n
     return n
 
 
 def lease(
-    ledger: Ledger, req: LeaseRequest, now: float, ttl_s: float, model: str, proxy_url: str, policy_version: int
+    ledger: Ledger,
+    req: LeaseRequest,
+    now: float,
+    ttl_s: float,
+    model: str,
+    proxy_url: str,
+    policy_version: int,
+    max_unscored: int,
 ) -> list[Lease]:
     """Up to `req.max` pending rollouts of the runner's pool (expired leases first become pending again)."""
-    expire(ledger, now)
+    expire(ledger, now, max_unscored)
     mine = [s for s in ledger.slots.values() if s.pool == req.pool]
     if not mine:
         pools = sorted({s.pool for s in ledger.slots.values()})

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from harnessrl.runtime.engine.lora import load_lora_adapter, server_root, unload_lora_adapter
+from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter, server_root, unload_lora_adapter
 from harnessrl.runtime.learner.config import EngineLink, ProxyLink, SyncMode
 from harnessrl.runtime.proxy.protocol import PolicyState, SequencesResponse
 
@@ -52,9 +52,19 @@ class LoraSync:
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)  # the engine never sees a half-written adapter
         for url in self.engine.urls:
-            load_lora_adapter(url, name, str(path.resolve()), client=self.client, timeout_s=self.engine.request_timeout_s)
+            self._load(url, name, path)
         self._unload_old(version)
         return PolicyState(model=name, version=version)
+
+    def _load(self, url: str, name: str, path: Path) -> None:
+        try:
+            load_lora_adapter(url, name, str(path.resolve()), client=self.client, timeout_s=self.engine.request_timeout_s)
+        except LoraEndpointError as exc:
+            # A resumed learner (or an earlier run on the same engine) published this name before: replace it.
+            if "already been loaded" not in str(exc):
+                raise
+            unload_lora_adapter(url, name, client=self.client)
+            load_lora_adapter(url, name, str(path.resolve()), client=self.client, timeout_s=self.engine.request_timeout_s)
 
     def _unload_old(self, version: int) -> None:
         old = version - self.keep

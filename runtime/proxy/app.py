@@ -437,7 +437,13 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
             raise DialectError("the engine is paused for a weight update", "overloaded",
                                retry_after=state.config.admission.retry_after_s) from None
     policy = state.policy
-    body_json = upstream_body(parsed.canonical, policy.model, training=session.request.training, stream=parsed.stream)
+    body_json = upstream_body(
+        parsed.canonical,
+        policy.model,
+        training=session.request.training,
+        stream=parsed.stream,
+        max_tokens_cap=state.config.max_tokens_per_call,
+    )
     state.inflight += 1
     state.metrics.inflight.inc()
     released = False

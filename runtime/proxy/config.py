@@ -53,6 +53,8 @@ class ProxyConfig(BaseModel):
     journal_dir: Path
     session_ttl_s: float = Field(6 * 3600.0, gt=0)
     call_budget_default: int = Field(200, ge=1, le=100_000)
+    # Upper bound on every call's completion tokens (None: the caller's max_tokens, else the context limit).
+    max_tokens_per_call: int | None = Field(None, ge=1, le=1_048_576)
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     upstream: UpstreamLimits = UpstreamLimits()
     admission: AdmissionLimits = AdmissionLimits()

@@ -36,13 +36,19 @@ class ContextLengthExceeded(Exception):
     """vLLM refused the prompt (or prompt + max_tokens) as longer than the model's context."""
 
 
-def upstream_body(request: CanonicalRequest, model: str, *, training: bool, stream: bool) -> dict[str, Any]:
+def upstream_body(
+    request: CanonicalRequest, model: str, *, training: bool, stream: bool, max_tokens_cap: int | None = None
+) -> dict[str, Any]:
     """The JSON body sent to vLLM for one call. Pure.
 
     Training sessions also sample at temperature 1: vLLM reports logprobs of the raw model distribution, so any
     other temperature would make the recorded behaviour logprobs differ from the distribution sampled from.
+    A harness that asks for no limit (Mini-SWE-Agent) would otherwise generate to the context length.
     """
     body = request.upstream_body()
+    if max_tokens_cap is not None:
+        asked = body.get("max_tokens")
+        body["max_tokens"] = max_tokens_cap if asked is None else min(int(asked), max_tokens_cap)
     body.update(_NEUTRAL_SAMPLING)
     body["model"] = model
     body["logprobs"] = True

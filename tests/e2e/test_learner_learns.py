@@ -345,7 +345,13 @@ def run_training(tmp: Path, vllm: Any, proxy: ProxyHandle, steps: int, lr: float
     t0 = time.monotonic()
     try:
         asyncio.run(scripted_runner(learner.url, proxy.admin_token, budget_s))
-        learner.proc.wait(timeout=30)
+        try:
+            learner.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            metrics = tmp / "ckpt" / "metrics.jsonl"
+            done = rewards_by_step(metrics) if metrics.exists() else []
+            raise AssertionError(f"training unfinished after {budget_s:.0f} s: {len(done)} steps {done}\n"
+                                 f"{learner.log()[-3000:]}") from None
         assert learner.proc.returncode == 0, learner.log()[-4000:]
     finally:
         learner.stop()

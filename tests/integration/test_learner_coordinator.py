@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, ProxyLink, RewardConfig
 from harnessrl.runtime.learner.coordinator import Coordinator
 from harnessrl.runtime.learner.journal import Journal
@@ -21,6 +20,7 @@ from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl
 from harnessrl.runtime.trajectory.models import TrainingSequence
+
 from tests.e2e.test_learner_learns import ProxyStandIn
 from tests.fixtures.proxy_server import serve_in_thread
 

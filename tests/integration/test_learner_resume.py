@@ -18,16 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
+import pytest
 from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, LeaseResponse, OutcomeKind
 from harnessrl.runtime.trajectory.models import TrainingSequence
+
 from tests.e2e.test_learner_learns import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, free_port, start_learner
+from tests.fixtures.hub_server import HubServer
 
 STEPS = 4
 
 
-def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path) -> dict[str, Any]:
+def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path, hub: HubServer) -> dict[str, Any]:
     return {
+        "export": {"repo": "acme/resume", "token_env": "HARNESSRL_TEST_HUB_TOKEN", "endpoint": hub.endpoint},
         "run_name": "resume",
         "model": {"path": str(model_dir), "served_name": "tiny"},
         "adapter": {"kind": "lora", "rank": 4, "alpha": 8},
@@ -94,12 +97,14 @@ def status(url: str) -> dict[str, Any]:
     return dict(httpx.get(f"{url}/v1/status", timeout=10).json())
 
 
-def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir: Path, hub_server: HubServer,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESSRL_TEST_HUB_TOKEN", hub_server.token)  # inherited by the learner process
     proxy = ProxyStandIn(None, "tiny", "admin-secret")
     proxy.start()
     token_file = tmp_path / "admin-token"
     token_file.write_text(proxy.admin_token)
-    cfg = config(tmp_path, tiny_model_dir, proxy, token_file)
+    cfg = config(tmp_path, tiny_model_dir, proxy, token_file, hub_server)
     ckpt = tmp_path / "ckpt"
     harness = SyntheticHarness(proxy)
     learner = start_learner(tmp_path, cfg)
@@ -123,8 +128,11 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
         learner = start_learner(tmp_path, cfg)
         after = status(learner.url)
         ck = json.loads((ckpt / "step-0000002" / "coordinator.json").read_text())
-        assert after["step"] == ck["step"] == 2
-        assert after["policy_version"] == 2 and after["policy_model"] == "tiny-v2"
+        # It may already be training step 3 again, so the restore is read from its log and the step metrics.
+        log = learner.log()
+        assert "resumed from step-0000002 at step 2 (policy v2)" in log
+        assert f"replayed {len(accepted) - ck['journal_seq']} completions" in log
+        assert after["step"] >= ck["step"] == 2
         # Nothing acked is lost: the checkpoint's completions plus the journal's replayed ones.
         assert after["rollouts_scored"] == scored
         assert ck["counters"]["rollouts_scored"] < scored  # some really came from the journal
@@ -147,6 +155,11 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
                 if e["seq"] > final["journal_seq"]]
         assert final["counters"]["rollouts_scored"] + len(late) == total
         assert (ckpt / "sync" / "policy.json").exists()
+        # Every checkpoint was exported to its own branch, and the Hub token never reached the learner's logs.
+        branches = set(hub_server.state.repos["acme/resume"].branches)
+        assert {"step-2", f"step-{STEPS}"} <= branches
+        logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("learner.*.log"))
+        assert "exported step-0000002" in logs and hub_server.token not in logs
     finally:
         learner.stop(signal.SIGKILL)
         proxy.stop()

@@ -144,6 +144,9 @@ def test_bad_requests_get_vllm_errors() -> None:
     with pytest.raises(VllmError) as too_long:
         e.complete(request([{"role": "user", "content": "x" * 20}]))
     assert too_long.value.body()["error"]["param"] == "input_tokens"
+    with pytest.raises(VllmError, match="content must be a string") as bad_content:
+        e.complete(request([{"role": "user", "content": 5}]))
+    assert bad_content.value.status == 400
     with pytest.raises(VllmError) as unknown:
         e.complete(request(model="nope"))
     assert unknown.value.status == 404

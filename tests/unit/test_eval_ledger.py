@@ -17,8 +17,8 @@ def req(pool: str = "oneshot", harness: str = "oneshot", n: int = 100, runner: s
     return LeaseRequest(runner_id=runner, pool=pool, harness=harness, max=n)
 
 
-def take(ledger: L.Ledger, r: LeaseRequest, now: float = 0.0, ttl: float = 10.0) -> list[L.Lease]:
-    return L.lease(ledger, r, now, ttl, "tiny-eval-step-1", "http://proxy", 3)
+def take(ledger: L.Ledger, r: LeaseRequest, now: float = 0.0, ttl: float = 10.0, max_unscored: int = 3) -> list[L.Lease]:
+    return L.lease(ledger, r, now, ttl, "tiny-eval-step-1", "http://proxy", 3, max_unscored)
 
 
 def done_with(lease: L.Lease, outcome: OutcomeKind, correctness: float = 0.0) -> Completion:
@@ -80,6 +80,19 @@ def test_expired_lease_is_handed_out_again_and_counted_once() -> None:
     (score,) = L.pool_scores(ledger)
     assert (score.scored, score.solved, score.pass_at_1) == (1, 1, 1.0)
     assert L.done(ledger)
+
+
+def test_a_rollout_whose_leases_keep_expiring_is_given_up() -> None:
+    """A runner that dies on a rollout (its lease expires every time) must not keep the evaluation from ending."""
+    ledger = L.plan_ledger(POOLS[:1], ["t1"], attempts=1)
+    now = 0.0
+    for _ in range(3):
+        assert len(take(ledger, req(), now=now, ttl=10.0, max_unscored=3)) == 1
+        now += 11.0
+    assert take(ledger, req(), now=now, max_unscored=3) == []
+    (slot,) = ledger.slots.values()
+    assert slot.status == L.SlotStatus.unscored and slot.outcome == OutcomeKind.infra_error and L.done(ledger)
+    assert slot.error == "no completion in 3 leases" and ledger.leases_expired == 3
 
 
 def test_completions_are_idempotent() -> None:

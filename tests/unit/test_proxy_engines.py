@@ -78,3 +78,13 @@ def test_pool_skips_engines_marked_down_and_reports_none_when_all_are_out() -> N
         pool.mark_down(engine)
     assert pool.pick("s") is None
     assert pool.pick("s", exclude=frozenset({"http://e0"})) is None
+
+
+def test_upstream_body_caps_completion_tokens_when_configured() -> None:
+    unlimited = upstream_body(_request(), "tiny", training=True, stream=False, max_tokens_cap=64)
+    assert unlimited["max_tokens"] == 64  # a harness that sets no limit gets the cap
+    smaller = upstream_body(_request(max_tokens=8), "tiny", training=True, stream=False, max_tokens_cap=64)
+    assert smaller["max_tokens"] == 8
+    larger = upstream_body(_request(max_tokens=4096), "tiny", training=True, stream=False, max_tokens_cap=64)
+    assert larger["max_tokens"] == 64
+    assert "max_tokens" not in upstream_body(_request(), "tiny", training=True, stream=False)

@@ -24,7 +24,8 @@ def make_provider(config: RunnerConfig, hide: list[Path]) -> SandboxProvider:
     if isinstance(sandbox, KubernetesSandboxConfig):
         from harnessrl.runtime.harness.sandboxes.kubernetes import KubernetesProvider
 
-        return KubernetesProvider(sandbox, pool=config.pool, runner_id=config.runner_id)
+        deadline_s = int(config.timeouts.harness_s + config.timeouts.grader_s)
+        return KubernetesProvider(sandbox, pool=config.pool, runner_id=config.runner_id, deadline_s=deadline_s)
     assert isinstance(sandbox, E2BSandboxConfig)
     from harnessrl.runtime.harness.sandboxes.e2b import E2BProvider
 

@@ -184,6 +184,8 @@ class KubernetesProvider(SandboxProvider):
         self, config: KubernetesSandboxConfig, pool: str, runner_id: str, api_client: Any | None = None,
         deadline_s: int = 4 * 3600,
     ) -> None:
+        """`deadline_s`: the longest a rollout may take (harness + grader); the Pod's activeDeadlineSeconds adds
+        slack to it."""
         from kubernetes import client as k8s
 
         if api_client is None:
