@@ -44,6 +44,10 @@ def script(harness: str, answer: object, delay_s: float = 0.0) -> list[ScriptedR
         else ScriptedReply(content="I wrote the answer to answer.txt.", when_last_role="tool")
     )
     write = shell_call(harness, f"echo {answer} > answer.txt")
+    if harness == "claude-code":
+        # Claude Code ends its prompts with a system reminder, so the last role says nothing: write once, then finish.
+        return [ScriptedReply(tool_calls=[write], when_tools=True, max_uses=1, delay_s=delay_s),
+                ScriptedReply(content="I wrote the answer to answer.txt.", when_tools=True)]
     return [ScriptedReply(tool_calls=[write], when_tools=True, when_last_role="user", delay_s=delay_s), final]
 
 

@@ -241,3 +241,24 @@ async def test_mid_stream_failure_raises_in_the_sdk() -> None:
     with pytest.raises(anthropic.APIStatusError, match="engine stream broke"):
         async with _sdk_over(data).messages.stream(model="m", max_tokens=5, messages=USER) as stream:
             await stream.get_final_message()
+
+
+def test_system_messages_inside_messages_stay_in_place() -> None:
+    # Claude Code 2.1 sends reminders as `role: "system"` messages mid-conversation (string or text blocks).
+    dialect = AnthropicDialect()
+    parsed = dialect.parse_request(
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": "reminder one"},
+                {"role": "system", "content": [{"type": "text", "text": "reminder two"}]},
+                {"role": "user", "content": "go on"},
+            ],
+        },
+        ROUTE,
+    )
+    messages = parsed.canonical.messages
+    assert [m.role for m in messages] == ["user", "system", "system", "user"]
+    assert [m.content for m in messages][1:3] == ["reminder one", "reminder two"]

@@ -87,7 +87,8 @@ class _In(BaseModel):
 
 
 class _MessageIn(_In):
-    role: Literal["user", "assistant"]
+    # "system" is not in Anthropic's public schema, but Claude Code 2.1 sends reminders that way mid-conversation.
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
@@ -210,7 +211,9 @@ def _messages(req: MessagesRequest) -> list[ChatMessage]:
     out = [m for m in [_system(req.system)] if m is not None]
     for i, msg in enumerate(req.messages):
         where = f"messages.{i}"
-        if isinstance(msg.content, str):
+        if msg.role == "system":
+            out += [m for m in [_system(msg.content)] if m is not None]
+        elif isinstance(msg.content, str):
             out.append(ChatMessage(role=msg.role, content=msg.content))
         elif msg.role == "user":
             out += _user(msg.content, where)
