@@ -37,6 +37,10 @@ class KnownHarnessSpec(_Model):
     dialect: Dialect | None = None
 
 
+# What a custom harness command template may name; see adapters/custom.py.
+PLACEHOLDERS = ("instruction", "model", "base_url", "api_key", "step_budget", "workspace")
+
+
 class CustomHarnessSpec(_Model):
     """A harness declared entirely in the pool spec: no code.
 
@@ -55,6 +59,14 @@ class CustomHarnessSpec(_Model):
     def _has_instruction(self) -> CustomHarnessSpec:
         if "{instruction}" not in self.command:
             raise ValueError("custom harness command must contain the {instruction} placeholder")
+        try:
+            self.command.format_map(dict.fromkeys(PLACEHOLDERS, ""))
+        except (KeyError, IndexError, ValueError) as exc:
+            # Caught here, a bad template is a config error at start, not a failure of every rollout.
+            raise ValueError(
+                f"custom harness command is not a valid template ({exc!r}): placeholders are "
+                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write literal braces as {{{{ and }}}}"
+            ) from None
         return self
 
 

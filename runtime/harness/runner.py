@@ -267,7 +267,10 @@ class Runner:
             t.grade_s if t else 0.0,
             f" ({completion.error[:200]})" if completion.error else "",
         )
-        await self.complete(completion)
+        ack = await self.complete(completion)
+        if ack is not None:
+            reward = "unscored" if ack.reward is None else f"reward {ack.reward:.3f}"
+            log.info("rollout %s: %s by the coordinator (%s)", lease.rollout_id, ack.status.value, reward)
 
     # ------------------------------------------------------------------ loop
 

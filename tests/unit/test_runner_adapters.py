@@ -160,8 +160,11 @@ def test_custom_harness_needs_no_code() -> None:
 def test_bad_specs_are_refused_in_the_pools_terms() -> None:
     with pytest.raises(ValueError, match="instruction"):
         CustomHarnessSpec(name="x", command="agent --model {model}", dialect="openai_chat")
-    with pytest.raises(ValueError, match="placeholders"):
-        Custom(CustomHarnessSpec(name="x", command="agent {instruction} {nope}", dialect="gemini")).invocation(CTX)
+    # A bad template is refused when the config is loaded, not at every rollout.
+    with pytest.raises(ValueError, match=r"placeholders are .*literal braces"):
+        CustomHarnessSpec(name="x", command="agent {instruction} {nope}", dialect="gemini")
+    with pytest.raises(ValueError, match="not a valid template"):
+        CustomHarnessSpec(name="x", command='python3 -c \'print({"a": 1})\' {instruction}', dialect="gemini")
     with pytest.raises(ValueError, match="pinned"):
         adapter_for(KnownHarnessSpec(name="codex", version="0.1.0"))
     with pytest.raises(ValueError, match="speaks"):

@@ -6,7 +6,7 @@ import shlex
 from typing import ClassVar
 
 from harnessrl.runtime.harness.adapters.base import QUIET_ENV, Adapter, Invocation, RunContext
-from harnessrl.runtime.harness.config import CustomHarnessSpec
+from harnessrl.runtime.harness.config import PLACEHOLDERS, CustomHarnessSpec
 
 
 class Custom(Adapter):
@@ -34,13 +34,9 @@ class Custom(Adapter):
             "step_budget": str(ctx.step_budget),
             "workspace": ctx.workspace,
         }
-        try:
-            return self.spec.command.format_map({k: shlex.quote(v) for k, v in values.items()})
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                f"custom harness {self.spec.name!r}: bad command template ({exc!r}); "
-                f"placeholders are {{{'}, {'.join(values)}}}"
-            ) from exc
+        assert set(values) == set(PLACEHOLDERS)
+        # The template was checked when the config was loaded (CustomHarnessSpec).
+        return self.spec.command.format_map({k: shlex.quote(v) for k, v in values.items()})
 
     def invocation(self, ctx: RunContext) -> Invocation:
         env = {**QUIET_ENV, **self.spec.env, "HARNESSRL_BASE_URL": ctx.base_url, "HARNESSRL_API_KEY": ctx.api_key}
