@@ -53,10 +53,11 @@ test: venv tools lint typecheck
 
 # The quickstart needs only the venv: its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
 demo: venv
-	$(PY) -c "from harnessrl.runtime.engine.tiny_model import build_tiny_model; build_tiny_model('.cache/tiny-model')"
+	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	rm -rf runs/quickstart
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml \
-	  --run-dir runs/quickstart --volume tiny-model=.cache/tiny-model --volume quickstart-tasks=examples/quickstart/tasks
+	  --run-dir runs/quickstart --volume tiny-model=.cache/tiny-model-steerable \
+	  --volume quickstart-tasks=examples/quickstart/tasks
 	$(VENV)/bin/harnessrl report runs/quickstart
 
 clean:

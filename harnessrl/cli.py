@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runner": ("harnessrl.runtime.harness.main", "run a HarnessPool runner"),
     "eval": ("harnessrl.operator.evaluate", "pass@1 of a checkpoint under each harness"),
     "report": ("harnessrl.operator.report", "plots and a summary of a run directory"),
+    "tiny-model": ("harnessrl.runtime.engine.tiny_model", "build the tiny test/quickstart model offline"),
 }
 
 

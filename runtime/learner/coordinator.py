@@ -187,6 +187,11 @@ class Coordinator:
                 return g
         return None
 
+    def harness_of(self, rollout_id: str) -> str:
+        """The harness a live rollout's group runs ("" once the group is gone)."""
+        found = self._slot(rollout_id)
+        return found[0].harness if found is not None else ""
+
     def _slot(self, rollout_id: str) -> tuple[GroupState, RolloutSlot] | None:
         index, slot = _parse_rollout_id(rollout_id)
         if slot >= self.grpo.group_size:

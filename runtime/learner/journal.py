@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 class JournalEntry(BaseModel):
     seq: int
+    harness: str = ""  # the group's harness, for reports (absent in journals written before it was recorded)
     completion: Completion
     sequences: list[TrainingSequence]
 

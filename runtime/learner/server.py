@@ -98,9 +98,12 @@ def create_app(
                 log.warning("sequences of session for %s unavailable: %s", c.rollout_id, exc)
                 c = c.model_copy(update={"outcome": OutcomeKind.infra_error, "error": f"sequences fetch: {exc}"[:8192]})
         # No await between applying and journaling: a checkpoint can never fall between the two.
+        harness = coordinator.harness_of(c.rollout_id)
         ack = coordinator.complete(c, sequences)
         if ack.status == "accepted":
-            journal.append(JournalEntry(seq=coordinator.state.journal_seq, completion=c, sequences=sequences))
+            journal.append(
+                JournalEntry(seq=coordinator.state.journal_seq, harness=harness, completion=c, sequences=sequences)
+            )
         return ack
 
     return app

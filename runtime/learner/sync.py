@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter, server_root, unload_lora_adapter
+from harnessrl.runtime.engine.lora import (
+    LoraEndpointError,
+    load_lora_adapter,
+    server_root,
+    unload_lora_adapter,
+)
 from harnessrl.runtime.learner.config import EngineLink, ProxyLink, SyncMode
 from harnessrl.runtime.proxy.protocol import PolicyState, SequencesResponse
 

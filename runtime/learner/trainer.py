@@ -123,9 +123,10 @@ class PolicyTrainer:
                 totals["loss_tokens"] += mb.loss_tokens
                 totals["tokens"] += int(mb.attention_mask.sum())
                 totals["mbs"] += 1
-            if self.grpo.max_grad_norm is not None:
-                params = [p for p in self.model.parameters() if p.requires_grad]
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.grpo.max_grad_norm))
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            # With no clipping configured, an infinite bound still measures the norm for the metrics.
+            limit = self.grpo.max_grad_norm if self.grpo.max_grad_norm is not None else float("inf")
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
             self.optimizer.step()
         lt = max(int(totals["loss_tokens"]), 1)
         return StepStats(

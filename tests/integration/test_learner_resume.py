@@ -25,7 +25,8 @@ from harnessrl.runtime.trajectory.models import TrainingSequence
 from tests.e2e.test_learner_learns import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, free_port, start_learner
 from tests.fixtures.hub_server import HubServer
 
-STEPS = 4
+STEPS = 6
+CK = 3  # checkpoint every CK steps: the kill lands between the step-3 and step-6 checkpoints
 
 
 def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path, hub: HubServer) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path
         "tasks": {"ids": sorted(VOWEL_TASKS)},
         "proxy": {"url": proxy.url, "admin_token_file": str(token_file)},
         "engine": {"urls": ["http://127.0.0.1:9"], "sync": "restart"},  # restart mode never calls the engine
-        "checkpoint": {"dir": str(workdir / "ckpt"), "every": 2},
+        "checkpoint": {"dir": str(workdir / "ckpt"), "every": CK},
         "host": "127.0.0.1",
         "port": free_port(),
         "lease_ttl_s": 600,
@@ -109,12 +110,12 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
     harness = SyntheticHarness(proxy)
     learner = start_learner(tmp_path, cfg)
     try:
-        # Run past the step-2 checkpoint, into step 3's rollouts, then kill -9.
+        # Run past the step-3 checkpoint, into step 4's rollouts, then kill -9.
         def past_checkpoint() -> bool:
             latest = ckpt / "latest"
-            if not latest.exists() or latest.read_text() != "step-0000002":
+            if not latest.exists() or latest.read_text() != "step-0000003":
                 return False
-            ck_seq = json.loads((ckpt / "step-0000002" / "coordinator.json").read_text())["journal_seq"]
+            ck_seq = json.loads((ckpt / "step-0000003" / "coordinator.json").read_text())["journal_seq"]
             return sum(a["status"] == "accepted" for _, a in harness.sent) >= ck_seq + 3
 
         asyncio.run(harness.run(learner.url, past_checkpoint))
@@ -127,12 +128,12 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
 
         learner = start_learner(tmp_path, cfg)
         after = status(learner.url)
-        ck = json.loads((ckpt / "step-0000002" / "coordinator.json").read_text())
+        ck = json.loads((ckpt / "step-0000003" / "coordinator.json").read_text())
         # It may already be training step 3 again, so the restore is read from its log and the step metrics.
         log = learner.log()
-        assert "resumed from step-0000002 at step 2 (policy v2)" in log
+        assert "resumed from step-0000003 at step 3 (policy v3)" in log
         assert f"replayed {len(accepted) - ck['journal_seq']} completions" in log
-        assert after["step"] >= ck["step"] == 2
+        assert after["step"] >= ck["step"] == CK
         # Nothing acked is lost: the checkpoint's completions plus the journal's replayed ones.
         assert after["rollouts_scored"] == scored
         assert ck["counters"]["rollouts_scored"] < scored  # some really came from the journal
@@ -157,9 +158,9 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
         assert (ckpt / "sync" / "policy.json").exists()
         # Every checkpoint was exported to its own branch, and the Hub token never reached the learner's logs.
         branches = set(hub_server.state.repos["acme/resume"].branches)
-        assert {"step-2", f"step-{STEPS}"} <= branches
+        assert {f"step-{CK}", f"step-{STEPS}"} <= branches
         logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("learner.*.log"))
-        assert "exported step-0000002" in logs and hub_server.token not in logs
+        assert "exported step-0000003" in logs and hub_server.token not in logs
     finally:
         learner.stop(signal.SIGKILL)
         proxy.stop()
