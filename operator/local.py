@@ -205,16 +205,16 @@ def process_specs(plan: Plan, run_dir: Path) -> list[ProcessSpec]:
     for component in [plan.proxy, plan.learner, *plan.runners]:
         path = configs / f"{component.name}.json"
         path.write_text(json.dumps(local_config(component), indent=2) + "\n")
-        url: str | None = None
+        health: str | None = None
         if component.kind in (ComponentKind.PROXY, ComponentKind.LEARNER):
-            url = f"http://127.0.0.1:{local_config(component)['port']}/healthz"
+            health = f"http://127.0.0.1:{local_config(component)['port']}/healthz"
         specs.append(
             ProcessSpec(
                 name=component.name,
                 argv=[sys.executable, "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
                 env={},
                 log=logs / f"{component.name}.log",
-                health_url=url,
+                health_url=health,
                 # Loading torch and the base model takes the learner a while on a busy CPU.
                 start_timeout_s=300.0 if component.kind == ComponentKind.LEARNER else 120.0,
                 finishes_run=component.kind == ComponentKind.LEARNER,

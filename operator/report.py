@@ -120,7 +120,7 @@ def _save(fig: object, path: Path) -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
     import matplotlib.pyplot as plt
 
-    plt.close(fig)  # type: ignore[arg-type]
+    plt.close(fig)
     return path
 
 
