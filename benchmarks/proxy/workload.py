@@ -15,7 +15,7 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 Dialect = Literal["openai_chat", "openai_responses", "anthropic", "gemini"]
 DIALECTS: tuple[Dialect, ...] = ("openai_chat", "openai_responses", "anthropic", "gemini")
@@ -395,11 +395,21 @@ class StreamReader:
     """Reads a dialect's SSE answer line by line into a `Reply`; `finish()` fails unless the stream ended the
     way that dialect ends a complete answer."""
 
+    # Only events holding one of these are decoded: the client's CPU per call stays small (the engine's first
+    # streamed chunk alone carries the whole prompt's token ids), and the rest carries nothing the session needs.
+    _WANTED: ClassVar[dict[str, tuple[bytes, ...]]] = {
+        "openai_chat": (b'"tool_calls"',),
+        "openai_responses": (b"response.output_item.done", b"response.completed"),
+        "anthropic": (b"content_block_start", b"input_json_delta", b"message_stop"),
+        "gemini": (b"functionCall", b"finishReason"),
+    }
+
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.done = False
         self._calls: dict[int, dict[str, str]] = {}
         self._error: str | None = None
+        self._wanted = (b'"error"', *self._WANTED[dialect])
 
     def feed(self, line: bytes) -> None:
         if not line.startswith(b"data:"):
@@ -407,6 +417,8 @@ class StreamReader:
         payload = line[5:].strip()
         if payload == b"[DONE]":
             self.done = True
+            return
+        if not any(marker in payload for marker in self._wanted):
             return
         try:
             event = json.loads(payload)

@@ -76,6 +76,13 @@ async def test_cli_solves_a_shipped_task(rollout_stack: Any, harness: str) -> No
     # The coordinator took it, fetched the session's sequences from the proxy, and scored it with the bonus.
     assert ack is not None and ack.status == "accepted" and ack.scored and ack.reward is not None and ack.reward > 1.0
     assert stack.coordinator.status().rollouts_scored == 1
+    # The turn that carries the tool result links to the turn that made the tool call: the harness kept its
+    # history as a token prefix, so both turns are one training sequence.
+    async with httpx.AsyncClient(timeout=30) as http:
+        nodes = (await http.get(f"{stack.proxy.url}/sessions/{completion.session_id}/turns",
+                                headers=stack.proxy.admin_headers)).json()
+    callers = {n["id"] for n in nodes if n["turn"]["tool_calls"] > 0}
+    assert any(n["parent"] in callers for n in nodes), [(n["id"], n["parent"], n["turn"]["tool_calls"]) for n in nodes]
 
 
 async def test_wrong_answer_gets_reward_zero(rollout_stack: Any) -> None:
