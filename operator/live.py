@@ -38,18 +38,22 @@ class LiveView:
         self.metrics_path = metrics_path
         self.coordinator_url = coordinator_url
         self.live = live
-        self.offset = 0
+        self.last_step = 0
 
     def new_steps(self) -> list[StepMetrics]:
+        """Steps not shown yet. The whole (small) file is read each time: a resumed learner rewrites it."""
         if not self.metrics_path.exists():
             return []
-        with self.metrics_path.open() as fh:
-            fh.seek(self.offset)
-            chunk = fh.read()
-        # Only whole lines: the learner may be mid-write.
-        complete = chunk[: chunk.rfind("\n") + 1]
-        self.offset += len(complete.encode())
-        return [StepMetrics.model_validate_json(line) for line in complete.splitlines() if line.strip()]
+        steps = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                m = StepMetrics.model_validate_json(line)
+            except ValidationError:
+                continue  # the learner is mid-write
+            if m.step > self.last_step:
+                steps.append(m)
+                self.last_step = m.step
+        return steps
 
     def coordinator(self) -> CoordinatorStatus | None:
         try:

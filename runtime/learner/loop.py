@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 # After the last step the coordinator keeps answering `done` this long, so runners hear it and exit.
 DONE_GRACE_S = 3.0
+# A component the learner pushes to (engine, proxy) may be restarting: keep trying this long before giving up.
+PUBLISH_RETRY_S = 600.0
+# How often the learner checks that every engine still serves the current policy (an engine restart loses it).
+WATCH_ENGINES_S = 5.0
 
 
 def solved_rates(batch_rewards: dict[str, list[float]]) -> dict[str, float]:
@@ -92,12 +96,36 @@ class Learner:
 
     async def publish(self, version: int) -> tuple[PolicyState, float]:
         t0 = time.perf_counter()
-        if version == 0:
-            policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model the engines serve
-        else:
-            policy = await asyncio.to_thread(self.sync.publish, self.trainer.model, version)
-        await self.proxy.set_policy(policy)
-        return policy, time.perf_counter() - t0
+        deadline, delay = time.monotonic() + PUBLISH_RETRY_S, 1.0
+        while True:
+            try:
+                if version == 0:
+                    policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model as served
+                else:
+                    policy = await asyncio.to_thread(self.sync.publish, self.trainer.model, version)
+                await self.proxy.set_policy(policy)
+                return policy, time.perf_counter() - t0
+            except (httpx.HTTPError, OSError, RuntimeError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("publishing policy v%d failed (%s); retrying in %.0fs", version, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 15.0)
+
+    async def watch_engines(self) -> None:
+        """Reload the current policy into engines that restarted without it (LoRA sync)."""
+        while True:
+            await asyncio.sleep(WATCH_ENGINES_S)
+            version = self.coordinator.state.policy_version
+            if version == 0:
+                continue
+            try:
+                restored = await asyncio.to_thread(self.sync.restore, version)
+            except (httpx.HTTPError, OSError, RuntimeError) as exc:
+                log.warning("checking the engines for policy v%d: %s", version, exc)
+                continue
+            if restored:
+                log.info("policy v%d loaded again into restarted engine(s) %s", version, ", ".join(restored))
 
     async def train(self) -> None:
         st = self.coordinator.state
@@ -184,10 +212,12 @@ class Learner:
             config = uvicorn.Config(app, host=self.cfg.host, port=self.cfg.port, log_level="warning", lifespan="off")
             server = uvicorn.Server(config)
             serving = asyncio.create_task(server.serve())
+            watching = asyncio.create_task(self.watch_engines())
             try:
                 await self.train()
                 await asyncio.sleep(DONE_GRACE_S)
             finally:
+                watching.cancel()
                 server.should_exit = True
                 await serving
                 self.journal.close()

@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 class WeightSync(Protocol):
     def publish(self, model: Any, version: int) -> PolicyState: ...
 
+    def restore(self, version: int) -> list[str]:
+        """Serve `version` again on engines that lost it (restarted); the URLs that needed it."""
+        ...
+
 
 def adapter_name(served: str, version: int) -> str:
     return f"{served}-v{version}"
@@ -60,6 +64,16 @@ class LoraSync:
             self._load(url, name, path)
         self._unload_old(version)
         return PolicyState(model=name, version=version)
+
+    def restore(self, version: int) -> list[str]:
+        name, path = adapter_name(self.served, version), self.sync_dir / adapter_name(self.served, version)
+        missing = []
+        for url in self.engine.urls:
+            served = self.client.get(f"{server_root(url)}/v1/models").json().get("data", [])
+            if name not in {m.get("id") for m in served}:
+                missing.append(url)
+                self._load(url, name, path)
+        return missing
 
     def _load(self, url: str, name: str, path: Path) -> None:
         try:
@@ -127,6 +141,10 @@ class NcclSync:
             self._post(f"{root}/resume")
         return PolicyState(model=self.served, version=version)
 
+    def restore(self, version: int) -> list[str]:
+        # A restarted engine loads its weights from the checkpoint it is started on; nothing to push here.
+        return []
+
     def _post(self, url: str, params: dict[str, str] | None = None) -> None:
         r = self.client.post(url, params=params)
         if r.status_code != 200:
@@ -155,6 +173,9 @@ class RestartSync:
         (self.sync_dir / ".policy.json.tmp").write_text(json.dumps(marker))
         (self.sync_dir / ".policy.json.tmp").replace(self.sync_dir / "policy.json")
         return PolicyState(model=name, version=version)
+
+    def restore(self, version: int) -> list[str]:
+        return []  # engines are restarted on policy.json by whoever runs them
 
 
 def make_sync(engine: EngineLink, served_name: str, sync_dir: Path) -> WeightSync:

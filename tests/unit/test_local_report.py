@@ -65,3 +65,17 @@ def test_report_writes_pngs_and_markdown(tmp_path: Path, capsys: object) -> None
 def test_report_without_metrics_says_so(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main([str(tmp_path)]) == 2
     assert "no metrics" in capsys.readouterr().err
+
+
+def test_live_view_shows_each_step_once_across_a_rewrite_and_a_torn_line(tmp_path: Path) -> None:
+    from harnessrl.operator.live import LiveView
+
+    path = tmp_path / "metrics.jsonl"
+    view = LiveView(path, "http://127.0.0.1:9", live=False)
+    assert view.new_steps() == []
+    path.write_text(metrics(1, 0.1).model_dump_json() + "\n" + metrics(2, 0.2).model_dump_json()[:20])
+    assert [m.step for m in view.new_steps()] == [1]
+    # A resumed learner truncates the file to its checkpoint and appends again.
+    path.write_text(metrics(1, 0.1).model_dump_json() + "\n" + metrics(2, 0.3).model_dump_json() + "\n")
+    assert [m.step for m in view.new_steps()] == [2]
+    assert view.new_steps() == []
