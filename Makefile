@@ -3,7 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
+# -P: never put the working directory on sys.path (the repo root has a folder named `operator`).
+PIP := $(PY) -P -m pip
 # torch 2.13.0 CPU build: taken from local wheels where the machine has them, else from PyTorch's CPU index.
 TORCH_VERSION := 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -28,7 +29,7 @@ venv: $(VENV)/.installed
 
 # The real harness CLIs, installed from npm as a user would (pinned in runtime/harness/versions.json).
 $(TOOLS)/.installed: runtime/harness/versions.json
-	$(PY) -m harnessrl.runtime.harness.install --prefix $(TOOLS)
+	$(PY) -P -m harnessrl.runtime.harness.install --prefix $(TOOLS)
 	touch $@
 
 tools: venv $(TOOLS)/.installed

@@ -211,7 +211,7 @@ def process_specs(plan: Plan, run_dir: Path) -> list[ProcessSpec]:
         specs.append(
             ProcessSpec(
                 name=component.name,
-                argv=[sys.executable, "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
+                argv=[sys.executable, "-P", "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
                 env={},
                 log=logs / f"{component.name}.log",
                 health_url=health,
