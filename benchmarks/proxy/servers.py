@@ -58,7 +58,7 @@ class Server:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=log_dir,  # not the repo root: its operator/ would shadow the stdlib module under `python -m`
-            env={**os.environ, **(env or {})},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         self.ps = psutil.Process(self.proc.pid)
         self.ready_path = ready_path
