@@ -333,8 +333,9 @@ class Bench:
                     (self.args.out_dir / "profile.md").write_text(header + "\n".join(self.profiles))
 
 
-def write_results(results: RunResults, out_dir: Path) -> None:
-    results.finished_at = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
+def write_results(results: RunResults, out_dir: Path, *, stamp: bool = True) -> None:
+    if stamp:
+        results.finished_at = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = render_markdown(results)
     (out_dir / "results.md").write_text(markdown)
