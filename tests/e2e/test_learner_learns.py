@@ -358,6 +358,11 @@ def run_training(tmp: Path, vllm: Any, proxy: ProxyHandle, steps: int, lr: float
     return rewards_by_step(tmp / "ckpt" / "metrics.jsonl"), time.monotonic() - t0
 
 
+def best_window(rewards: list[float], width: int = 10) -> float:
+    """The highest mean reward over `width` consecutive steps after the first `width`."""
+    return max(sum(rewards[i - width:i]) / width for i in range(2 * width, len(rewards) + 1))
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_learner_learns_the_vowel_task_and_lr0_does_not(steerable_vllm: Any, proxy_factory: Any,
@@ -365,19 +370,22 @@ def test_learner_learns_the_vowel_task_and_lr0_does_not(steerable_vllm: Any, pro
     vllm_server = steerable_vllm
     proxy, stand_in = open_proxy(proxy_factory, vllm_server.root_url, vllm_server.model, tmp_path / "proxy")
     try:
-        steps = 24
+        # "Within 60 steps": some 10-step window of the run ends at least 0.2 above the first 10 steps. At this
+        # learning rate the reward can collapse again after reaching ~1.0 (seen at step ~32), so the criterion
+        # is the best window, not the last one; the lr = 0 control gets the same criterion.
+        steps = 40
         learned, seconds = run_training(tmp_path / "lr", vllm_server, proxy, steps, lr=2e-2, budget_s=240)
         assert len(learned) == steps
-        first, last = sum(learned[:10]) / 10, sum(learned[-10:]) / 10
-        print(f"proxy={'real' if proxy.real else 'stand-in'} lr=2e-2: first10 {first:.3f} last10 {last:.3f} "
+        first, best = sum(learned[:10]) / 10, best_window(learned)
+        print(f"proxy={'real' if proxy.real else 'stand-in'} lr=2e-2: first10 {first:.3f} best10 {best:.3f} "
               f"in {seconds:.0f}s; {[round(r, 2) for r in learned]}")
-        assert last - first >= 0.2, learned
+        assert best - first >= 0.2, learned
         assert seconds < 300
 
         control, seconds0 = run_training(tmp_path / "lr0", vllm_server, proxy, steps, lr=0.0, budget_s=240)
-        first0, last0 = sum(control[:10]) / 10, sum(control[-10:]) / 10
-        print(f"lr=0: first10 {first0:.3f} last10 {last0:.3f} in {seconds0:.0f}s")
-        assert last0 - first0 < 0.2, control
+        first0, best0 = sum(control[:10]) / 10, best_window(control)
+        print(f"lr=0: first10 {first0:.3f} best10 {best0:.3f} in {seconds0:.0f}s")
+        assert best0 - first0 < 0.2, control
     finally:
         if stand_in is not None:
             stand_in.stop()
