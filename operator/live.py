@@ -12,13 +12,12 @@ from harnessrl.runtime.learner.protocol import CoordinatorStatus
 from pydantic import ValidationError
 
 
-def step_line(m: StepMetrics, total_steps: int | None = None) -> str:
+def step_line(m: StepMetrics) -> str:
     """One line per optimiser step."""
     reward = "-" if m.mean_reward is None else f"{m.mean_reward:.3f}"
     per_harness = " ".join(f"{h}={r:.2f}" for h, r in sorted(m.solved_rate_by_harness.items()))
-    of = f"/{total_steps}" if total_steps else ""
     return (
-        f"step {m.step}{of}  policy v{m.policy_version}  reward {reward}  pass@1 [{per_harness or '-'}]  "
+        f"step {m.step}  policy v{m.policy_version}  reward {reward}  pass@1 [{per_harness or '-'}]  "
         f"rollouts {m.rollouts_scored} scored/{m.rollouts_unscored} unscored/{m.rollouts_stale} stale  "
         f"loss {m.loss:+.4f}  {m.tokens_per_s:.0f} tok/s"
     )

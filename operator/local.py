@@ -204,10 +204,11 @@ def process_specs(plan: Plan, run_dir: Path) -> list[ProcessSpec]:
         )
     for component in [plan.proxy, plan.learner, *plan.runners]:
         path = configs / f"{component.name}.json"
-        path.write_text(json.dumps(local_config(component), indent=2) + "\n")
+        config = local_config(component)
+        path.write_text(json.dumps(config, indent=2) + "\n")
         health: str | None = None
         if component.kind in (ComponentKind.PROXY, ComponentKind.LEARNER):
-            health = f"http://127.0.0.1:{local_config(component)['port']}/healthz"
+            health = f"http://127.0.0.1:{config['port']}/healthz"
         specs.append(
             ProcessSpec(
                 name=component.name,
