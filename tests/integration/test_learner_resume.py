@@ -110,10 +110,12 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
     harness = SyntheticHarness(proxy)
     learner = start_learner(tmp_path, cfg)
     try:
-        # Run past the step-3 checkpoint, into step 4's rollouts, then kill -9.
+        # Run past the step-3 checkpoint and its export, into step 4's rollouts, then kill -9.
         def past_checkpoint() -> bool:
             latest = ckpt / "latest"
             if not latest.exists() or latest.read_text() != "step-0000003":
+                return False
+            if "exported step-0000003" not in learner.log():  # the export runs after `latest` moves
                 return False
             ck_seq = json.loads((ckpt / "step-0000003" / "coordinator.json").read_text())["journal_seq"]
             return sum(a["status"] == "accepted" for _, a in harness.sent) >= ck_seq + 3
