@@ -156,8 +156,10 @@ def prepare(args: argparse.Namespace) -> Setup:
     attempts = args.attempts or (defaults.attempts if defaults else 1)
     if attempts < 1 or (limit is not None and limit < 1):
         raise EvalRunError("--attempts and --limit must be at least 1")
-    # Only what evaluation needs: the chosen pools (unweighted), no export.
-    spec = spec.model_copy(update={"harnesses": [HarnessRef(pool=p) for p in dict.fromkeys(chosen)], "export": None})
+    # Only what evaluation needs: the chosen pools (unweighted), no export, no schedule of its own.
+    spec = spec.model_copy(
+        update={"harnesses": [HarnessRef(pool=p) for p in dict.fromkeys(chosen)], "export": None, "eval": None}
+    )
     volumes = parse_mapping(args.volume, "--volume")
     out: Path = args.out.expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,8 @@
 """Progress of a local run as a user expects it: step, policy version, reward and pass@1 per harness,
-rollouts in flight, tokens/s. Reads the learner's metrics JSON lines and its coordinator's status."""
+rollouts in flight, tokens/s. Reads the learner's metrics and evaluation JSON lines and its coordinator's status.
+
+pass@1 per harness comes from the run's evaluation rounds (spec.eval: held-out tasks, one line per round); each
+step's line shows the training rollouts' solved rate, labelled as such."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ import sys
 from pathlib import Path
 
 import httpx
+from harnessrl.runtime.learner.evaluation import read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
-from harnessrl.runtime.learner.protocol import CoordinatorStatus
+from harnessrl.runtime.learner.protocol import CoordinatorStatus, EvalRecord
 from pydantic import ValidationError
 
 
@@ -17,16 +21,25 @@ def step_line(m: StepMetrics) -> str:
     reward = "-" if m.mean_reward is None else f"{m.mean_reward:.3f}"
     per_harness = " ".join(f"{h}={r:.2f}" for h, r in sorted(m.solved_rate_by_harness.items()))
     return (
-        f"step {m.step}  policy v{m.policy_version}  reward {reward}  pass@1 [{per_harness or '-'}]  "
+        f"step {m.step}  policy v{m.policy_version}  reward {reward}  solved (train) [{per_harness or '-'}]  "
         f"rollouts {m.rollouts_scored} scored/{m.rollouts_unscored} unscored/{m.rollouts_stale} stale  "
         f"loss {m.loss:+.4f}  {m.tokens_per_s:.0f} tok/s"
     )
 
 
+def eval_line(r: EvalRecord) -> str:
+    """One line per evaluation round: pass@1 (solved/scored) per pool."""
+    pools = " ".join(
+        f"{p.pool}={'n/a' if p.pass_at_1 is None else f'{p.pass_at_1:.2f}'} ({p.solved}/{p.scored})" for p in r.pools
+    )
+    return f"eval  step {r.step}  policy v{r.policy_version}  pass@1 [{pools}]  {r.tasks} tasks × {r.attempts}"
+
+
 def status_line(s: CoordinatorStatus) -> str:
+    evaluating = f"  evaluating step {e.step} {e.finished}/{e.rollouts}" if (e := s.evaluating) is not None else ""
     return (
         f"step {s.step}  policy {s.policy_model}  in flight {s.leased}  open groups {s.open_groups}  "
-        f"ready {s.ready_groups}  scored {s.rollouts_scored}"
+        f"ready {s.ready_groups}  scored {s.rollouts_scored}{evaluating}"
     )
 
 
@@ -38,6 +51,8 @@ class LiveView:
         self.coordinator_url = coordinator_url
         self.live = live
         self.last_step = 0
+        self.eval_path = metrics_path.with_name("eval.jsonl")  # the learner writes both side by side
+        self.last_eval = 0
 
     def new_steps(self) -> list[StepMetrics]:
         """Steps not shown yet. The whole (small) file is read each time: a resumed learner rewrites it."""
@@ -54,6 +69,17 @@ class LiveView:
                 self.last_step = m.step
         return steps
 
+    def new_evals(self) -> list[EvalRecord]:
+        """Evaluation rounds not shown yet (the file is rewritten whole by the learner, so no torn lines)."""
+        try:
+            records = read_records(self.eval_path)
+        except (OSError, ValidationError):
+            return []
+        fresh = [r for r in records if r.step > self.last_eval]
+        if fresh:
+            self.last_eval = fresh[-1].step
+        return fresh
+
     def coordinator(self) -> CoordinatorStatus | None:
         try:
             response = httpx.get(f"{self.coordinator_url}/v1/status", timeout=2.0)
@@ -65,6 +91,8 @@ class LiveView:
         clear = "\r\033[K" if self.live else ""
         for m in self.new_steps():
             print(f"{clear}{step_line(m)}", flush=True)
+        for r in self.new_evals():
+            print(f"{clear}{eval_line(r)}", flush=True)
         if self.live and not final:
             status = self.coordinator()
             if status is not None:

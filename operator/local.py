@@ -14,6 +14,10 @@ with the local sandbox. Everything the run writes lives in its run directory:
 
 Running the same command again on the same run directory resumes: the proxy rebuilds its sessions from the
 journal and the learner continues from its last checkpoint.
+
+With `spec.engine.weightSync: restart` the engines are stopped and started on each policy the learner publishes
+(RUN_DIR/checkpoints/sync/policy.json); with `lora` the learner hot-loads it, and loads it again into an
+engine that restarted after a crash.
 """
 
 from __future__ import annotations
@@ -33,12 +37,23 @@ from harnessrl.operator.api.harnesspool import HarnessPool
 from harnessrl.operator.api.manifest import ManifestError, load_manifests
 from harnessrl.operator.api.trainingrun import TrainingRun
 from harnessrl.operator.live import LiveView
-from harnessrl.operator.plan import PATHS, Component, ComponentKind, Placement, Plan, PlanError, build_plan
+from harnessrl.operator.plan import (
+    PATHS,
+    Component,
+    ComponentKind,
+    Placement,
+    Plan,
+    PlanError,
+    build_plan,
+    eval_task_ids_file,
+)
 from harnessrl.operator.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_argv, engine_env
+from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published
 from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
-from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
+from harnessrl.runtime.learner.sync import sync_dir
 
 
 class LocalRunError(RuntimeError):
@@ -138,19 +153,19 @@ def resolve_tasks(run: TrainingRun, volumes: dict[str, Path]) -> Path:
     raise LocalRunError("spec.tasks.image needs a cluster; on one machine use a pvc source with --volume CLAIM=DIR")
 
 
-def write_task_ids(run: TrainingRun, tasks_dir: Path, out: Path) -> int:
+def write_task_ids(tasks_dir: Path, split: str, limit: int | None, out: Path, what: str = "spec.tasks") -> int:
+    """The ids of a split (sorted, at most `limit`) for the learner: `what` is the spec field asking for them."""
     splits: dict[str, Split] = {"train": "train", "test": "test"}
-    split = run.spec.tasks.split
     if split not in splits:
-        raise LocalRunError(f"spec.tasks.split {split!r}: Harbor-format task sets here have splits train and test")
+        raise LocalRunError(f"{what}.split {split!r}: Harbor-format task sets here have splits train and test")
     try:
         chosen = sorted(split_tasks(load_dir(tasks_dir), splits[split]))
     except TaskError as exc:
-        raise LocalRunError(f"spec.tasks: {exc}") from None
-    if run.spec.tasks.limit is not None:
-        chosen = chosen[: run.spec.tasks.limit]
+        raise LocalRunError(f"{what}: {exc}") from None
+    if limit is not None:
+        chosen = chosen[:limit]
     if not chosen:
-        raise LocalRunError(f"spec.tasks: no task in split {run.spec.tasks.split!r} under {tasks_dir}")
+        raise LocalRunError(f"{what}: no task in split {split!r} under {tasks_dir}")
     out.write_text("".join(f"{tid}\n" for tid in chosen))
     return len(chosen)
 
@@ -182,26 +197,60 @@ def local_config(component: Component) -> dict[str, object]:
     return config
 
 
-def process_specs(plan: Plan, run_dir: Path) -> list[ProcessSpec]:
-    """Engine replicas, proxy, learner, then runners: each waits for what it talks to."""
-    logs, configs = run_dir / "logs", run_dir / "config"
-    configs.mkdir(parents=True, exist_ok=True)
-    specs: list[ProcessSpec] = []
+def engine_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None) -> list[ProcessSpec]:
+    """One vLLM server per engine replica, on the base model or (weightSync restart) on the published policy."""
     engine = plan.engine.config
     assert isinstance(engine, EngineConfig)
+    specs: list[ProcessSpec] = []
     for replica, url in enumerate(learner_config(plan).engine.urls):
         port = int(url.rsplit(":", 1)[1])
         replica_config = engine.model_copy(update={"host": "127.0.0.1", "port": port})
+        if policy is not None:
+            replica_config = engine_on(replica_config, policy)
         specs.append(
             ProcessSpec(
                 name=f"engine-{replica}",
                 argv=engine_argv(replica_config, python=sys.executable),
                 env=engine_env(replica_config),
-                log=logs / f"engine-{replica}.log",
+                log=run_dir / "logs" / f"engine-{replica}.log",
                 health_url=f"{url}/health",
                 start_timeout_s=600.0,
             )
         )
+    return specs
+
+
+def published_policy(plan: Plan) -> PublishedPolicy | None:
+    """With weightSync restart, the policy the learner last published (a resumed run starts its engines on it)."""
+    learner = learner_config(plan)
+    if learner.engine.sync != SyncMode.restart:
+        return None
+    return read_published(sync_dir(learner.checkpoint.dir))
+
+
+class EngineRestarts:
+    """weightSync restart: each policy the learner publishes is served by stopping the engines and starting
+    them on it (the proxy already asks for it; calls in between fail as the engine's, and are not scored)."""
+
+    def __init__(self, plan: Plan, run_dir: Path, supervisor: Supervisor, served: PublishedPolicy | None) -> None:
+        self.plan, self.run_dir, self.supervisor = plan, run_dir, supervisor
+        self.version = served.version if served is not None else 0
+
+    def poll(self) -> None:
+        policy = published_policy(self.plan)
+        if policy is None or policy.version <= self.version:
+            return
+        print(f"harnessrl: policy v{policy.version} published; restarting the engine(s) on it", flush=True)
+        for spec in engine_specs(self.plan, self.run_dir, policy):
+            self.supervisor.replace(spec.name, spec)
+        self.version = policy.version
+
+
+def process_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None = None) -> list[ProcessSpec]:
+    """Engine replicas, proxy, learner, then runners: each waits for what it talks to."""
+    logs, configs = run_dir / "logs", run_dir / "config"
+    configs.mkdir(parents=True, exist_ok=True)
+    specs = engine_specs(plan, run_dir, policy)
     for component in [plan.proxy, plan.learner, *plan.runners]:
         path = configs / f"{component.name}.json"
         config = local_config(component)
@@ -247,7 +296,10 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     plan = build_plan(
         run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement
     )
-    n_tasks = write_task_ids(run, placement.tasks_dir, Path(placement.path("task-ids")))
+    n_tasks = write_task_ids(placement.tasks_dir, spec.tasks.split, spec.tasks.limit, Path(placement.path("task-ids")))
+    if spec.eval is not None:  # the learner evaluates on this split during training (it applies the limit)
+        eval_ids = Path(eval_task_ids_file(placement.path("task-ids")))
+        write_task_ids(placement.tasks_dir, spec.eval.split, None, eval_ids, "spec.eval")
     prepare_secrets(plan, placement, parse_mapping(args.secret, "--secret"))
     (run_dir / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
     print(
@@ -273,11 +325,15 @@ def supervise(plan: Plan, run_dir: Path, live: bool) -> int:
     supervisor = Supervisor(restart_budget=max(plan.restart_budget, 1), pid_file=run_dir / "pids.json")
     learner = learner_config(plan)
     view = LiveView(learner.metrics_path or learner.checkpoint.dir / "metrics.jsonl", local_coordinator(plan), live)
+    served = published_policy(plan)
+    restarts = EngineRestarts(plan, run_dir, supervisor, served) if learner.engine.sync == SyncMode.restart else None
     try:
-        for spec in process_specs(plan, run_dir):
+        for spec in process_specs(plan, run_dir, served):
             print(f"harnessrl: starting {spec.name} (log: {spec.log})", flush=True)
             supervisor.start(spec)
         while not supervisor.check():
+            if restarts is not None:
+                restarts.poll()
             view.refresh()
             time.sleep(1.0)
         view.refresh(final=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -17,6 +18,7 @@ from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, Se
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
+from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.harness import config as runner_cfg
 from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.versions import pin
@@ -120,6 +122,11 @@ PATHS = (
 )
 
 
+def eval_task_ids_file(task_ids_file: str) -> str:
+    """Where the eval split's task ids go: beside the trained split's (the same volume in a Pod)."""
+    return str(PurePosixPath(task_ids_file).with_name("eval-ids.txt"))
+
+
 class ClusterPlacement(Placement):
     """Components in Pods: Services by DNS, files at fixed paths in the containers."""
 
@@ -187,7 +194,7 @@ class Plan(_Model):
     checkpoint_claim: str | None = Field(description="user's PVC for checkpoints; None = the run's own")
     restart_budget: int = Field(ge=0)
     spec: TrainingRunSpec
-    pools: dict[str, HarnessPoolSpec]
+    pools: dict[str, HarnessPoolSpec] = Field(description="every pool with runners: trained on or evaluated under")
 
     def components(self) -> list[Component]:
         return [self.engine, self.proxy, self.learner, *self.runners]
@@ -206,7 +213,7 @@ def build_plan(
     placement: Placement,
     images: Images | None = None,
 ) -> Plan:
-    """The components of `run`. `pools` must hold every pool `spec.harnesses` names."""
+    """The components of `run`. `pools` must hold every pool `spec.harnesses` and `spec.eval` name."""
     try:
         return _build(run, namespace, spec, pools, placement, images or Images())
     except ValidationError as exc:
@@ -218,10 +225,10 @@ def build_plan(
 def _build(
     run: str, namespace: str, spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement, images: Images
 ) -> Plan:
-    missing = sorted(ref.pool for ref in spec.harnesses if ref.pool not in pools)
+    missing = sorted(name for name in pool_names(spec) if name not in pools)
     if missing:
         raise PlanError(f"HarnessPool {', '.join(missing)} not found in namespace {namespace}")
-    used = {ref.pool: pools[ref.pool] for ref in spec.harnesses}
+    used = {name: pools[name] for name in pool_names(spec)}
     too_long = sorted(name for name in used if len(name) > 63)
     if too_long:
         raise PlanError(f"HarnessPool name {', '.join(too_long)} is longer than 63 characters: it labels runner Pods")
@@ -240,6 +247,18 @@ def _build(
         spec=spec,
         pools=used,
     )
+
+
+def eval_pool_names(spec: TrainingRunSpec) -> list[str]:
+    """The pools evaluated under: spec.eval.harnesses, else every trained pool; none without spec.eval."""
+    if spec.eval is None:
+        return []
+    return list(spec.eval.harnesses) or [ref.pool for ref in spec.harnesses]
+
+
+def pool_names(spec: TrainingRunSpec) -> list[str]:
+    """Every pool the run needs runners of: the trained ones, then eval-only ones."""
+    return list(dict.fromkeys([*(ref.pool for ref in spec.harnesses), *eval_pool_names(spec)]))
 
 
 def harness_name(pool: HarnessPoolSpec) -> str:
@@ -396,6 +415,7 @@ def _learner(
             keep=learner.keep_checkpoints,
         ),
         export=export,
+        eval=_eval(spec, pools, placement),
         host="0.0.0.0",
         port=placement.learner_port,
     )
@@ -411,6 +431,20 @@ def _learner(
         config=config,
         secrets=secrets,
         pod=spec.pod,
+    )
+
+
+def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement) -> learner_cfg.EvalSchedule | None:
+    if spec.eval is None:
+        return None
+    return learner_cfg.EvalSchedule(
+        every_steps=spec.eval.every_steps,
+        pools=[PoolHarness(pool=name, harness=harness_name(pools[name])) for name in eval_pool_names(spec)],
+        tasks=learner_cfg.TaskSource(
+            file=eval_task_ids_file(placement.path("task-ids")), split=spec.eval.split, shuffle=False
+        ),
+        limit=spec.eval.limit,
+        attempts=spec.eval.attempts,
     )
 
 

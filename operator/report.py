@@ -1,9 +1,11 @@
 """`harnessrl report RUN_DIR`: plots (PNG) and a markdown summary of a run directory.
 
-Reads what the learner wrote: `checkpoints/metrics.jsonl` (one record per step) and
-`checkpoints/journal.jsonl` (every accepted rollout completion). Writes `RUN_DIR/report/`:
-reward.png (mean reward per step, with a moving average), pass_at_1.png (training pass@1 per harness over
-steps), tool_calls.png (tool calls per solved rollout, per harness) and report.md.
+Reads what the learner wrote: `checkpoints/metrics.jsonl` (one record per step), `checkpoints/eval.jsonl` (one
+evaluation round per line, when the run has spec.eval) and `checkpoints/journal.jsonl` (every accepted rollout
+completion). Writes `RUN_DIR/report/`: reward.png (mean reward per step, with a moving average), pass_at_1.png
+(pass@1 per harness pool at each evaluated step; without evaluations, the solved rate of the training rollouts per
+harness over steps), pass_at_1_matrix.png (the harness × step heatmap of `harnessrl eval`, with evaluations),
+tool_calls.png (tool calls per solved rollout, per harness) and report.md.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from harnessrl.runtime.evaluation.matrix import build_matrix, write_png
+from harnessrl.runtime.learner.evaluation import is_eval_rollout, read_records
 from harnessrl.runtime.learner.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
-from harnessrl.runtime.learner.protocol import OutcomeKind
+from harnessrl.runtime.learner.protocol import EvalRecord, OutcomeKind
 from pydantic import BaseModel
 
 
@@ -24,7 +28,9 @@ class RunSummary(BaseModel):
     steps: int
     first_reward: float | None  # mean over the first tenth of the steps (at least one)
     last_reward: float | None  # mean over the last tenth
-    pass_at_1: dict[str, float]  # last step's training solved rate per harness
+    # The latest evaluation's pass@1 by pool; without evaluations, the last step's training solved rate by harness.
+    pass_at_1: dict[str, float]
+    pass_at_1_step: int | None  # the step evaluated (None: training solved rate)
     rollouts_scored: int
     rollouts_unscored: int
     rollouts_stale: int
@@ -58,20 +64,27 @@ def moving_average(values: list[float], window: int) -> list[float]:
 def tool_calls_by_harness(entries: list[JournalEntry]) -> dict[str, list[int]]:
     calls: dict[str, list[int]] = defaultdict(list)
     for entry in entries:
-        if entry.completion.outcome == OutcomeKind.solved:
+        # Evaluation rollouts share the journal; this figure is about the rollouts trained on.
+        if entry.completion.outcome == OutcomeKind.solved and not is_eval_rollout(entry.completion.rollout_id):
             calls[entry.harness].append(entry.completion.tool_calls)
     return dict(calls)
 
 
-def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]]) -> RunSummary:
+def read_evals(run_dir: Path) -> list[EvalRecord]:
+    return read_records(run_dir / "checkpoints" / "eval.jsonl")
+
+
+def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord]) -> RunSummary:
     rewards = [m.mean_reward for m in metrics if m.mean_reward is not None]
     tenth = max(1, len(rewards) // 10)
     last = metrics[-1] if metrics else None
+    latest = evals[-1] if evals else None
     return RunSummary(
         steps=last.step if last else 0,
         first_reward=statistics.fmean(rewards[:tenth]) if rewards else None,
         last_reward=statistics.fmean(rewards[-tenth:]) if rewards else None,
-        pass_at_1=dict(last.solved_rate_by_harness) if last else {},
+        pass_at_1=latest.pass_at1() if latest else dict(last.solved_rate_by_harness) if last else {},
+        pass_at_1_step=latest.step if latest else None,
         rollouts_scored=last.rollouts_scored if last else 0,
         rollouts_unscored=last.rollouts_unscored if last else 0,
         rollouts_stale=last.rollouts_stale if last else 0,
@@ -79,7 +92,7 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]]) -> R
     )
 
 
-def plot(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], out: Path) -> list[Path]:
+def plot(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord], out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,15 +110,25 @@ def plot(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], out: Path
     written.append(_save(fig, out / "reward.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    harnesses = sorted({h for m in metrics for h in m.solved_rate_by_harness})
-    for harness in harnesses:
-        points = [(m.step, m.solved_rate_by_harness[harness]) for m in metrics if harness in m.solved_rate_by_harness]
-        ax.plot([p[0] for p in points], moving_average([p[1] for p in points], 5), marker=".", label=harness)
-    ax.set(xlabel="step", ylabel="pass@1 (training rollouts, 5-step average)", ylim=(-0.05, 1.05),
-           title="pass@1 per harness")
-    if harnesses:
+    if evals:
+        series = {pool: [(r.step, r.pass_at1()[pool]) for r in evals if pool in r.pass_at1()]
+                  for pool in sorted({p for r in evals for p in r.pass_at1()})}
+        ylabel, smooth = "pass@1 (held-out evaluation)", 1
+    else:  # no evaluation in this run: the training rollouts' solved rate is the closest thing
+        series = {h: [(m.step, m.solved_rate_by_harness[h]) for m in metrics if h in m.solved_rate_by_harness]
+                  for h in sorted({h for m in metrics for h in m.solved_rate_by_harness})}
+        ylabel, smooth = "solved rate (training rollouts, 5-step average)", 5
+    for name, points in series.items():
+        ax.plot([p[0] for p in points], moving_average([p[1] for p in points], smooth), marker="o" if evals else ".",
+                label=name)
+    ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.05, 1.05), title="pass@1 per harness")
+    if series:
         ax.legend()
     written.append(_save(fig, out / "pass_at_1.png"))
+    if evals:
+        matrix = build_matrix({f"step {r.step}": r.pools for r in evals})
+        write_png(matrix, out / "pass_at_1_matrix.png")
+        written.append(out / "pass_at_1_matrix.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     names = sorted(tool_calls)
@@ -129,6 +152,10 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
         return "-" if x is None else f"{x:.3f}"
 
     rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} |" for h, p in sorted(summary.pass_at_1.items()))
+    if summary.pass_at_1_step is not None:
+        column, matrix = f"pass@1 (evaluation at step {summary.pass_at_1_step})", "\n![pass@1 matrix](pass_at_1_matrix.png)\n"
+    else:
+        column, matrix = "solved rate (last step, training rollouts)", ""
     return f"""# harnessrl run report: {run_dir.name}
 
 - steps: {summary.steps}
@@ -137,14 +164,14 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale
 
-| harness | pass@1 (last step, training) | tool calls per solved rollout |
+| harness | {column} | tool calls per solved rollout |
 |---|---|---|
 {rows}
 
 ![reward](reward.png)
 
 ![pass@1](pass_at_1.png)
-
+{matrix}
 ![tool calls](tool_calls.png)
 """
 
@@ -154,10 +181,11 @@ def write_report(run_dir: Path) -> Path:
     if not metrics:
         raise FileNotFoundError(f"no metrics in {run_dir / 'checkpoints' / 'metrics.jsonl'}: has the run taken a step?")
     tool_calls = tool_calls_by_harness(read_completions(run_dir))
+    evals = read_evals(run_dir)
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    plot(metrics, tool_calls, out)
-    summary = summarize(metrics, tool_calls)
+    plot(metrics, tool_calls, evals, out)
+    summary = summarize(metrics, tool_calls, evals)
     (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     report = out / "report.md"
     report.write_text(markdown(run_dir, summary))

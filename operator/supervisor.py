@@ -127,20 +127,33 @@ class Supervisor:
     def find(self, name: str) -> Managed:
         return next(m for m in self.procs if m.spec.name == name)
 
+    def replace(self, name: str, spec: ProcessSpec, grace_s: float = 15.0) -> None:
+        """Stop a component and start it again as `spec` (a planned restart, e.g. an engine on new weights):
+        it does not count against the restart budget."""
+        managed = self.find(name)
+        _signal_group(managed.popen, signal.SIGTERM)
+        _reap(managed.popen, time.monotonic() + grace_s)
+        managed.spec = spec
+        self._launch(managed)
+
     def stop_all(self, grace_s: float = 15.0) -> None:
         """SIGTERM every component in reverse start order, then SIGKILL what is left after `grace_s`."""
         for managed in reversed(self.procs):
             _signal_group(managed.popen, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for managed in reversed(self.procs):
-            popen = managed.popen
-            if popen is None:
-                continue
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            # The group may hold children even after the leader has exited.
-            _signal_group(popen, signal.SIGKILL)
-            popen.wait()
+            _reap(managed.popen, deadline)
+
+
+def _reap(popen: subprocess.Popen[bytes] | None, deadline: float) -> None:
+    """Wait for a signalled component until `deadline`, then SIGKILL its group."""
+    if popen is None:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+    # The group may hold children even after the leader has exited.
+    _signal_group(popen, signal.SIGKILL)
+    popen.wait()
 
 
 def _signal_group(popen: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:

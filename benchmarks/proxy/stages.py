@@ -38,6 +38,7 @@ from harnessrl.runtime.proxy.engines import upstream_body
 from harnessrl.runtime.proxy.journal import Journal
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import SessionStore
+from pydantic_core import to_json
 from workload import DIALECTS, TOOL_COMMAND, TOOL_NAME, Reply, SessionWorkload, ToolCall, tool_output
 
 
@@ -91,9 +92,7 @@ def play(clock: Clock, loop: asyncio.AbstractEventLoop, turns: int, model: str =
                 with clock("1 parse dialect request"):
                     parsed = dialect.parse_request(request.body, route)
                 with clock("2 build + encode upstream body"):
-                    body = json.dumps(
-                        upstream_body(parsed.canonical, model, training=True, stream=stream)
-                    ).encode()
+                    body = to_json(upstream_body(parsed.canonical, model, training=True, stream=stream))
                 upstream = json.loads(body)
                 completion = engine.complete(upstream)
                 if stream:

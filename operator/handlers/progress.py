@@ -26,6 +26,16 @@ class PoolRollouts(BaseModel):
     timed_out: int = Field(0, ge=0)
 
 
+class EvalRound(BaseModel):
+    """The evaluation round the learner is waiting for (training steps pause until it is done)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step: int = Field(ge=0)
+    rollouts: int = Field(0, ge=0)
+    finished: int = Field(0, ge=0)
+
+
 class LearnerProgress(BaseModel):
     """What the operator takes from the learner's status (a subset, tolerant of additions)."""
 
@@ -38,7 +48,8 @@ class LearnerProgress(BaseModel):
     rollouts_stale: int = Field(0, ge=0)
     done: bool = False
     mean_reward: float | None = None
-    pass_at1: dict[str, float] = Field(default_factory=dict)
+    pass_at1: dict[str, float] = Field(default_factory=dict)  # of the latest evaluation round, by pool
+    evaluating: EvalRound | None = None
     latest_checkpoint: str | None = None
     hub_revision: str | None = None
     # Set while the last Hub export failed (the learner keeps training and retries at the next checkpoint).

@@ -245,6 +245,8 @@ def _training_condition(spec: TrainingRunSpec, observed: Observed, pods: list[Ma
     progress = observed.progress
     if ready >= 1:
         step = f"step {progress.step}/{spec.grpo.steps}, policy v{progress.policy_version}" if progress else "starting"
+        if progress is not None and (e := progress.evaluating) is not None:
+            step += f", evaluating step {e.step} ({e.finished}/{e.rollouts} rollouts)"
         if progress is not None and progress.export_error:
             return "True", "HubExportFailing", f"{step}; Hub export failing: {progress.export_error}"
         return "True", "Training", step

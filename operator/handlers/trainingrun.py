@@ -30,7 +30,15 @@ from harnessrl.operator.handlers.status import (
 )
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube.common import COMPONENT, INSTANCE, MANAGED_BY, POOL
-from harnessrl.operator.plan import ClusterPlacement, ComponentKind, Plan, PlanError, build_plan, child_name
+from harnessrl.operator.plan import (
+    ClusterPlacement,
+    ComponentKind,
+    Plan,
+    PlanError,
+    build_plan,
+    child_name,
+    pool_names,
+)
 from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger("harnessrl.operator.trainingrun")
@@ -124,15 +132,16 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         _finished(ctx, body, spec, old)
         return
     pools: dict[str, HarnessPoolSpec] = {}
-    for ref in spec.harnesses:
-        pool = kube.get(API_VERSION, "HarnessPool", namespace, ref.pool)
+    wanted = pool_names(spec)  # trained on and evaluated under
+    for pool_name in wanted:
+        pool = kube.get(API_VERSION, "HarnessPool", namespace, pool_name)
         if pool is not None:
-            pools[ref.pool] = HarnessPoolSpec.model_validate(pool.get("spec") or {})
+            pools[pool_name] = HarnessPoolSpec.model_validate(pool.get("spec") or {})
     placement = ClusterPlacement(namespace)
     try:
         plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
     except PlanError as exc:
-        reason = "HarnessPoolNotFound" if len(pools) < len(spec.harnesses) else "InvalidSpec"
+        reason = "HarnessPoolNotFound" if len(pools) < len(wanted) else "InvalidSpec"
         _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])

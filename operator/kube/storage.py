@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harnessrl.operator.kube.common import Manifest, Owner, metadata
-from harnessrl.operator.plan import CLUSTER_PATHS, Component, ComponentKind, Plan
+from harnessrl.operator.plan import CLUSTER_PATHS, Component, ComponentKind, Plan, eval_task_ids_file
 
 CHECKPOINT_SIZE = "50Gi"
 
@@ -82,11 +82,16 @@ from pydantic import TypeAdapter
 from harnessrl.runtime.harness.config import TaskSource
 from harnessrl.runtime.harness.tasks import load_dir, source_dir, split_tasks
 source = TypeAdapter(TaskSource).validate_json(os.environ["HARNESSRL_TASKS"])
-ids = sorted(split_tasks(load_dir(source_dir(source)), os.environ["HARNESSRL_SPLIT"]))
+tasks = load_dir(source_dir(source))
+ids = sorted(split_tasks(tasks, os.environ["HARNESSRL_SPLIT"]))
 limit = int(os.environ.get("HARNESSRL_LIMIT") or len(ids))
 out = pathlib.Path(os.environ["HARNESSRL_TASK_IDS"])
 out.write_text("".join(i + "\\n" for i in ids[:limit]))
 print(f"{min(limit, len(ids))} tasks in split {os.environ['HARNESSRL_SPLIT']}")
+if os.environ.get("HARNESSRL_EVAL_SPLIT"):  # the split evaluated during training (the learner applies its limit)
+    held_out = sorted(split_tasks(tasks, os.environ["HARNESSRL_EVAL_SPLIT"]))
+    pathlib.Path(os.environ["HARNESSRL_EVAL_TASK_IDS"]).write_text("".join(i + "\\n" for i in held_out))
+    print(f"{len(held_out)} tasks in eval split {os.environ['HARNESSRL_EVAL_SPLIT']}")
 """
 
 
@@ -102,6 +107,8 @@ def task_index(plan: Plan, runner_source: Component | None) -> tuple[list[Manife
         "HARNESSRL_SPLIT": plan.spec.tasks.split,
         "HARNESSRL_TASK_IDS": ids_file,
         "HARNESSRL_LIMIT": str(plan.spec.tasks.limit or ""),
+        "HARNESSRL_EVAL_SPLIT": plan.spec.eval.split if plan.spec.eval is not None else "",
+        "HARNESSRL_EVAL_TASK_IDS": eval_task_ids_file(ids_file),
     }
     index = {
         "name": "task-index",

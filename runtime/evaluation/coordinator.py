@@ -22,6 +22,7 @@ from harnessrl.runtime.learner.protocol import (
     CompletionAck,
     LeaseRequest,
     LeaseResponse,
+    PoolScore,
 )
 from pydantic import BaseModel
 
@@ -37,7 +38,7 @@ class EvalStatus(BaseModel):
     unscored: int
     leases_expired: int
     duplicates: int
-    pools: list[L.PoolScore]
+    pools: list[PoolScore]
 
 
 class EvalResults(EvalStatus):

@@ -22,6 +22,7 @@ from harnessrl.runtime.learner.protocol import (
     Lease,
     LeaseRequest,
     OutcomeKind,
+    PoolScore,
 )
 from pydantic import BaseModel, Field
 
@@ -74,12 +75,13 @@ class Ledger(BaseModel):
     duplicates: int = 0
 
 
-def rollout_id(pool: str, task_id: str, attempt: int) -> str:
-    return f"{pool}/{task_id}/a{attempt}"
+def rollout_id(pool: str, task_id: str, attempt: int, prefix: str = "") -> str:
+    return f"{prefix}{pool}/{task_id}/a{attempt}"
 
 
-def plan_ledger(pools: list[PoolHarness], task_ids: list[str], attempts: int) -> Ledger:
-    """Every rollout of the evaluation, ordered task-major so that partial progress covers every pool evenly."""
+def plan_ledger(pools: list[PoolHarness], task_ids: list[str], attempts: int, prefix: str = "") -> Ledger:
+    """Every rollout of the evaluation, ordered task-major so that partial progress covers every pool evenly.
+    `prefix` starts every rollout id (an evaluation inside training tells its rollouts from training's by it)."""
     if not pools:
         raise EvalError("no harness pool to evaluate")
     if not task_ids:
@@ -87,7 +89,7 @@ def plan_ledger(pools: list[PoolHarness], task_ids: list[str], attempts: int) ->
     if attempts < 1:
         raise EvalError(f"attempts must be at least 1, got {attempts}")
     slots = [
-        Slot(rollout_id=rollout_id(p.pool, t, a), pool=p.pool, harness=p.harness, task_id=t, attempt=a)
+        Slot(rollout_id=rollout_id(p.pool, t, a, prefix), pool=p.pool, harness=p.harness, task_id=t, attempt=a)
         for a in range(attempts)
         for t in task_ids
         for p in pools
@@ -151,6 +153,7 @@ def lease(
                 model=model,
                 proxy_url=proxy_url,
                 lease_deadline=s.lease_deadline,
+                training=False,
             )
         )
     return out
@@ -183,20 +186,6 @@ def done(ledger: Ledger) -> bool:
 
 
 # -- pass@1 -----------------------------------------------------------------------------------------------------
-
-
-class PoolScore(BaseModel):
-    """pass@1 of one pool: the fraction of scored attempts that were solved (None when none was scored)."""
-
-    pool: str
-    harness: str
-    rollouts: int
-    scored: int
-    solved: int
-    unscored: int
-    pending: int
-    pass_at_1: float | None
-    mean_correctness: float | None
 
 
 def _mean(values: list[float]) -> float | None:

@@ -10,7 +10,7 @@ import csv
 import math
 from pathlib import Path
 
-from harnessrl.runtime.evaluation.ledger import PoolScore
+from harnessrl.runtime.learner.protocol import PoolScore
 from pydantic import BaseModel
 
 

@@ -43,6 +43,10 @@ from harnessrl.runtime.proxy.protocol import (
 log = logging.getLogger(__name__)
 
 
+# Longest pause in leasing while rollouts keep failing on the infrastructure (see Runner.note_outcome).
+INFRA_BACKOFF_MAX_S = 15.0
+
+
 class InfraError(Exception):
     """Something outside the policy's control failed; the rollout says nothing about the model."""
 
@@ -97,6 +101,14 @@ class ProxyClient:
             return None
         return SessionInfo.model_validate(resp.json())
 
+    async def close_session(self, proxy_url: str, session_id: str) -> None:
+        """End a session nobody will read again, so the proxy's session table does not fill up (best effort:
+        a session left open expires with the proxy's TTL)."""
+        try:
+            await self.http.delete(f"{proxy_url.rstrip('/')}/sessions/{session_id}", headers=self.headers)
+        except httpx.HTTPError as exc:
+            log.info("closing session %s: %s", session_id, exc)
+
 
 class Runner:
     def __init__(
@@ -116,6 +128,8 @@ class Runner:
         self.proxy = ProxyClient(http, admin_token)
         self.harness_name = config.harness.name
         self.completed: list[Completion] = []
+        self.infra_streak = 0  # infra_error completions in a row
+        self.lease_after = 0.0  # monotonic time before which no new rollout is leased
 
     # ------------------------------------------------------------------ one rollout
 
@@ -128,6 +142,8 @@ class Runner:
             if attempt.outcome != OutcomeKind.infra_error:
                 break
             log.warning("rollout %s: infra error (try %d): %s", lease.rollout_id, n + 1, attempt.error)
+            if n < self.config.infra_retries:
+                await self.close(attempt.session_id, attempt.session_base_url, lease)
         return Completion(
             rollout_id=lease.rollout_id,
             lease_id=lease.lease_id,
@@ -148,13 +164,14 @@ class Runner:
         task = self.tasks.get(lease.task_id)
         if task is None:
             return Attempt(OutcomeKind.infra_error, error=f"task {lease.task_id!r} is not in this runner's task set")
-        proxy_url = lease.proxy_url or (str(self.config.proxy_url) if self.config.proxy_url else "")
+        proxy_url = self.proxy_url(lease)
         request = CreateSessionRequest(
             rollout_id=lease.rollout_id,
             task_id=lease.task_id,
             harness=self.harness_name,
             group_id=lease.group_id,
             call_budget=self.config.step_budget,
+            training=lease.training,
             metadata={"pool": self.config.pool, "runner": self.config.runner_id},
         )
         try:
@@ -194,8 +211,12 @@ class Runner:
             OutcomeKind.timeout, session_id=sid, session_base_url=session.base_url, tool_calls=tool_calls,
             harness_s=run.duration_s,
         )
+        # A harness that met a dead or restarting engine (calls refused, a stream cut) and then failed or ran out
+        # of time says nothing about the policy: the rollout is unscored and leased again.
+        engine_down = f"the proxy had no engine for {info.engine_failures} call(s)" if info and info.engine_failures else ""
         if run.timed_out:
-            base.error = f"harness ran past {timeout:.0f}s"
+            base.outcome = OutcomeKind.infra_error if engine_down else OutcomeKind.timeout
+            base.error = engine_down or f"harness ran past {timeout:.0f}s"
             return base
         collected = {path: await sandbox.read_file(path) for path in invocation.collect}
         result = self.adapter.result(
@@ -205,6 +226,8 @@ class Runner:
             if info is None:
                 # The harness failed and the proxy is gone: the failure is the infrastructure's, not the policy's.
                 base.outcome, base.error = OutcomeKind.infra_error, f"proxy unreachable after harness failure: {result.detail}"
+            elif engine_down:
+                base.outcome, base.error = OutcomeKind.infra_error, f"{engine_down}: {result.detail}"
             elif result.status == HarnessStatus.step_budget or info.status == SessionStatus.budget_exhausted:
                 base.outcome, base.error = OutcomeKind.timeout, f"step budget spent: {result.detail}"
             else:
@@ -248,6 +271,14 @@ class Runner:
         log.error("gave up completing %s; its lease will expire and be re-leased", completion.rollout_id)
         return None
 
+    def proxy_url(self, lease: Lease) -> str:
+        return lease.proxy_url or (str(self.config.proxy_url) if self.config.proxy_url else "")
+
+    async def close(self, session_id: str | None, base_url: str | None, lease: Lease) -> None:
+        proxy_url = base_url or self.proxy_url(lease)
+        if session_id is not None and proxy_url:
+            await self.proxy.close_session(proxy_url, session_id)
+
     @property
     def coordinator(self) -> str:
         return str(self.config.coordinator_url).rstrip("/")
@@ -256,6 +287,7 @@ class Runner:
         log.info("rollout %s: task %s (group %s, policy v%d)", lease.rollout_id, lease.task_id, lease.group_id, lease.policy_version)
         completion = await self.rollout(lease)
         self.completed.append(completion)
+        self.note_outcome(completion.outcome)
         t = completion.timings
         log.info(
             "rollout %s: %s correctness=%.2f tool_calls=%d harness=%.1fs grade=%.1fs%s",
@@ -269,10 +301,21 @@ class Runner:
         )
         ack = await self.complete(completion)
         if ack is not None:
+            # The coordinator has what it needs of the session (it fetched the sequences before acking).
+            await self.close(completion.session_id, completion.session_base_url, lease)
             reward = "unscored" if ack.reward is None else f"reward {ack.reward:.3f}"
             log.info("rollout %s: %s by the coordinator (%s)", lease.rollout_id, ack.status.value, reward)
 
     # ------------------------------------------------------------------ loop
+
+    def note_outcome(self, outcome: OutcomeKind) -> None:
+        """Back off leasing while rollouts fail on the infrastructure (an engine restarting, the proxy down): each
+        new one would fail at once, burn one of its slot's attempts, and take CPU the restart needs."""
+        if outcome == OutcomeKind.infra_error:
+            self.infra_streak += 1
+            self.lease_after = time.monotonic() + min(2.0**self.infra_streak, INFRA_BACKOFF_MAX_S)
+        else:
+            self.infra_streak, self.lease_after = 0, 0.0
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Lease and run rollouts, `concurrency` at a time, until `stop` is set or the coordinator is done.
@@ -282,7 +325,8 @@ class Runner:
         try:
             while not stop.is_set():
                 free = self.config.concurrency - len(active)
-                if free > 0:
+                backoff_s = self.lease_after - time.monotonic()
+                if free > 0 and backoff_s <= 0:
                     try:
                         leased = await self.lease(free)
                     except (httpx.HTTPError, ValueError) as exc:
@@ -298,7 +342,7 @@ class Runner:
                     # Done: finish what is running, then ask once more (and stop).
                     wait_s = 3600.0 if leased.done else 0.0 if leased.leases else leased.retry_after_s
                 else:
-                    wait_s = 3600.0
+                    wait_s = backoff_s if free > 0 else 3600.0
                 await wait_any(stop, active, wait_s)
         finally:
             for t in active:

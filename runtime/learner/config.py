@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import yaml
+from harnessrl.runtime.evaluation.ledger import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -119,6 +120,36 @@ class TaskSource(_Cfg):
         return ids
 
 
+_P = TypeVar("_P", HarnessWeight, PoolHarness)
+
+
+def once_per_pool(items: list[_P], what: str) -> list[_P]:
+    if len({i.pool for i in items}) != len(items):
+        raise ValueError(f"{what}: each pool may appear once")
+    return items
+
+
+class EvalSchedule(_Cfg):
+    """pass@1 of the policy on held-out tasks under each eval pool, every `every_steps` steps and after the
+    last step, leased to the pools' runners like training rollouts (see evaluation.py)."""
+
+    every_steps: int = Field(50, ge=1)
+    pools: list[PoolHarness] = Field(min_length=1, max_length=64)
+    tasks: TaskSource = Field(description="the eval split's task ids (their order is not used: sorted, then limited)")
+    limit: int | None = Field(None, ge=1, description="evaluate at most this many tasks (the first, sorted)")
+    attempts: int = Field(1, ge=1, le=64, description="samples per task and pool")
+    max_unscored: int = Field(3, ge=1, le=100, description="infra/grader failures of a rollout before it is left out")
+
+    @field_validator("pools")
+    @classmethod
+    def _distinct_pools(cls, pools: list[PoolHarness]) -> list[PoolHarness]:
+        return once_per_pool(pools, "eval.pools")
+
+    def task_ids(self) -> list[str]:
+        ids = sorted(self.tasks.load())
+        return ids[: self.limit] if self.limit is not None else ids
+
+
 class ProxyLink(_Cfg):
     url: str = Field(min_length=1, description="proxy base URL (sessions, sequences, PUT /policy)")
     admin_token_file: Path
@@ -198,6 +229,7 @@ class LearnerConfig(_Cfg):
     engine: EngineLink
     checkpoint: CheckpointConfig
     export: HubExport | None = None
+    eval: EvalSchedule | None = None
     host: str = "0.0.0.0"
     port: int = Field(8090, ge=0, le=65535)
     lease_ttl_s: float = Field(1800.0, gt=0, description="a rollout not completed by then is leased again")
@@ -208,9 +240,7 @@ class LearnerConfig(_Cfg):
     @field_validator("harnesses")
     @classmethod
     def _distinct_pools(cls, hs: list[HarnessWeight]) -> list[HarnessWeight]:
-        if len({h.pool for h in hs}) != len(hs):
-            raise ValueError("harnesses: each pool may appear once")
-        return hs
+        return once_per_pool(hs, "harnesses")
 
     @model_validator(mode="after")
     def _sync_fits_adapter(self) -> LearnerConfig:
@@ -222,6 +252,10 @@ class LearnerConfig(_Cfg):
 
     def metrics_file(self) -> Path:
         return self.metrics_path or self.checkpoint.dir / "metrics.jsonl"
+
+    def eval_file(self) -> Path:
+        """JSON lines of the evaluation rounds (EvalRecord), next to the metrics."""
+        return self.metrics_file().with_name("eval.jsonl")
 
 
 def load_config(path: Path) -> LearnerConfig:

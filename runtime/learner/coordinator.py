@@ -7,20 +7,28 @@ until it has used `max_attempts`, then abandoned. The trainer takes groups whose
 
 The whole state is one pydantic model, so a checkpoint is `state.model_dump_json()`; completions accepted
 since then are replayed from the journal (see journal.py), in their order, with `journal_seq` telling which.
+
+Evaluation rounds (evaluation.py) live in the same state: their leases go out first, their completions are
+routed to the round's eval ledger by rollout id, and `close_eval` turns a finished round into its record.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from harnessrl.runtime.learner.config import GrpoConfig, RewardConfig
+from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.learner import evaluation as E
+from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, RewardConfig
 from harnessrl.runtime.learner.protocol import (
     AckStatus,
     Completion,
     CompletionAck,
     CoordinatorStatus,
+    EvalRecord,
     Lease,
     LeaseRequest,
+    OutcomeKind,
+    PoolRollouts,
 )
 from harnessrl.runtime.learner.reward import group_advantages, reward
 from harnessrl.runtime.learner.schedule import GroupPlanner
@@ -82,6 +90,7 @@ class Counters(BaseModel):
     groups_trained: int = 0
     groups_zero_variance: int = 0
     groups_too_small: int = 0
+    pools: dict[str, PoolRollouts] = Field(default_factory=dict)  # `active` is filled in by status()
 
 
 class TrainRollout(BaseModel):
@@ -118,6 +127,17 @@ class CoordinatorState(BaseModel):
     groups: list[GroupState] = Field(default_factory=list)
     counters: Counters = Field(default_factory=Counters)
     carry: Batch = Field(default_factory=lambda: Batch())  # skipped groups' stats, reported with the next batch
+    mean_reward: float | None = None  # of the rollouts the last step consumed
+    eval_round: E.EvalRound | None = None  # open while training waits for it
+    last_eval: EvalRecord | None = None
+
+
+class Artifacts(BaseModel):
+    """What the learner last wrote, for the status (not checkpointed: the learner finds it again on start)."""
+
+    latest_checkpoint: str | None = None
+    hub_revision: str | None = None
+    export_error: str | None = None
 
 
 # How far past the planned groups a completion may point (groups planned after the last checkpoint of a
@@ -154,7 +174,14 @@ class Coordinator:
         proxy_url: str,
         max_attempts: int = 3,
         state: CoordinatorState | None = None,
+        evaluation: EvalSchedule | None = None,
+        eval_task_ids: list[str] | None = None,
     ):
+        if evaluation is not None and not eval_task_ids:
+            raise CoordinatorError("evaluation needs at least one task id of the eval split")
+        self.evaluation = evaluation
+        self.eval_task_ids = eval_task_ids or []
+        self.artifacts = Artifacts()
         self.planner = planner
         self.grpo = grpo
         self.reward_cfg = reward_cfg
@@ -188,7 +215,10 @@ class Coordinator:
         return None
 
     def harness_of(self, rollout_id: str) -> str:
-        """The harness a live rollout's group runs ("" once the group is gone)."""
+        """The harness a live rollout's group (or eval slot) runs ("" once it is gone)."""
+        if E.is_eval_rollout(rollout_id):
+            slot = self._eval_slot(rollout_id)
+            return slot.harness if slot is not None else ""
         found = self._slot(rollout_id)
         return found[0].harness if found is not None else ""
 
@@ -225,7 +255,7 @@ class Coordinator:
     def lease(self, req: LeaseRequest, now: float) -> list[Lease]:
         self.expire(now)
         self._refill()
-        leases: list[Lease] = []
+        leases = self._eval_leases(req, now)
         for g in self.state.groups:
             if g.pool != req.pool:
                 continue
@@ -266,6 +296,8 @@ class Coordinator:
         """The ack for a completion that changes nothing (duplicate), or None when it must be applied.
 
         Lets the server skip fetching sequences for duplicates; `complete` checks again, atomically."""
+        if E.is_eval_rollout(c.rollout_id):
+            return self._eval_check(c)
         found = self._slot(c.rollout_id)
         if not c.lease_id.startswith(f"{c.rollout_id}.a"):
             raise CoordinatorError(f"lease {c.lease_id!r} is not a lease of rollout {c.rollout_id!r}")
@@ -283,10 +315,16 @@ class Coordinator:
         if dup is not None:
             self.state.counters.duplicates += 1
             return dup
+        self.state.journal_seq += 1
+        if E.is_eval_rollout(c.rollout_id):
+            rnd = self.state.eval_round
+            assert rnd is not None
+            self._count(rnd.ledger.slots[c.rollout_id].pool, c.outcome)
+            return L.complete(rnd.ledger, c, self._max_unscored())
         found = self._slot(c.rollout_id)
         assert found is not None
-        _, s = found
-        self.state.journal_seq += 1
+        g, s = found
+        self._count(g.pool, c.outcome)
         s.finished_leases.append(c.lease_id)
         r = reward(c.outcome, c.correctness, c.tool_calls, self.reward_cfg)
         if r is None:
@@ -306,6 +344,15 @@ class Coordinator:
         s.session_id, s.outcome, s.reward, s.tool_calls = c.session_id, c.outcome.value, r, c.tool_calls
         s.sequences = sequences
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=True, reward=r)
+
+    def _count(self, pool: str, outcome: OutcomeKind) -> None:
+        counts = self.state.counters.pools.setdefault(pool, PoolRollouts())
+        if outcome in (OutcomeKind.solved, OutcomeKind.wrong):
+            counts.completed += 1
+        elif outcome == OutcomeKind.timeout:
+            counts.timed_out += 1
+        else:
+            counts.failed += 1
 
     # -- training -------------------------------------------------------------------------------------------
 
@@ -373,10 +420,61 @@ class Coordinator:
         return group_advantages(rewards, self.grpo.adv_epsilon), fresh, stale
 
     def finish_step(self, policy_version: int, policy_model: str, done: bool) -> None:
-        self.state.step += 1
-        self.state.policy_version = policy_version
-        self.state.policy_model = policy_model
-        self.state.done = done
+        """Count the step; open an evaluation round when one is due (the run is done only after it)."""
+        st = self.state
+        st.step += 1
+        st.policy_version = policy_version
+        st.policy_model = policy_model
+        if self.evaluation is not None and E.due(self.evaluation, st.step, self.grpo.steps):
+            st.eval_round = E.open_round(self.evaluation, self.eval_task_ids, st.step, policy_version, policy_model)
+        st.done = done and st.eval_round is None
+
+    # -- evaluation -----------------------------------------------------------------------------------------
+
+    def _eval_leases(self, req: LeaseRequest, now: float) -> list[Lease]:
+        r = self.state.eval_round
+        if r is None or req.pool not in E.pools_of(r):
+            return []
+        try:
+            return L.lease(r.ledger, req, now, self.lease_ttl_s, r.model, self.proxy_url, r.policy_version,
+                           self._max_unscored())
+        except L.EvalError as exc:
+            raise CoordinatorError(str(exc)) from None
+
+    def _eval_slot(self, rollout_id: str) -> L.Slot | None:
+        r = self.state.eval_round
+        if r is None or not rollout_id.startswith(r.prefix):
+            return None
+        return r.ledger.slots.get(rollout_id)
+
+    def _eval_check(self, c: Completion) -> CompletionAck | None:
+        r = self.state.eval_round
+        if r is None or not c.rollout_id.startswith(r.prefix):
+            # A round that has closed (or was lost in a restart): nothing left to count it in.
+            return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=False)
+        slot = r.ledger.slots.get(c.rollout_id)
+        if slot is None:
+            raise UnknownRollout(f"unknown rollout id {c.rollout_id!r}")
+        if slot.status in L.FINAL or c.lease_id in slot.finished_leases:
+            return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate,
+                                 scored=slot.status == L.SlotStatus.scored)
+        return None
+
+    def _max_unscored(self) -> int:
+        return self.evaluation.max_unscored if self.evaluation is not None else 1
+
+    def close_eval(self, now: float) -> EvalRecord | None:
+        """The open round's record once every rollout of it is final (then training goes on), else None."""
+        r = self.state.eval_round
+        if r is None:
+            return None
+        L.expire(r.ledger, now, self._max_unscored())  # a runner that died must not hold the round forever
+        if not L.done(r.ledger):
+            return None
+        rec = E.record(r, now)
+        self.state.eval_round, self.state.last_eval = None, rec
+        self.state.done = self.state.step >= self.grpo.steps
+        return rec
 
     # -- status ---------------------------------------------------------------------------------------------
 
@@ -394,4 +492,19 @@ class Coordinator:
             groups_skipped_zero_variance=c.groups_zero_variance,
             policy_model=self.state.policy_model,
             done=self.state.done,
+            mean_reward=self.state.mean_reward,
+            pass_at1=self.state.last_eval.pass_at1() if self.state.last_eval is not None else {},
+            last_eval=self.state.last_eval,
+            evaluating=E.progress(self.state.eval_round) if self.state.eval_round is not None else None,
+            pools=self._pool_rollouts(),
+            **self.artifacts.model_dump(),
         )
+
+    def _pool_rollouts(self) -> dict[str, PoolRollouts]:
+        active = [g.pool for g in self.state.groups for s in g.slots if s.status == SlotStatus.leased]
+        if self.state.eval_round is not None:
+            active += [s.pool for s in self.state.eval_round.ledger.slots.values() if s.status == L.SlotStatus.leased]
+        pools = {p: c.model_copy() for p, c in self.state.counters.pools.items()}
+        for pool in active:
+            pools.setdefault(pool, PoolRollouts()).active += 1
+        return pools

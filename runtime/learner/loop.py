@@ -21,13 +21,15 @@ from harnessrl.runtime.learner.checkpoint import (
     save_checkpoint,
 )
 from harnessrl.runtime.learner.config import LearnerConfig
-from harnessrl.runtime.learner.coordinator import Batch, Coordinator, CoordinatorState
+from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
+from harnessrl.runtime.learner.evaluation import EvalLog
+from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.journal import Journal
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, mean
 from harnessrl.runtime.learner.packing import Sample
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.server import create_app, proxy_fetcher
-from harnessrl.runtime.learner.sync import ProxyControl, make_sync
+from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
 from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
 from harnessrl.runtime.proxy.protocol import PolicyState
 
@@ -52,6 +54,7 @@ class Learner:
         ck = cfg.checkpoint
         ck.dir.mkdir(parents=True, exist_ok=True)
         self.metrics = MetricsSink(cfg.metrics_file())
+        self.evals = EvalLog(cfg.eval_file(), self.metrics.registry)
         latest = latest_checkpoint(ck.dir)
         restored = read_checkpoint(latest) if latest is not None else None
         adapter_dir = latest / "policy" if latest is not None and cfg.adapter.kind == "lora" else None
@@ -66,6 +69,7 @@ class Learner:
             restore_rng(latest)
             state = restored.state
             self.metrics.truncate_to(state.step)
+            self.evals.truncate_to(state.step)
             log.info("resumed from %s at step %d (policy v%d)", latest.name, state.step, state.policy_version)
         planner = GroupPlanner(cfg.tasks.load(), cfg.harnesses, cfg.grpo.seed, cfg.tasks.shuffle)
         self.coordinator = Coordinator(
@@ -77,7 +81,10 @@ class Learner:
             cfg.proxy.url,
             max_attempts=cfg.rollout_max_attempts,
             state=state,
+            evaluation=cfg.eval,
+            eval_task_ids=cfg.eval.task_ids() if cfg.eval is not None else None,
         )
+        self.coordinator.artifacts.latest_checkpoint = str(latest) if latest is not None else None
         self.journal = Journal(ck.dir / "journal.jsonl")
         replayed = 0
         for entry in self.journal.entries_after(self.coordinator.state.journal_seq):
@@ -85,13 +92,9 @@ class Learner:
             replayed += 1
         if replayed:
             log.info("replayed %d completions journaled after the checkpoint", replayed)
-        self.sync = make_sync(cfg.engine, cfg.model.served_name, ck.dir / "sync")
+        self.sync = make_sync(cfg.engine, cfg.model.served_name, sync_dir(ck.dir))
         self.proxy = ProxyControl(cfg.proxy)
-        self.exporter = None
-        if cfg.export is not None:
-            from harnessrl.runtime.learner.hub import HubExporter
-
-            self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path))
+        self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path)) if cfg.export is not None else None
         self.checkpoints_written = 0
 
     async def publish(self, version: int) -> tuple[PolicyState, float]:
@@ -132,13 +135,27 @@ class Learner:
         # Engines may have restarted since the checkpoint: serve its policy again before handing out leases.
         policy, _ = await self.publish(st.policy_version)
         st.policy_model = policy.model
-        while st.step < self.cfg.grpo.steps:
+        while True:
+            await self.evaluate()
+            if st.step >= self.cfg.grpo.steps:
+                break
             batch = self.coordinator.take_batch(self.cfg.grpo.groups_per_step)
             if batch is None:
                 await asyncio.sleep(0.05)
                 continue
             await self.step(batch)
         st.done = True
+
+    async def evaluate(self) -> None:
+        """Wait out the open evaluation round (if any): the next step must not change the policy it measures."""
+        while self.coordinator.state.eval_round is not None:
+            rec = self.coordinator.close_eval(time.time())
+            if rec is None:
+                await asyncio.sleep(0.1)
+                continue
+            self.evals.record(rec)
+            scores = ", ".join(f"{p.pool} {p.solved}/{p.scored}" for p in rec.pools)
+            log.info("eval at step %d (policy v%d): pass@1 %s (%s)", rec.step, rec.policy_version, rec.pass_at1(), scores)
 
     async def step(self, batch: Batch) -> None:
         st = self.coordinator.state
@@ -152,8 +169,9 @@ class Learner:
         version = st.policy_version + 1
         policy, sync_s = await self.publish(version)
         done = st.step + 1 >= self.cfg.grpo.steps
-        self.coordinator.finish_step(version, policy.model, done=done)
         all_rewards = [r for rs in batch.rewards_by_harness.values() for r in rs]
+        st.mean_reward = mean(all_rewards)
+        self.coordinator.finish_step(version, policy.model, done=done)
         c = st.counters
         self.metrics.record(
             StepMetrics(
@@ -200,10 +218,11 @@ class Learner:
             self.cfg.checkpoint.keep,
         )
         self.checkpoints_written += 1
+        artifacts = self.coordinator.artifacts
+        artifacts.latest_checkpoint = str(path)
         log.info("checkpoint %s", path.name)
         if self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
-            revision = await asyncio.to_thread(self.exporter.export, path, self.metrics.history())
-            log.info("exported %s to the Hub at revision %s", path.name, revision)
+            await asyncio.to_thread(export_checkpoint, self.exporter, path, self.metrics.history(), artifacts)
         return path
 
     async def serve(self) -> None:
@@ -221,6 +240,18 @@ class Learner:
                 server.should_exit = True
                 await serving
                 self.journal.close()
+
+
+def export_checkpoint(exporter: HubExporter, path: Path, history: list[StepMetrics], artifacts: Artifacts) -> None:
+    """Export `path`; a failure is recorded for the status (HubExportFailing) and retried at the next export:
+    the Hub being down must not stop training."""
+    try:
+        artifacts.hub_revision = exporter.export(path, history)
+        artifacts.export_error = None
+        log.info("exported %s to the Hub at revision %s", path.name, artifacts.hub_revision)
+    except Exception as exc:  # any failure of the upload (HTTP, auth, a missing token) is the same to training
+        artifacts.export_error = f"{type(exc).__name__}: {exc}"[:1024]
+        log.warning("exporting %s to the Hub failed: %s", path.name, artifacts.export_error)
 
 
 def _pad_id(model_path: Path) -> int:

@@ -60,6 +60,9 @@ class Lease(_Wire):
     model: str = Field(description="model name the harness should request from the proxy")
     proxy_url: str = Field(description="proxy base URL to create the session at (POST /sessions)")
     lease_deadline: float = Field(description="unix time after which the rollout may be handed to another runner")
+    # False for an evaluation rollout: its completion is scored for pass@1 and never trained on, so the runner
+    # opens an eval session at the proxy (`CreateSessionRequest.training`).
+    training: bool = True
 
 
 class LeaseResponse(_Wire):
@@ -105,6 +108,56 @@ class CompletionAck(_Wire):
     reward: float | None = Field(default=None, description="reward given, when scored")
 
 
+class PoolScore(BaseModel):
+    """pass@1 of one pool in one evaluation: the fraction of scored attempts that were solved (None when none
+    was scored)."""
+
+    pool: str
+    harness: str
+    rollouts: int
+    scored: int
+    solved: int
+    unscored: int
+    pending: int
+    pass_at_1: float | None
+    mean_correctness: float | None
+
+
+class EvalRecord(_Wire):
+    """One evaluation round of a training run: pass@1 of the policy of `step` under each eval pool.
+    A line of the run's eval.jsonl and the latest one in CoordinatorStatus."""
+
+    step: int = Field(ge=0)
+    policy_version: int = Field(ge=0)
+    model: str
+    time: float
+    tasks: int = Field(ge=0)
+    attempts: int = Field(ge=1)
+    pools: list[PoolScore]
+
+    def pass_at1(self) -> dict[str, float]:
+        """pass@1 by pool name, for the pools with at least one scored attempt."""
+        return {p.pool: p.pass_at_1 for p in self.pools if p.pass_at_1 is not None}
+
+
+class EvalProgress(_Wire):
+    """The evaluation round in progress: training steps wait until it is done."""
+
+    step: int = Field(ge=0)
+    policy_version: int = Field(ge=0)
+    rollouts: int = Field(ge=0)
+    finished: int = Field(ge=0)
+
+
+class PoolRollouts(_Wire):
+    """A pool's rollouts as the HarnessPool status counts them (training and evaluation alike)."""
+
+    active: int = Field(default=0, ge=0, description="leased now")
+    completed: int = Field(default=0, ge=0, description="graded: solved or wrong")
+    failed: int = Field(default=0, ge=0, description="ended in an error (harness, grader or infrastructure)")
+    timed_out: int = Field(default=0, ge=0, description="stopped by the wall-clock or step budget")
+
+
 class CoordinatorStatus(_Wire):
     step: int
     policy_version: int
@@ -117,3 +170,12 @@ class CoordinatorStatus(_Wire):
     groups_skipped_zero_variance: int
     policy_model: str
     done: bool
+    # Everything below arrived later: defaulted, so a status from an older learner still reads.
+    mean_reward: float | None = Field(default=None, description="mean reward of the rollouts the last step consumed")
+    pass_at1: dict[str, float] = Field(default_factory=dict, description="latest evaluation's pass@1 by pool")
+    last_eval: EvalRecord | None = None
+    evaluating: EvalProgress | None = None
+    latest_checkpoint: str | None = Field(default=None, description="the newest checkpoint written")
+    hub_revision: str | None = Field(default=None, description="Hub branch of the latest export")
+    export_error: str | None = Field(default=None, description="why the last Hub export failed (None: it did not)")
+    pools: dict[str, PoolRollouts] = Field(default_factory=dict, description="rollouts by pool")

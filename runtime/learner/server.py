@@ -14,6 +14,7 @@ import httpx
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
 from harnessrl.runtime.learner.coordinator import Coordinator, CoordinatorError, UnknownRollout
+from harnessrl.runtime.learner.evaluation import is_eval_rollout
 from harnessrl.runtime.learner.journal import Journal, JournalEntry
 from harnessrl.runtime.learner.protocol import (
     SCORED_OUTCOMES,
@@ -88,7 +89,8 @@ def create_app(
             coordinator.state.counters.duplicates += 1
             return dup
         sequences: list[TrainingSequence] = []
-        if c.outcome in SCORED_OUTCOMES:
+        # An eval rollout is scored by its outcome alone: its tokens are never trained on.
+        if c.outcome in SCORED_OUTCOMES and not is_eval_rollout(c.rollout_id):
             if c.session_id is None:
                 raise HTTPException(status_code=422, detail="a scored completion needs its session_id")
             try:

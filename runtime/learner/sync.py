@@ -11,7 +11,6 @@ the event loop):
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -25,6 +24,7 @@ from harnessrl.runtime.engine.lora import (
     server_root,
     unload_lora_adapter,
 )
+from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
 from harnessrl.runtime.learner.config import EngineLink, ProxyLink, SyncMode
 from harnessrl.runtime.proxy.protocol import PolicyState, SequencesResponse
 
@@ -153,7 +153,7 @@ class NcclSync:
 
 class RestartSync:
     """Fallback: publish the policy (adapter or full weights) to a directory with `policy.json` naming it;
-    whoever runs the engines restarts them on it (base + `--lora-modules <name>=<path>` for an adapter)."""
+    whoever runs the engines restarts them on it (see engine/restart.py)."""
 
     def __init__(self, served_name: str, sync_dir: Path):
         self.served = served_name
@@ -168,14 +168,17 @@ class RestartSync:
         tmp.rename(path)
         is_adapter = hasattr(model, "peft_config")
         name = adapter_name(self.served, version) if is_adapter else self.served
-        marker = {"version": version, "model": name, "path": str(path.resolve()), "adapter": is_adapter,
-                  "written_at": time.time()}
-        (self.sync_dir / ".policy.json.tmp").write_text(json.dumps(marker))
-        (self.sync_dir / ".policy.json.tmp").replace(self.sync_dir / "policy.json")
+        write_published(self.sync_dir, PublishedPolicy(version=version, model=name, path=str(path.resolve()),
+                                                       adapter=is_adapter, written_at=time.time()))
         return PolicyState(model=name, version=version)
 
     def restore(self, version: int) -> list[str]:
         return []  # engines are restarted on policy.json by whoever runs them
+
+
+def sync_dir(checkpoint_dir: Path) -> Path:
+    """Where published policies live (the LoRA adapters the engines load, or restart sync's `policy.json`)."""
+    return checkpoint_dir / "sync"
 
 
 def make_sync(engine: EngineLink, served_name: str, sync_dir: Path) -> WeightSync:

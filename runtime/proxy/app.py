@@ -12,12 +12,12 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from harnessrl.runtime.proxy.capture import CallCapture
@@ -52,10 +52,12 @@ from harnessrl.runtime.proxy.protocol import (
 )
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import Send
 
 log = logging.getLogger("harnessrl.proxy")
 
 PARSE_IN_THREAD_BYTES = 256 * 1024
+BROKEN_CONNECTION_RETRIES = 3
 BUDGET_MESSAGE = "The model call budget for this episode is exhausted. Stop now and report your final answer."
 CONTEXT_MESSAGE = "The conversation reached the model's maximum context length. Stop now and report your final answer."
 
@@ -73,7 +75,7 @@ class ProxyState:
     store: SessionStore
     journal: Journal
     pool: EnginePool
-    http: httpx.AsyncClient
+    http: aiohttp.ClientSession
     client: EngineClient
     metrics: ProxyMetrics
     inflight: int = 0
@@ -120,6 +122,42 @@ def build_state(config: ProxyConfig) -> ProxyState:
     )
     state.flowing.set()
     return state
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+class Flusher:
+    """Holds a stream's rendered events until `flush` sends them as one ASGI body message."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.send: Send | None = None
+
+    async def flush(self, more_body: bool = True) -> None:
+        if self.send is None or (more_body and not self.pieces):
+            return
+        body = b"".join(self.pieces)
+        self.pieces.clear()
+        await self.send({"type": "http.response.body", "body": body, "more_body": more_body})
+
+
+class CoalescingStream(StreamingResponse):
+    """A stream that sends, in one message, all the events rendered from one read of the engine's stream.
+
+    Under load one read carries many of vLLM's per-token chunks, and each ASGI send costs far more than its
+    bytes; with an engine that is not ahead of the proxy, every read still goes out at once."""
+
+    def __init__(self, flusher: Flusher, content: AsyncIterator[bytes], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.flusher = flusher
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        self.flusher.send = send
+        async for piece in self.body_iterator:
+            self.flusher.pieces.append(piece.encode() if isinstance(piece, str) else bytes(piece))
+        await self.flusher.flush(more_body=False)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -187,7 +225,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
-            await state.http.aclose()
+            await state.http.close()
             state.journal.close()
 
     app = FastAPI(title="harnessrl capture proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -356,8 +394,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
             return models_list(st().policy.model)
         return error_response(dialect_for_path("/" + path), DialectError(f"no route GET /{path}", "not_found"))
 
-    @app.post("/{path:path}")
-    async def dialect_call(path: str, request: Request) -> Response:
+    async def dialect_call(request: Request) -> Response:
+        path = request.path_params["path"]
         route = match_route("/" + path, request.query_params)
         dialect = dialect_for(route)
         if route is None:
@@ -380,6 +418,9 @@ def create_app(config: ProxyConfig) -> FastAPI:
             await state.durable(session.record_call(answered=False, error=error.message))
         return error_response(dialect, error)
 
+    # A plain Starlette route: the hot path reads the request itself, so FastAPI's per-call parameter solving
+    # would be pure overhead.
+    app.router.add_route("/{path:path}", dialect_call, methods=["POST"])
     return app
 
 
@@ -452,9 +493,11 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
             if parsed.stream:
                 engine, upstream = await _with_failover(state, session, lambda e: state.client.open_stream(e, body_json))
                 released = True  # the stream's generator now owns the in-flight slot
-                return StreamingResponse(
+                flusher = Flusher()
+                return CoalescingStream(
+                    flusher,
                     dialect.render_stream(
-                        _captured_chunks(state, dialect.name, session, engine, upstream, policy),
+                        _captured_chunks(state, dialect.name, session, engine, upstream, policy, flusher.flush),
                         parsed,
                     ),
                     media_type="text/event-stream",
@@ -481,6 +524,7 @@ def _pick(state: ProxyState, session: Session, exclude: frozenset[str] = frozens
     retry_after = state.config.admission.retry_after_s
     engine = state.pool.pick(session.id, exclude)
     if engine is None:
+        session.engine_failures += 1
         raise DialectError("no engine is available", "overloaded", retry_after=retry_after)
     if engine.inflight >= state.config.admission.max_inflight_per_engine:
         state.metrics.rejected.inc()
@@ -492,7 +536,7 @@ def _pick(state: ProxyState, session: Session, exclude: frozenset[str] = frozens
 async def _with_failover(state: ProxyState, session: Session, call: Any) -> tuple[Engine, Any]:
     """Run `call(engine)` on the session's engine. If the engine cannot be reached, mark it down and move on to
     the next one; if a kept-alive connection breaks under the request (the engine closed it as we reused it),
-    try again once. Both are safe because nothing has been sent to the harness yet."""
+    try again, a few times at most. Both are safe because nothing has been sent to the harness yet."""
     tried: set[str] = set()
     broken = 0
     while True:
@@ -501,18 +545,31 @@ async def _with_failover(state: ProxyState, session: Session, call: Any) -> tupl
         engine.calls += 1
         try:
             return engine, await call(engine)
-        except httpx.TimeoutException:
+        except TimeoutError:
             engine.inflight -= 1
             raise DialectError("the engine did not answer in time", "timeout") from None
-        except httpx.TransportError as exc:
+        except aiohttp.ClientConnectorError as exc:
             engine.inflight -= 1
-            if not isinstance(exc, httpx.ConnectError) and broken == 0:
-                broken += 1
-                continue
             state.pool.mark_down(engine)
             state.metrics.engine_failures.labels(engine.url).inc()
             log.warning("engine %s unreachable (%s); trying another", engine.url, type(exc).__name__)
             tried.add(engine.url)
+        except aiohttp.ClientConnectionError as exc:
+            # A kept-alive connection the engine closed as we reused it (the pool hands out its oldest idle
+            # one first, and a busy proxy releases a connection late): not a sign the engine is down, so it
+            # is not marked down; the next try takes another connection, or opens a new one.
+            engine.inflight -= 1
+            broken += 1
+            if broken > BROKEN_CONNECTION_RETRIES:
+                raise DialectError(f"the engine connection broke: {type(exc).__name__}", "upstream") from None
+        except aiohttp.ClientError as exc:  # the answer's body broke off
+            engine.inflight -= 1
+            raise DialectError(f"the engine's answer broke: {type(exc).__name__}", "upstream") from None
+        except DialectError as exc:
+            engine.inflight -= 1
+            if exc.kind == "overloaded":  # busy, or restarted and not serving the policy yet
+                session.engine_failures += 1
+            raise
         except BaseException:
             engine.inflight -= 1
             raise
@@ -545,25 +602,28 @@ async def _final(state: ProxyState, dialect: Dialect, parsed: ParsedRequest, ses
 
 
 async def _captured_chunks(state: ProxyState, dialect_name: str, session: Session, engine: Engine,
-                           upstream: httpx.Response, policy: PolicyState) -> AsyncIterator[CompletionChunk]:
+                           upstream: aiohttp.ClientResponse, policy: PolicyState,
+                           before_read: Callable[[], Awaitable[None]]) -> AsyncIterator[CompletionChunk]:
     """Forward vLLM's chunks to the dialect renderer while capturing them. The chunks from the finish reason on
     are held back until the turn is durable, so the harness never sees the end of a response that was not
-    journaled. A broken stream is recorded as a session error and ends in the dialect's in-stream error."""
+    journaled. A broken stream is recorded as a session error and ends in the dialect's in-stream error.
+    `before_read` sends what was rendered so far, before waiting on the engine again."""
     started = time.time()
     capture = CallCapture()
     held: list[CompletionChunk] = []
     try:
         try:
-            async for chunk in EngineClient.chunks(upstream):
+            async for chunk in EngineClient.chunks(upstream, before_read):
                 capture.feed(chunk)
                 if held or capture.finish_reason is not None or not chunk.choices:
                     held.append(chunk)
                 else:
                     yield chunk
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            session.engine_failures += 1
             raise DialectError(f"the engine stream broke: {type(exc).__name__}", "upstream") from None
         finally:
-            await upstream.aclose()
+            upstream.release()
             _release_engine(state, engine, started)
         await _record_turn(state, session, capture, policy, started)
         state.metrics.requests.labels(dialect_name, "ok").inc()

@@ -13,11 +13,11 @@ class UpstreamLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # Calls beyond this many open connections wait (up to pool_timeout_s) for one to come back.
     max_connections: int = Field(1024, ge=1, le=100_000)
-    max_keepalive_connections: int = Field(512, ge=0, le=100_000)
-    # Below the engine's own keep-alive timeout (vLLM/uvicorn: 5 s), so the proxy never reuses a connection the
-    # engine is closing.
-    keepalive_expiry_s: float = Field(4.0, gt=0)
+    # Well below the engine's own keep-alive timeout (vLLM/uvicorn: 5 s, counted from when it sent the answer; a
+    # busy proxy reads it later), so the proxy seldom reuses a connection the engine is closing.
+    keepalive_expiry_s: float = Field(3.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
     # A long generation may take minutes; the read timeout bounds silence between bytes, not the whole call.
     read_timeout_s: float = Field(600.0, gt=0)

@@ -1,6 +1,6 @@
 """Upstream to vLLM: the request the engine gets, the pooled HTTP client, and routing across engine replicas.
 
-One `httpx.AsyncClient` (HTTP/1.1, keep-alive, limits from config) serves every call. A session sticks to one
+One `aiohttp.ClientSession` (HTTP/1.1, keep-alive, limits from config) serves every call. A session sticks to one
 engine (rendezvous hashing over the healthy, non-draining engines) so its growing prefix stays in that engine's
 prefix cache; an engine that refuses connections is skipped for `unhealthy_for_s` and the call moves on.
 """
@@ -10,14 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 from harnessrl.runtime.proxy.config import UpstreamLimits
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, DialectError
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from pydantic_core import to_json
 
 # Sampling knobs reset so samples (and their logprobs) come from the full policy distribution.
 _NEUTRAL_SAMPLING: dict[str, Any] = {
@@ -90,6 +91,10 @@ def classify_upstream_error(status: int, raw: bytes, retry_after_s: float) -> Ex
         return ContextLengthExceeded(message)
     if status in (429, 503):
         return DialectError(f"engine busy: {message}", "overloaded", retry_after=retry_after_s)
+    if status == 404:
+        # The proxy always names the current policy: an engine that does not know it has just restarted and not
+        # yet had the policy's adapter loaded again. The harness retries later.
+        return DialectError(f"engine not serving the policy yet: {message}", "overloaded", retry_after=retry_after_s)
     if 400 <= status < 500:
         return DialectError(f"engine refused the request: {message}", "invalid_request")
     return DialectError(f"engine error (HTTP {status}): {message}", "upstream")
@@ -142,80 +147,116 @@ class EnginePool:
         engine.unhealthy_until = time.monotonic() + self.unhealthy_for_s
 
 
-def make_client(limits: UpstreamLimits) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        http1=True,
-        http2=False,
-        limits=httpx.Limits(
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry_s,
-        ),
-        timeout=httpx.Timeout(
-            connect=limits.connect_timeout_s,
-            read=limits.read_timeout_s,
-            write=limits.read_timeout_s,
-            pool=limits.pool_timeout_s,
-        ),
+def make_client(limits: UpstreamLimits) -> aiohttp.ClientSession:
+    """The one upstream client; call it inside the running event loop.
+
+    aiohttp, not httpx: httpcore's pool scans every connection on each request and release (encode/httpcore#1035),
+    which cost a third of the proxy's CPU at a few hundred sessions; aiohttp's pool is a per-host deque."""
+    connector = aiohttp.TCPConnector(
+        limit=limits.max_connections,
+        limit_per_host=0,
+        keepalive_timeout=limits.keepalive_expiry_s,
+        ttl_dns_cache=300,
     )
+    timeout = aiohttp.ClientTimeout(
+        total=None,
+        connect=limits.pool_timeout_s,  # waiting for a pooled connection, connecting included
+        sock_connect=limits.connect_timeout_s,
+        sock_read=limits.read_timeout_s,
+    )
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+
+_JSON_HEADERS = {"content-type": "application/json"}
 
 
 class EngineClient:
-    """Calls one engine. Connection failures raise `httpx.TransportError` (the caller may move to another engine
-    only before anything was sent to the harness); engine error answers raise via `classify_upstream_error`."""
+    """Calls one engine. Connection failures raise `aiohttp.ClientConnectionError` (the caller may move to another
+    engine only before anything was sent to the harness); silence past a timeout raises `TimeoutError`; engine
+    error answers raise via `classify_upstream_error`."""
 
-    def __init__(self, client: httpx.AsyncClient, retry_after_s: float) -> None:
+    def __init__(self, client: aiohttp.ClientSession, retry_after_s: float) -> None:
         self._client = client
         self._retry_after_s = retry_after_s
 
-    async def complete(self, engine: Engine, body: dict[str, Any]) -> Completion:
-        response = await self._client.post(f"{engine.url}/v1/chat/completions", json=body)
-        if response.status_code != 200:
-            raise classify_upstream_error(response.status_code, response.content, self._retry_after_s)
+    async def _post(self, url: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        """POST a JSON body; the response is open (status checked) and must be released by the caller."""
+        response = await self._client.post(url, data=to_json(body), headers=_JSON_HEADERS)
+        if response.status != 200:
+            try:
+                raw = await response.read()
+            finally:
+                response.release()
+            raise classify_upstream_error(response.status, raw, self._retry_after_s)
+        return response
+
+    async def _post_read(self, url: str, body: dict[str, Any]) -> bytes:
+        response = await self._post(url, body)
         try:
-            return Completion.model_validate_json(response.content)
+            return await response.read()
+        finally:
+            response.release()
+
+    async def complete(self, engine: Engine, body: dict[str, Any]) -> Completion:
+        raw = await self._post_read(f"{engine.url}/v1/chat/completions", body)
+        try:
+            return Completion.model_validate_json(raw)
         except ValueError as exc:
             raise DialectError(f"engine answered with an unreadable completion: {exc}", "upstream") from None
 
-    async def open_stream(self, engine: Engine, body: dict[str, Any]) -> httpx.Response:
-        """Send a streaming call; the response is open (status checked) and must be closed by the caller."""
-        request = self._client.build_request("POST", f"{engine.url}/v1/chat/completions", json=body)
-        response = await self._client.send(request, stream=True)
-        if response.status_code != 200:
-            raw = await response.aread()
-            await response.aclose()
-            raise classify_upstream_error(response.status_code, raw, self._retry_after_s)
-        return response
+    async def open_stream(self, engine: Engine, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        """Send a streaming call; the response is open (status checked) and must be released by the caller."""
+        return await self._post(f"{engine.url}/v1/chat/completions", body)
 
     @staticmethod
-    async def chunks(response: httpx.Response) -> AsyncIterator[CompletionChunk]:
-        """Parse vLLM's SSE stream (`data: {...}` lines, `data: [DONE]`)."""
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                # Read on to the end of the body rather than return: a fully read response lets the pool reuse
-                # the connection, an abandoned one is closed.
-                continue
-            try:
-                yield CompletionChunk.model_validate_json(data)
-            except ValueError as exc:
-                raise DialectError(f"engine sent an unreadable stream chunk: {exc}", "upstream") from None
+    async def chunks(
+        response: aiohttp.ClientResponse, before_read: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncIterator[CompletionChunk]:
+        """Parse vLLM's SSE stream (`data: {...}` events, `data: [DONE]`), read to the end of the body so the
+        connection goes back to the pool. Lines are split here, not by aiohttp's readline: the first chunk
+        carries the whole prompt's token ids, longer than its line limit. `before_read` is awaited each time
+        every chunk read so far has been consumed and the next read from the socket is due."""
+        buffer = b""
+        while True:
+            if before_read is not None:
+                await before_read()
+            data = await response.content.readany()
+            if not data:
+                break
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                chunk = _sse_chunk(line)
+                if chunk is not None:
+                    yield chunk
+        chunk = _sse_chunk(buffer)
+        if chunk is not None:
+            yield chunk
 
     async def count_tokens(self, engine: Engine, request: CanonicalRequest, model: str) -> int:
         """Prompt length as the engine templates it (vLLM's /tokenize with chat messages and tools)."""
         body: dict[str, Any] = {"model": model, "messages": request.upstream_body()["messages"]}
         if request.tools:
             body["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in request.tools]
-        response = await self._client.post(f"{engine.url}/tokenize", json=body)
-        if response.status_code != 200:
-            raise classify_upstream_error(response.status_code, response.content, self._retry_after_s)
-        return int(response.json()["count"])
+        raw = await self._post_read(f"{engine.url}/tokenize", body)
+        return int(json.loads(raw)["count"])
 
     async def healthy(self, engine: Engine) -> bool:
         try:
-            response = await self._client.get(f"{engine.url}/health", timeout=2.0)
-        except httpx.HTTPError:
+            async with self._client.get(f"{engine.url}/health", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+                return r.status == 200
+        except (aiohttp.ClientError, TimeoutError):
             return False
-        return response.status_code == 200
+
+
+def _sse_chunk(line: bytes) -> CompletionChunk | None:
+    """One SSE line as a chunk; None for blank lines, comments, other fields and the `[DONE]` marker."""
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return None
+    try:
+        return CompletionChunk.model_validate_json(data)
+    except ValueError as exc:
+        raise DialectError(f"engine sent an unreadable stream chunk: {exc}", "upstream") from None

@@ -1,8 +1,9 @@
 """The replica's append-only journal: one JSON line per record, durable before a response is released.
 
-A single writer thread owns the file: callers enqueue encoded records and await a future that resolves once
-the bytes are written and flushed (and fsync'd when `fsync=True`). Records that arrive while a write is in
-progress are committed together (group commit), so 500 calls/s cost far fewer than 500 fsyncs.
+A single writer thread owns the file: callers enqueue records and await a future that resolves once the
+bytes are written and flushed (and fsync'd when `fsync=True`). The thread also encodes them (pydantic-core's
+JSON encoder, ~5x the standard library's), so the event loop only enqueues. Records that arrive while a write
+is in progress are committed together (group commit), so 500 calls/s cost far fewer than 500 fsyncs.
 Compaction rewrites the file keeping only the records of live sessions (temp file, fsync, atomic rename).
 """
 
@@ -16,6 +17,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_json
 
 _STOP = object()
 
@@ -34,13 +37,15 @@ class Journal:
 
     @staticmethod
     def encode(record: dict[str, Any]) -> bytes:
-        return json.dumps(record, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        """One journal line. Non-finite floats are written as NaN/Infinity, which `json.loads` reads back."""
+        return to_json(record, inf_nan_mode="constants") + b"\n"
 
     def append(self, record: dict[str, Any]) -> asyncio.Future[None]:
-        """Queue a record; the returned future resolves once it is durable (or fails with the I/O error)."""
+        """Queue a record (the caller must not change it afterwards: the writer thread encodes it later); the
+        returned future resolves once it is durable, or fails with the I/O or encoding error."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        self._queue.put((self.encode(record), future, loop))
+        self._queue.put((record, future, loop))
         return future
 
     def compact(self, keep: Callable[[dict[str, Any]], bool]) -> asyncio.Future[None]:
@@ -74,8 +79,12 @@ class Journal:
                     self._commit(pending)
                     pending = []
                     self._settle([(item[1], item[2])], self._rewrite, item[0])
-                else:
-                    pending.append(item)
+                    continue
+                record, future, loop = item
+                try:
+                    pending.append((self.encode(record), future, loop))
+                except (PydanticSerializationError, TypeError, ValueError) as exc:
+                    loop.call_soon_threadsafe(_resolve, future, exc)
             self._commit(pending)
 
     def _commit(self, pending: list[tuple[bytes, asyncio.Future[None], asyncio.AbstractEventLoop]]) -> None:

@@ -75,6 +75,9 @@ class SessionInfo(BaseModel):
     bad_turns: int  # captured but invalid (kept as context only)
     tool_calls: int  # tool calls the model made in this session
     errors: list[str]  # upstream/validation errors, newest last (bounded)
+    # Calls that found no engine to serve them (all down or restarting) or whose engine stream broke: the
+    # runner counts a harness failure after one as the infrastructure's, not the policy's. Not journaled.
+    engine_failures: int = 0
     policy_versions: list[int]  # distinct policy versions seen, ascending
     created_at: float  # unix seconds
     last_activity_at: float

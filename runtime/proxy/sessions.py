@@ -40,6 +40,7 @@ class Session:
     bad_turns: int = 0
     tool_calls: int = 0
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
+    engine_failures: int = 0
     policy_versions: set[int] = field(default_factory=set)
     graph: SessionGraph = field(init=False)
 
@@ -71,6 +72,7 @@ class Session:
             bad_turns=self.bad_turns,
             tool_calls=self.tool_calls,
             errors=list(self.errors),
+            engine_failures=self.engine_failures,
             policy_versions=sorted(self.policy_versions),
             created_at=self.created_at,
             last_activity_at=self.last_activity_at,

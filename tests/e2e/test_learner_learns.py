@@ -21,8 +21,6 @@ import asyncio
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,156 +31,14 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
-
-# FastAPI resolves handler annotations from module globals, so what the stand-in's handlers name is imported here.
-from fastapi import FastAPI, HTTPException, Request
 from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, LeaseResponse, OutcomeKind, Timings
-from harnessrl.runtime.proxy.protocol import (
-    CreateSessionRequest,
-    CreateSessionResponse,
-    DialectBaseUrls,
-    PolicyState,
-    SequencesResponse,
-    SessionStatus,
-)
-from harnessrl.runtime.trajectory.models import TrainingSequence
 
-VOWEL_TASKS = {
-    f"vowel-{i}": prompt
-    for i, prompt in enumerate(
-        [
-            "Reply with one word that starts with a vowel.",
-            "Say a word beginning with a, e, i, o or u.",
-            "Give me a single word starting with a vowel.",
-            "Answer with any word whose first letter is a vowel.",
-            "One word, first letter a vowel, please.",
-            "Write a word that begins with a vowel.",
-        ]
-    )
-}
-POOL, HARNESS = "scripted-pool", "scripted"
-
-
-class ProxyStandIn:
-    """Stands in for the capture proxy while `harnessrl proxy` cannot start here: a FastAPI app on 127.0.0.1
-    speaking the proxy's admin protocol (runtime/proxy/protocol.py: POST /sessions, PUT /policy,
-    GET /sessions/{id}/sequences) and its OpenAI surface for single-turn calls, which it forwards to vLLM with
-    `logprobs` and `return_token_ids` and captures as the proxy does (prompt ids + sampled ids, engine logprobs,
-    policy version). With `engine_root=None` it serves no model calls: tests add sequences directly."""
-
-    def __init__(self, engine_root: str | None, served_model: str, admin_token: str):
-        self.engine_root = engine_root
-        self.admin_token = admin_token
-        self.policy = PolicyState(model=served_model, version=0)
-        self.sessions: dict[str, dict[str, Any]] = {}
-        self.url = ""
-        self._server: Any = None
-        self._thread: Any = None
-
-    def add_sequence(self, session_id: str, seq: Any) -> None:
-        self.sessions[session_id]["sequences"].append(seq)
-
-    def app(self) -> Any:
-        app = FastAPI()
-
-        def admin(request: Request) -> None:
-            if request.headers.get("authorization") != f"Bearer {self.admin_token}":
-                raise HTTPException(401, "admin token required")
-
-        @app.get("/healthz")
-        async def healthz() -> dict[str, str]:
-            return {"status": "ok"}
-
-        @app.post("/sessions")
-        async def create(request: Request) -> CreateSessionResponse:
-            admin(request)
-            body = CreateSessionRequest.model_validate_json(await request.body())
-            sid = secrets.token_urlsafe(24)
-            self.sessions[sid] = {"request": body, "sequences": [], "http": None}
-            return CreateSessionResponse(session_id=sid, base_url=self.url, replica_id="stand-in",
-                                         dialect_base_urls=DialectBaseUrls(openai=f"{self.url}/v1", anthropic=self.url,
-                                                                           gemini=self.url),
-                                         model=self.policy.model, policy_version=self.policy.version, call_budget=100)
-
-        @app.put("/policy")
-        async def put_policy(request: Request) -> PolicyState:
-            admin(request)
-            self.policy = PolicyState.model_validate_json(await request.body())
-            return self.policy
-
-        @app.get("/sessions/{sid}/sequences")
-        async def sequences(sid: str, request: Request) -> SequencesResponse:
-            admin(request)
-            if sid not in self.sessions:
-                raise HTTPException(404, "no such session")
-            s = self.sessions[sid]
-            return SequencesResponse(session_id=sid, rollout_id=s["request"].rollout_id, status=SessionStatus.active,
-                                     tool_calls=0, sequences=s["sequences"])
-
-        @app.post("/v1/chat/completions")
-        async def chat(request: Request) -> Any:
-            sid = request.headers.get("authorization", "").removeprefix("Bearer ")
-            if sid not in self.sessions or self.engine_root is None:
-                raise HTTPException(401, "invalid API key")
-            body = await request.json()
-            policy = self.policy
-            body |= {"model": policy.model, "logprobs": True, "top_logprobs": 0, "return_token_ids": True,
-                     "top_p": 1.0, "top_k": -1, "min_p": 0.0}
-            async with httpx.AsyncClient(timeout=120) as http:
-                r = await http.post(f"{self.engine_root}/v1/chat/completions", json=body)
-            r.raise_for_status()
-            out = r.json()
-            choice = out["choices"][0]
-            prompt, sampled = out["prompt_token_ids"], choice["token_ids"]
-            lps = [e["logprob"] for e in choice["logprobs"]["content"]]
-            n = len(prompt) + len(sampled)
-            self.add_sequence(sid, TrainingSequence(
-                session_id=sid, node_ids=[0], token_ids=prompt + sampled, loss_mask=[0] * len(prompt) + [1] * len(sampled),
-                logprobs=[0.0] * len(prompt) + lps, policy_versions=[policy.version] * n))
-            return out
-
-        return app
-
-    def start(self) -> None:
-        from tests.fixtures.proxy_server import serve_in_thread
-
-        self._server, self._thread, self.url = serve_in_thread(self.app())
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
+from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner
+from tests.ports import free_port
 
 
 def grade_vowel(reply: str) -> bool:
     return reply.lstrip()[:1].lower() in set("aeiou") and reply.strip() != ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class LearnerProcess:
-    url: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    config_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 def learner_config(workdir: Path, model_dir: Path, engine_root: str, proxy_url: str, proxy_token_file: Path,
@@ -202,32 +58,6 @@ def learner_config(workdir: Path, model_dir: Path, engine_root: str, proxy_url: 
         "port": free_port(),
         "lease_ttl_s": 60,
     }
-
-
-def start_learner(workdir: Path, config: dict[str, Any], timeout_s: float = 120) -> LearnerProcess:
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / "learner.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    log_path = workdir / f"learner.{int(time.time() * 1000)}.log"
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "harnessrl"), "learner", "--config", str(config_path)],
-            cwd=workdir, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
-        )
-    lp = LearnerProcess(f"http://127.0.0.1:{config['port']}", proc, log_path, config_path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"learner exited with {proc.returncode}:\n{lp.log()[-4000:]}")
-        try:
-            if httpx.get(f"{lp.url}/healthz", timeout=1).status_code == 200:
-                return lp
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    lp.stop(signal.SIGKILL)
-    raise RuntimeError(f"learner not healthy after {timeout_s} s:\n{lp.log()[-4000:]}")
 
 
 async def scripted_rollout(http: httpx.AsyncClient, coordinator: str, admin_token: str, lease: Any,

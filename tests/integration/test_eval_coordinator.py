@@ -34,7 +34,8 @@ from harnessrl.runtime.learner.protocol import (
     OutcomeKind,
 )
 
-from tests.fixtures.proxy_server import _free_port, serve_in_thread
+from tests.fixtures.proxy_server import serve_in_thread
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "examples" / "quickstart" / "tasks"
@@ -69,7 +70,9 @@ def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator
                     "env": {"MARK": mark}},
         "sandbox": {"kind": "local", "base_dir": str(tmp_path / "sandboxes")},
         "tasks": {"kind": "dir", "path": str(tasks)},
-        "concurrency": 4,
+        # All 8 rollouts of a pool at once: the broken pool's runner backs off leasing after infra errors (up to
+        # 15 s, Runner.note_outcome), so it should do that once between its two tries, not once per batch.
+        "concurrency": 8,
         "coordinator_url": coordinator,
         "proxy_admin_token_file": str(token_file),
         "timeouts": {"harness_s": 60, "grader_s": 30},
@@ -84,7 +87,7 @@ def test_unmodified_runners_serve_an_evaluation_to_done(cli_backend: tuple[Any, 
     engine.set_script([ScriptedReply(content="apple", when_contains="MARK-GOOD"),
                        ScriptedReply(content="banana", when_contains="MARK-BAD")])
     token_file = proxy.config_path.parent / "admin-token"
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = EvalConfig(
         label="base",

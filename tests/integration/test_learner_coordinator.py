@@ -21,7 +21,7 @@ from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
-from tests.e2e.test_learner_learns import ProxyStandIn
+from tests.fixtures.learner_process import ProxyStandIn
 from tests.fixtures.proxy_server import serve_in_thread
 
 

@@ -22,8 +22,9 @@ import pytest
 from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, LeaseResponse, OutcomeKind
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
-from tests.e2e.test_learner_learns import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, free_port, start_learner
 from tests.fixtures.hub_server import HubServer
+from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner
+from tests.ports import free_port
 
 STEPS = 6
 CK = 3  # checkpoint every CK steps: the kill lands between the step-3 and step-6 checkpoints

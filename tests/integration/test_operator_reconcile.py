@@ -21,7 +21,11 @@ from typing import Any
 import pytest
 import yaml
 from harnessrl.operator.handlers import OperatorOptions, build_registry
-from harnessrl.runtime.learner.protocol import CoordinatorStatus
+from harnessrl.runtime.evaluation.ledger import PoolHarness
+from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
+from harnessrl.runtime.learner.coordinator import Coordinator
+from harnessrl.runtime.learner.protocol import Completion, CoordinatorStatus, LeaseRequest
+from harnessrl.runtime.learner.schedule import GroupPlanner
 
 from tests.kube_emulator.client import KubeApiError
 
@@ -179,7 +183,7 @@ def make_pod(kube_api: Any, run: str, component: str, name: str, status: dict[st
 
 
 def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any) -> None:
-    apply_pools(operator, "claude-code", "codex", "mini-swe-agent")
+    apply_pools(operator, "claude-code", "codex", "mini-swe-agent", "gemini-cli")
     run = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())["metadata"]["name"]
     operator.apply(ROOT / "examples" / "trainingrun.yaml")
     expected = {
@@ -189,7 +193,7 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
         ("ConfigMap", f"{run}-learner-config"), ("Service", f"{run}-learner"), ("Job", f"{run}-learner"),
         ("NetworkPolicy", f"{run}-sandboxes"), ("NetworkPolicy", f"{run}-engine"),
     }
-    for pool in ("claude-code", "codex", "mini-swe-agent"):
+    for pool in ("claude-code", "codex", "mini-swe-agent", "gemini-cli"):  # gemini-cli: evaluated under only
         name = f"{run}-{pool}-runner"
         expected |= {("ConfigMap", f"{name}-config"), ("ServiceAccount", name), ("Deployment", name)}
         pool_spec = yaml.safe_load((ROOT / "examples" / "harnesspools" / f"{pool}.yaml").read_text())["spec"]
@@ -255,6 +259,52 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
     operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)["spec"]["replicas"] == 0)
     operator.wait_for(lambda: {"Training", "TrainingComplete", "HubExportFailing"}
                       <= {e["reason"] for e in operator.list_objects("v1", "Event", NS)})
+
+
+def eval_coordinator() -> Coordinator:
+    """The learner's own coordinator with an evaluation schedule (mini-swe-agent trained on, qwen-code evaluated
+    under only): the stand-in serves its real status as the learner would."""
+    schedule = EvalSchedule(every_steps=1, tasks=TaskSource(ids=["e0", "e1"]),
+                            pools=[PoolHarness(pool="mini-swe-agent", harness="mini-swe-agent"),
+                                   PoolHarness(pool="qwen-code", harness="qwen-code")])
+    planner = GroupPlanner(["t0"], [HarnessWeight(pool="mini-swe-agent", harness="mini-swe-agent")], 0, False)
+    return Coordinator(planner, GrpoConfig(steps=3), RewardConfig(), 60.0, "policy", "http://proxy",
+                       evaluation=schedule, eval_task_ids=schedule.task_ids())
+
+
+def test_eval_pass_at_1_lands_in_status_and_eval_only_pools_get_runners(
+    operator: Any, learner_status: FakeLearnerStatus
+) -> None:
+    apply_pools(operator, "mini-swe-agent", "qwen-code")
+    operator.apply(small_run("run-e", eval={"everySteps": 1, "harnesses": ["mini-swe-agent", "qwen-code"]}))
+    # The pool evaluated under but not trained on gets its runners, as a trained one does.
+    runner = operator.wait_for(lambda: operator.get("apps/v1", "Deployment", "run-e-qwen-code-runner", namespace=NS))
+    assert runner["spec"]["replicas"] == 1
+    coordinator = eval_coordinator()
+    coordinator.state.mean_reward = 0.4
+    coordinator.finish_step(1, "policy-v1", done=False)  # step 1 of 3: a round opens
+    leases = {pool: coordinator.lease(LeaseRequest(runner_id="r", pool=pool, harness=pool, max=2), now=0)
+              for pool in ("mini-swe-agent", "qwen-code")}
+
+    def complete(pool: str, outcomes: list[str]) -> None:
+        for lease, outcome in zip(leases[pool], outcomes, strict=True):
+            coordinator.complete(Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=outcome), [])
+
+    complete("qwen-code", ["solved", "solved"])
+    learner_status.status = coordinator.status().model_dump(mode="json")
+    operator.patch("batch/v1", "Job", "run-e-learner", {"status": {"active": 1, "ready": 1}}, namespace=NS,
+                   subresource="status")
+    cond = operator.wait_for(lambda: (c := condition(operator, "run-e", "Training"))
+                             and "evaluating" in c["message"] and c)
+    assert cond["message"] == "step 1/3, policy v1, evaluating step 1 (2/4 rollouts)"
+    complete("mini-swe-agent", ["solved", "wrong"])
+    assert coordinator.close_eval(now=1) is not None
+    learner_status.status = coordinator.status().model_dump(mode="json")
+    status = operator.wait_for(lambda: (s := operator.get(*TR, "run-e", namespace=NS)["status"]).get("passAt1") and s)
+    assert status["passAt1"] == {"mini-swe-agent": 0.5, "qwen-code": 1.0}
+    assert status["meanReward"] == 0.4 and status["step"] == 1
+    wait_condition(operator, "run-e", "Training", "True", "Training")
+    assert condition(operator, "run-e", "Training")["message"] == "step 1/3, policy v1"  # type: ignore[index]
 
 
 def waiting(container: str, reason: str, message: str = "") -> dict[str, Any]:

@@ -178,6 +178,9 @@ def test_engine_unreachable_is_an_overloaded_error_and_sessions_expire(proxy_fac
             response = send(proxy.url, dialect, sid, dialect.body("hi", stream=stream), stream=stream)
             assert_dialect_error(dialect.name, response, 529 if dialect.name == "anthropic" else 503)
             assert int(response.headers["retry-after"]) >= 1
+            # Counted on the session: the runner leaves a rollout that failed after this unscored.
+            info = httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin_headers).json()
+            assert info["engine_failures"] == 1
     # Idle sessions expire after the TTL; their keys stop working.
     deadline = time.monotonic() + 15
     while httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin_headers).status_code == 200:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,15 +15,11 @@ from harnessrl.runtime.engine.scripted import ScriptedReply, ScriptedToolCall
 from harnessrl.runtime.harness.sandboxes.local import tagged_pids
 from harnessrl.runtime.learner.protocol import OutcomeKind
 
-pytestmark = pytest.mark.clis
+from tests.fixtures.harness_clis import TASK, TASKS, one_rollout
+from tests.ports import free_port
 
+pytestmark = [pytest.mark.clis, pytest.mark.usefixtures("clis_on_path")]
 
-@pytest.fixture(autouse=True)
-def _clis_on_path(harness_cli_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", harness_cli_path)
-
-TASK = "sales-total"
-TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 ANSWER = json.loads((TASKS / "train" / TASK / "tests" / "expected.json").read_text())["value"]
 DONE = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # how mini-swe-agent ends its episode
 
@@ -49,20 +44,6 @@ def script(harness: str, answer: object, delay_s: float = 0.0) -> list[ScriptedR
         return [ScriptedReply(tool_calls=[write], when_tools=True, max_uses=1, delay_s=delay_s),
                 ScriptedReply(content="I wrote the answer to answer.txt.", when_tools=True)]
     return [ScriptedReply(tool_calls=[write], when_tools=True, when_last_role="user", delay_s=delay_s), final]
-
-
-async def one_rollout(stack: Any, harness: str, **overrides: Any) -> tuple[Any, Any, Any]:
-    """Lease one rollout from the coordinator, run it, complete it: (runner, completion, ack)."""
-    async with httpx.AsyncClient(timeout=30) as http:
-        runner = stack.make_runner(f"{harness}-pool", {"name": harness}, http, **overrides)
-        await runner.provider.start()
-        leased = await runner.lease(1)
-        (lease,) = leased.leases
-        assert lease.task_id == TASK and lease.harness == harness
-        completion = await runner.rollout(lease)
-        ack = await runner.complete(completion)
-        await runner.provider.shutdown()
-    return runner, completion, ack
 
 
 @pytest.mark.parametrize("harness", ["claude-code", "codex", "opencode", "gemini-cli", "qwen-code", "mini-swe-agent"])
@@ -106,9 +87,7 @@ async def test_hanging_harness_ends_as_timeout_and_leaves_no_process(rollout_sta
 
 
 async def test_unreachable_proxy_is_an_infra_error_never_a_zero(rollout_stack: Any) -> None:
-    from tests.fixtures.proxy_server import _free_port
-
-    stack = rollout_stack([("codex-pool", "codex")], TASK, proxy_url=f"http://127.0.0.1:{_free_port()}")  # nothing listens
+    stack = rollout_stack([("codex-pool", "codex")], TASK, proxy_url=f"http://127.0.0.1:{free_port()}")  # nothing listens
     _, completion, ack = await one_rollout(stack, "codex")
     assert completion.outcome == OutcomeKind.infra_error and "proxy unreachable" in (completion.error or "")
     assert ack is not None and not ack.scored and ack.reward is None

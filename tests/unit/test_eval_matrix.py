@@ -8,9 +8,9 @@ from pathlib import Path
 
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults
-from harnessrl.runtime.evaluation.ledger import PoolHarness, PoolScore
+from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
-from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, OutcomeKind
+from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, OutcomeKind, PoolScore
 
 
 def score(pool: str, harness: str, solved: int, scored: int, rollouts: int = 4) -> PoolScore:

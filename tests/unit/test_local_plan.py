@@ -8,7 +8,16 @@ import stat
 from pathlib import Path
 
 import pytest
-from harnessrl.operator.local import LocalRunError, main, plan_run, process_specs
+from harnessrl.operator.local import (
+    EngineRestarts,
+    LocalRunError,
+    main,
+    plan_run,
+    process_specs,
+    published_policy,
+)
+from harnessrl.operator.supervisor import ProcessSpec, Supervisor
+from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart" / "trainingrun.yaml"
@@ -81,3 +90,61 @@ def test_bad_inputs_exit_2_with_a_message(tmp_path: Path, capsys: pytest.Capture
     assert "expected exactly one TrainingRun" in capsys.readouterr().err
     assert main([str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+class RecordingSupervisor(Supervisor):
+    """Records planned restarts instead of starting vLLM (which takes tens of seconds a start here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replaced: list[ProcessSpec] = []
+
+    def replace(self, name: str, spec: ProcessSpec, grace_s: float = 15.0) -> None:
+        assert spec.name == name
+        self.replaced.append(spec)
+
+
+def test_weight_sync_restart_starts_and_restarts_the_engines_on_the_published_policy(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    text = QUICKSTART.read_text().replace("weightSync: lora", "weightSync: restart")
+    assert "weightSync: restart" in text
+    (tmp_path / "restart.yaml").write_text(text)
+    plan, _ = plan_run(args(tmp_path, model_dir, files=[tmp_path / "restart.yaml"]))
+    run_dir = tmp_path / "run"
+    assert published_policy(plan) is None  # nothing published yet: the engine starts on the base model
+    assert "--lora-modules" not in process_specs(plan, run_dir)[0].argv
+    sync = run_dir / "checkpoints" / "sync"
+    sync.mkdir(parents=True)
+
+    def publish(version: int) -> PublishedPolicy:
+        policy = PublishedPolicy(version=version, model=f"policy-v{version}", path=str(sync / f"policy-v{version}"),
+                                 adapter=True, written_at=float(version))
+        write_published(sync, policy)
+        return policy
+
+    # A resumed run starts its engine on what the learner last published.
+    served = publish(2)
+    assert published_policy(plan) == served
+    argv = process_specs(plan, run_dir, served)[0].argv
+    assert argv[argv.index("--lora-modules") + 1] == f"policy-v2={sync / 'policy-v2'}"
+
+    supervisor = RecordingSupervisor()
+    restarts = EngineRestarts(plan, run_dir, supervisor, served)
+    restarts.poll()
+    assert supervisor.replaced == []  # already served
+    publish(3)
+    restarts.poll()
+    restarts.poll()  # once per new version
+    assert [s.name for s in supervisor.replaced] == ["engine-0"]
+    argv = supervisor.replaced[0].argv
+    assert argv[argv.index("--lora-modules") + 1] == f"policy-v3={sync / 'policy-v3'}"
+    assert supervisor.replaced[0].health_url is not None  # the run waits for it as for the first start
+
+
+def test_weight_sync_lora_reads_no_published_policy(tmp_path: Path, model_dir: Path) -> None:
+    plan, _ = plan_run(args(tmp_path, model_dir))
+    sync = tmp_path / "run" / "checkpoints" / "sync"
+    sync.mkdir(parents=True)
+    write_published(sync, PublishedPolicy(version=1, model="policy-v1", path="/x", adapter=True, written_at=0.0))
+    assert published_policy(plan) is None  # LoRA sync hot-loads; the learner restores a restarted engine

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnessrl.operator.report import main, moving_average, summarize, tool_calls_by_harness
+import pytest
+from harnessrl.operator.report import RunSummary, main, moving_average, summarize, tool_calls_by_harness
 from harnessrl.runtime.learner.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
-from harnessrl.runtime.learner.protocol import Completion, OutcomeKind
+from harnessrl.runtime.learner.protocol import (
+    Completion,
+    CoordinatorStatus,
+    EvalProgress,
+    EvalRecord,
+    OutcomeKind,
+    PoolScore,
+)
 
 
 def metrics(step: int, reward: float) -> StepMetrics:
@@ -43,7 +51,7 @@ def test_summary_compares_first_and_last_tenth_and_counts_tool_calls_of_solved_r
     rewards = [0.1] * 10 + [0.5] * 10
     entries = [entry(1, "oneshot", OutcomeKind.solved, 0), entry(2, "mini", OutcomeKind.solved, 4),
                entry(3, "mini", OutcomeKind.solved, 2), entry(4, "mini", OutcomeKind.wrong, 9)]
-    summary = summarize([metrics(i + 1, r) for i, r in enumerate(rewards)], tool_calls_by_harness(entries))
+    summary = summarize([metrics(i + 1, r) for i, r in enumerate(rewards)], tool_calls_by_harness(entries), [])
     assert summary.steps == 20
     assert summary.first_reward == 0.1 and summary.last_reward == 0.5
     assert summary.tool_calls_solved == {"mini": 3.0, "oneshot": 0.0}
@@ -79,3 +87,51 @@ def test_live_view_shows_each_step_once_across_a_rewrite_and_a_torn_line(tmp_pat
     path.write_text(metrics(1, 0.1).model_dump_json() + "\n" + metrics(2, 0.3).model_dump_json() + "\n")
     assert [m.step for m in view.new_steps()] == [2]
     assert view.new_steps() == []
+
+
+def eval_record(step: int, solved: dict[str, int]) -> EvalRecord:
+    pools = [PoolScore(pool=p, harness=p, rollouts=4, scored=4, solved=n, unscored=0, pending=0, pass_at_1=n / 4,
+                       mean_correctness=n / 4) for p, n in solved.items()]
+    return EvalRecord(step=step, policy_version=step, model=f"m-v{step}", time=0.0, tasks=4, attempts=1, pools=pools)
+
+
+def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> None:
+    eval_entry = entry(9, "oneshot", OutcomeKind.solved, 7)
+    eval_entry.completion.rollout_id = "eval-s2-abc123/oneshot/t/a0"
+    write_run(tmp_path, [0.1, 0.2, 0.4, 0.5], [entry(1, "oneshot", OutcomeKind.solved, 1), eval_entry])
+    (tmp_path / "checkpoints" / "eval.jsonl").write_text(
+        eval_record(2, {"oneshot": 1, "mini-swe-agent": 0}).model_dump_json() + "\n"
+        + eval_record(4, {"oneshot": 3, "mini-swe-agent": 2}).model_dump_json() + "\n")
+    assert main([str(tmp_path)]) == 0
+    summary = RunSummary.model_validate_json((tmp_path / "report" / "summary.json").read_text())
+    # The latest round's held-out pass@1, not the training rollouts' solved rate.
+    assert summary.pass_at_1 == {"oneshot": 0.75, "mini-swe-agent": 0.5} and summary.pass_at_1_step == 4
+    assert summary.tool_calls_solved == {"oneshot": 1.0}  # eval rollouts are not counted as training ones
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| harness | pass@1 (evaluation at step 4) |" in text and "| oneshot | 0.75 |" in text
+    assert "![pass@1 matrix](pass_at_1_matrix.png)" in text
+    assert (tmp_path / "report" / "pass_at_1_matrix.png").read_bytes().startswith(b"\x89PNG")
+    # Without eval.jsonl the report falls back to the training solved rate, and says so.
+    (tmp_path / "checkpoints" / "eval.jsonl").unlink()
+    assert main([str(tmp_path)]) == 0
+    assert "| harness | solved rate (last step, training rollouts) |" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_live_view_prints_each_evaluation_round_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harnessrl.operator.live import LiveView, status_line
+
+    metrics_path = tmp_path / "metrics.jsonl"
+    metrics_path.write_text(metrics(1, 0.1).model_dump_json() + "\n" + metrics(2, 0.2).model_dump_json() + "\n")
+    (tmp_path / "eval.jsonl").write_text(eval_record(2, {"oneshot": 3, "mini-swe-agent": 1}).model_dump_json() + "\n")
+    view = LiveView(metrics_path, "http://127.0.0.1:9", live=False)
+    view.refresh()
+    view.refresh()
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in out] == ["step 1", "step 2", "eval"]
+    assert out[1].startswith("step 2  policy v2  reward 0.200  solved (train) [mini-swe-agent=0.00 oneshot=0.20]")
+    assert out[2] == "eval  step 2  policy v2  pass@1 [oneshot=0.75 (3/4) mini-swe-agent=0.25 (1/4)]  4 tasks × 1"
+    status = CoordinatorStatus(step=2, policy_version=2, open_groups=1, ready_groups=0, leased=3, rollouts_scored=9,
+                               rollouts_unscored=0, rollouts_stale=0, groups_skipped_zero_variance=0,
+                               policy_model="m-v2", done=False,
+                               evaluating=EvalProgress(step=2, policy_version=2, rollouts=8, finished=5))
+    assert status_line(status).endswith("scored 9  evaluating step 2 5/8")

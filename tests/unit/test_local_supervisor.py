@@ -142,3 +142,23 @@ def test_clean_exit_of_a_done_component_is_not_restarted(tmp_path: Path) -> None
         assert supervisor.check() is False
     finally:
         supervisor.stop_all(grace_s=2)
+
+
+def test_replace_restarts_a_component_on_a_new_spec_outside_the_budget(tmp_path: Path) -> None:
+    """What `harnessrl run` does with weightSync restart: the engine is stopped and started on new weights."""
+    import json
+
+    supervisor = Supervisor(restart_budget=0, pid_file=tmp_path / "pids.json")
+    try:
+        managed = supervisor.start(spec(tmp_path, "engine-0"))
+        old = managed.popen
+        assert old is not None
+        new_spec = spec(tmp_path, "engine-0")
+        supervisor.replace("engine-0", new_spec, grace_s=5)
+        assert old.poll() is not None and not alive(old.pid)
+        assert managed.spec is new_spec and managed.popen is not None and managed.popen.poll() is None
+        assert json.loads((tmp_path / "pids.json").read_text()) == {"engine-0": managed.popen.pid}
+        # Planned, so neither a crash nor a restart: the budget of 0 still holds for real crashes.
+        assert supervisor.check() is False and managed.restarts == 0 and managed.exit_codes == []
+    finally:
+        supervisor.stop_all(grace_s=5)

@@ -205,9 +205,19 @@ def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
     index = next(c for c in job["spec"]["template"]["spec"]["initContainers"] if c["name"] == "task-index")
     env = {e["name"]: e["value"] for e in index["env"]}
     assert yaml.safe_load(env["HARNESSRL_TASKS"]) == {"kind": "dir", "path": "/var/lib/harnessrl/tasks"}
-    out = tmp_path / "ids.txt"
-    env |= {"HARNESSRL_TASKS": f'{{"kind": "dir", "path": "{ROOT / "examples" / "tasks"}"}}', "HARNESSRL_TASK_IDS": str(out)}
+    # The example evaluates on the test split: the same program lists it, unlimited (the learner applies spec.eval.limit).
+    assert env["HARNESSRL_EVAL_SPLIT"] == "test"
+    assert env["HARNESSRL_EVAL_TASK_IDS"] == "/var/lib/harnessrl/task-ids/eval-ids.txt"
+    out, eval_out = tmp_path / "ids.txt", tmp_path / "eval-ids.txt"
+    env |= {"HARNESSRL_TASKS": f'{{"kind": "dir", "path": "{ROOT / "examples" / "tasks"}"}}', "HARNESSRL_TASK_IDS": str(out),
+            "HARNESSRL_EVAL_TASK_IDS": str(eval_out)}
     command = [sys.executable if index["command"][0] == "python" else index["command"][0], *index["command"][1:]]
     subprocess.run(command, env=env, check=True, capture_output=True, timeout=60)
-    expected = sorted(split_tasks(load_dir(ROOT / "examples" / "tasks"), "train"))[:5]
+    tasks = load_dir(ROOT / "examples" / "tasks")
+    expected = sorted(split_tasks(tasks, "train"))[:5]
     assert out.read_text().split() == expected and len(expected) == 5
+    held_out = sorted(split_tasks(tasks, "test"))
+    assert eval_out.read_text().split() == held_out and held_out
+    # The learner reads them from there.
+    learner = yaml.safe_load(manifests()[("ConfigMap", "run-learner-config")]["data"]["config.yaml"])
+    assert learner["eval"]["tasks"]["file"] == "/var/lib/harnessrl/task-ids/eval-ids.txt"

@@ -41,6 +41,7 @@ def test_children_have_deterministic_names_and_one_runner_set_per_pool() -> None
     plan = example_plan()
     assert [c.name for c in plan.components()] == [
         "run-engine", "run-proxy", "run-learner", "run-claude-code-runner", "run-codex-runner", "run-mini-swe-agent-runner",
+        "run-gemini-cli-runner",  # evaluated under (spec.eval.harnesses), not trained on
     ]
     assert child_name("r", ComponentKind.RUNNER, "p") == "r-p-runner"
     assert plan == example_plan()  # pure: same input, same plan
@@ -103,7 +104,7 @@ def test_custom_and_e2b_pools() -> None:
 def test_suspend_scales_everything_but_the_learner_to_zero() -> None:
     plan = example_plan(suspend=True)
     assert plan.suspended
-    assert [c.replicas for c in plan.components()] == [0, 0, 1, 0, 0, 0]
+    assert [c.replicas for c in plan.components()] == [0, 0, 1, 0, 0, 0, 0]
 
 
 def test_pvc_sources_and_cpu_engine() -> None:
@@ -149,3 +150,41 @@ def test_nccl_weight_sync_wires_engine_and_learner() -> None:
     with pytest.raises(PlanError, match="one engine replica"):
         example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
                      engine={"replicas": 2, "weightSync": "nccl"})
+
+
+def test_eval_schedule_reaches_the_learner_and_eval_only_pools_get_runners() -> None:
+    plan = example_plan(eval={"everySteps": 25, "split": "test", "harnesses": ["codex", "gemini-cli"], "limit": 40,
+                              "attempts": 2})
+    learner = plan.learner.config
+    assert isinstance(learner, LearnerConfig) and learner.eval is not None
+    # Trained on: the run's harnesses only; evaluated under: spec.eval.harnesses, with each pool's harness.
+    assert [h.pool for h in learner.harnesses] == ["claude-code", "codex", "mini-swe-agent"]
+    assert [(p.pool, p.harness) for p in learner.eval.pools] == [("codex", "codex"), ("gemini-cli", "gemini-cli")]
+    assert (learner.eval.every_steps, learner.eval.limit, learner.eval.attempts) == (25, 40, 2)
+    assert learner.eval.tasks.split == "test"
+    assert str(learner.eval.tasks.file) == "/var/lib/harnessrl/task-ids/eval-ids.txt"
+    runners = {c.pool: c for c in plan.runners}
+    assert list(runners) == ["claude-code", "codex", "mini-swe-agent", "gemini-cli"]
+    gemini = runners["gemini-cli"].config
+    assert isinstance(gemini, RunnerConfig) and gemini.pool == "gemini-cli"
+    # It leases from the learner's coordinator like any runner.
+    assert str(gemini.coordinator_url).rstrip("/") == "http://run-learner.team.svc:8090"
+    assert runners["gemini-cli"].replicas == POOLS["gemini-cli"].replicas
+
+
+def test_eval_defaults_to_the_trained_pools_and_is_absent_without_spec_eval() -> None:
+    plan = example_plan(eval={"everySteps": 5})
+    learner = plan.learner.config
+    assert isinstance(learner, LearnerConfig) and learner.eval is not None
+    assert [p.pool for p in learner.eval.pools] == ["claude-code", "codex", "mini-swe-agent"]
+    assert [c.pool for c in plan.runners] == ["claude-code", "codex", "mini-swe-agent"]
+    no_eval = {k: v for k, v in EXAMPLE["spec"].items() if k != "eval"}
+    plan = build_plan("run", "team", TrainingRunSpec.model_validate(no_eval), POOLS, ClusterPlacement("team"))
+    assert plan.learner.config.eval is None
+    assert [c.pool for c in plan.runners] == ["claude-code", "codex", "mini-swe-agent"]
+
+
+def test_a_missing_eval_pool_is_a_plan_error() -> None:
+    pools = {k: v for k, v in POOLS.items() if k != "gemini-cli"}
+    with pytest.raises(PlanError, match="HarnessPool gemini-cli not found in namespace team"):
+        build_plan("run", "team", TrainingRunSpec.model_validate(EXAMPLE["spec"]), pools, ClusterPlacement("team"))

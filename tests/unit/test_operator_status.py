@@ -111,3 +111,35 @@ def test_pool_status() -> None:
     assert conds(status)["Ready"] == ("False", "CrashLoopBackOff") and status.rollouts.completed == 5
     assert status.selector == "app.kubernetes.io/component=runner,harnessrl.io/pool=p"
     assert pool_status(1, None, "p", [], [], PoolRolloutCounts(), T0).phase == "Pending"
+
+
+def test_the_learners_eval_results_map_into_status() -> None:
+    """What the learner serves (its own CoordinatorStatus model) read as the operator reads it: the latest
+    round's pass@1 by pool, the round in progress in the Training message, the last step's reward, the
+    checkpoint and the Hub branch; a later status without a new evaluation keeps the last pass@1."""
+    from harnessrl.runtime.learner.protocol import CoordinatorStatus, EvalProgress, EvalRecord, PoolScore
+
+    def score(pool: str, solved: int) -> PoolScore:
+        return PoolScore(pool=pool, harness=pool, rollouts=4, scored=4, solved=solved, unscored=0, pending=0,
+                         pass_at_1=solved / 4, mean_correctness=solved / 4)
+
+    record = EvalRecord(step=4, policy_version=4, model="m-v4", time=0.0, tasks=4, attempts=1,
+                        pools=[score("p", 1), score("eval-only", 3)])
+    wire = CoordinatorStatus(step=5, policy_version=5, open_groups=2, ready_groups=0, leased=3, rollouts_scored=40,
+                             rollouts_unscored=1, rollouts_stale=0, groups_skipped_zero_variance=0, policy_model="m-v5",
+                             done=False, mean_reward=0.625, pass_at1=record.pass_at1(), last_eval=record,
+                             evaluating=EvalProgress(step=5, policy_version=5, rollouts=8, finished=3),
+                             latest_checkpoint="/ckpt/step-0000004", hub_revision="step-4")
+    progress = LearnerProgress.model_validate(wire.model_dump(mode="json"))
+    observed = Observed(engine=ready(), proxy=ready(), runners={"p": ready()}, learner={"status": {"active": 1, "ready": 1}},
+                        progress=progress)
+    status = run_status(SPEC, 1, None, observed, T0)
+    assert status.pass_at1 == {"p": 0.25, "eval-only": 0.75}
+    assert (status.mean_reward, status.latest_checkpoint, status.hub_revision) == (0.625, "/ckpt/step-0000004", "step-4")
+    training = next(c for c in status.conditions if c.type == "Training")
+    assert training.message == "step 5/10, policy v5, evaluating step 5 (3/8 rollouts)"
+    later = LearnerProgress.model_validate(wire.model_copy(update={"step": 6, "policy_version": 6, "pass_at1": {}, "evaluating": None})
+                                           .model_dump(mode="json"))
+    status = run_status(SPEC, 1, status, observed.model_copy(update={"progress": later}), T0)
+    assert status.step == 6 and status.pass_at1 == {"p": 0.25, "eval-only": 0.75}
+    assert next(c for c in status.conditions if c.type == "Training").message == "step 6/10, policy v6"

@@ -136,3 +136,19 @@ def test_read_records_skips_a_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     path.write_bytes(json.dumps({"a": 1}).encode() + b"\n" + b'{"a": 2, "b"')
     assert list(read_records(path)) == [{"a": 1}]
+
+
+async def test_a_record_that_cannot_be_encoded_fails_alone(tmp_path: Path) -> None:
+    """The writer thread encodes: a bad record fails its own call, the records around it are still durable."""
+    path = tmp_path / "proxy-0.jsonl"
+    journal = Journal(path, fsync=False)
+    try:
+        results = await asyncio.gather(
+            journal.append({"n": 1}), journal.append({"n": object()}), journal.append({"n": 3, "lp": -math.inf}),
+            return_exceptions=True,
+        )
+        assert results[0] is None and results[2] is None
+        assert isinstance(results[1], Exception)
+        assert list(read_records(path)) == [{"n": 1}, {"n": 3, "lp": -math.inf}]
+    finally:
+        journal.close()

@@ -44,6 +44,8 @@ def test_upstream_body_eval_keeps_temperature_and_non_stream_has_no_stream_optio
          "context"),
         (400, b'{"error":{"message":"bad tool schema"}}', "invalid_request"),
         (503, b"busy", "overloaded"),
+        # A restarted engine before the learner has loaded the policy's adapter into it again.
+        (404, b'{"error":{"message":"The model `policy-v3` does not exist."}}', "overloaded"),
         (500, b"<html>oops</html>", "upstream"),
     ],
 )

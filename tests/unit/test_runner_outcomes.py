@@ -77,7 +77,8 @@ class FakeProvider(SandboxProvider):
 
 
 def proxy_transport(session_status: SessionStatus = SessionStatus.active, up: bool = True,
-                    down_after_create: bool = False) -> httpx.MockTransport:
+                    down_after_create: bool = False, engine_failures: int = 0,
+                    closed: list[str] | None = None) -> httpx.MockTransport:
     state = {"created": 0}
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -93,9 +94,12 @@ def proxy_transport(session_status: SessionStatus = SessionStatus.active, up: bo
                 model="tiny", policy_version=0, call_budget=8)
             return httpx.Response(200, json=resp.model_dump())
         sid = request.url.path.rsplit("/", 1)[-1]
+        if request.method == "DELETE" and closed is not None:
+            closed.append(sid)
         info = SessionInfo(session_id=sid, rollout_id="r", task_id="t", harness="h", group_id="g", training=True,
                            metadata={}, status=session_status, call_budget=8, calls=3, turns=3, bad_turns=0,
-                           tool_calls=2, errors=[], policy_versions=[0], created_at=0, last_activity_at=0)
+                           tool_calls=2, errors=[], engine_failures=engine_failures, policy_versions=[0],
+                           created_at=0, last_activity_at=0)
         return httpx.Response(200, json=info.model_dump())
 
     return httpx.MockTransport(handler)
@@ -150,6 +154,19 @@ async def test_harness_failure_with_the_proxy_gone_is_infrastructure(tmp_path: P
     assert completion.outcome == OutcomeKind.infra_error and "proxy unreachable" in (completion.error or "")
 
 
+@pytest.mark.parametrize("run", [ExecResult(exit_code=1, stderr="HTTP 503"), ExecResult(exit_code=-9, timed_out=True)])
+async def test_harness_failure_after_the_engine_was_unavailable_is_infrastructure(tmp_path: Path, run: ExecResult) -> None:
+    """An engine restart refuses the harness's calls (the proxy counts them on the session): the failure that
+    follows is not the policy's, so the rollout is unscored (and leased again) instead of rewarded 0."""
+    r = runner(FakeProvider([FakeSandbox(run, None)]), proxy_transport(engine_failures=2), tmp_path)
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == OutcomeKind.infra_error and "no engine for 2 call(s)" in (completion.error or "")
+    # A harness that got through the outage (its retries answered) is scored as usual.
+    good = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), "1")
+    completion = await runner(FakeProvider([good]), proxy_transport(engine_failures=2), tmp_path).rollout(LEASE)
+    assert completion.outcome == OutcomeKind.solved
+
+
 async def test_infra_errors_are_retried_in_place_then_reported(tmp_path: Path) -> None:
     good = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), "1")
     r = runner(FakeProvider([SandboxError("node lost"), good]), proxy_transport(), tmp_path, retries=1)
@@ -163,13 +180,19 @@ async def test_infra_errors_are_retried_in_place_then_reported(tmp_path: Path) -
     assert completion.outcome == OutcomeKind.infra_error and "no-such-task" in (completion.error or "")
     completion = await runner(FakeProvider([]), proxy_transport(up=False), tmp_path).rollout(LEASE)
     assert completion.outcome == OutcomeKind.infra_error and completion.session_id is None
+    # The session of an attempt retried in place is closed at the proxy: nobody reads it again.
+    closed: list[str] = []
+    good = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), "1")
+    r = runner(FakeProvider([SandboxError("node lost"), good]), proxy_transport(closed=closed), tmp_path, retries=1)
+    assert (await r.rollout(LEASE)).session_id == "sess2" and closed == ["sess1"]
 
 
 async def test_serve_runs_leases_concurrently_and_stops_when_the_coordinator_is_done(tmp_path: Path) -> None:
     leases = [LEASE.model_copy(update={"rollout_id": f"r{i}", "lease_id": f"l{i}"}) for i in range(3)]
     completed: list[Completion] = []
     requests: list[LeaseRequest] = []
-    proxy = proxy_transport()
+    closed: list[str] = []
+    proxy = proxy_transport(closed=closed)
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.host == "proxy":
@@ -191,3 +214,34 @@ async def test_serve_runs_leases_concurrently_and_stops_when_the_coordinator_is_
     assert all(c.outcome == OutcomeKind.solved for c in completed)
     assert requests[0].max == 2 and requests[0].pool == "p" and requests[0].harness == "qwen-code"
     assert all(s.closed for s in sandboxes)
+    # Each session is closed at the proxy once the coordinator has acked its completion (it fetched the
+    # sequences first), so a long run never fills the proxy's session table.
+    assert sorted(closed) == ["sess1", "sess2", "sess3"]
+
+
+async def test_serve_backs_off_leasing_while_rollouts_fail_on_the_infrastructure(tmp_path: Path) -> None:
+    """While the engine restarts every rollout fails at once; leasing on at full speed would burn the slots'
+    attempts (and the CPU the restart needs). The runner pauses leasing, longer for each failure in a row."""
+    requests: list[LeaseRequest] = []
+    proxy = proxy_transport()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "proxy":
+            return proxy.handler(request)  # type: ignore[no-any-return]
+        if request.url.path == "/v1/leases":
+            requests.append(LeaseRequest.model_validate_json(request.content))
+            lease = LEASE.model_copy(update={"rollout_id": f"r{len(requests)}", "lease_id": f"l{len(requests)}"})
+            return httpx.Response(200, json=LeaseResponse(leases=[lease]).model_dump())
+        c = Completion.model_validate_json(request.content)
+        return httpx.Response(200, json=CompletionAck(rollout_id=c.rollout_id, status="accepted", scored=False).model_dump())
+
+    r = runner(FakeProvider([SandboxError("engine down")] * 10), httpx.MockTransport(handler), tmp_path)
+    r.config.concurrency = 1
+    stop = asyncio.Event()
+    serving = asyncio.create_task(r.serve(stop))
+    await asyncio.sleep(1.5)
+    stop.set()
+    await asyncio.wait_for(serving, 10)
+    assert len(requests) == 1 and r.infra_streak == 1  # the next lease waits 2 s after the first failure
+    r.note_outcome(OutcomeKind.wrong)  # a scored rollout ends the backoff
+    assert r.infra_streak == 0 and r.lease_after == 0.0

@@ -8,7 +8,6 @@ network options (allow the proxy, deny everything else). Sandboxes carry metadat
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -16,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from harnessrl.runtime.harness.config import E2BSandboxConfig
 from harnessrl.runtime.harness.sandboxes import remote
-from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.sandboxes.base import ExecResult, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -53,7 +52,9 @@ def create_kwargs(config: E2BSandboxConfig, api_key: str, pool: str, runner_id: 
     return kwargs
 
 
-class E2BSandbox(Sandbox):
+class E2BSandbox(remote.RemoteShellSandbox):
+    kill_all = "pkill -9 -u user -f . 2>/dev/null; true"
+
     def __init__(self, provider: E2BProvider, sbx: Any, workdir: str) -> None:
         self.provider = provider
         self.sbx = sbx
@@ -81,39 +82,6 @@ class E2BSandbox(Sandbox):
         return ExecResult(
             exit_code=res.exit_code, stdout=res.stdout or "", stderr=res.stderr or "", duration_s=time.monotonic() - started
         )
-
-    async def write_files(self, files: dict[str, str]) -> None:
-        for path, content in files.items():
-            res = await self._sh(remote.write_file_line(path, content), 60)
-            if res.exit_code != 0:
-                raise SandboxError(f"writing {path} failed: {res.stderr[-300:]}")
-
-    async def read_file(self, path: str) -> str | None:
-        import base64
-
-        res = await self._sh(remote.read_file_line(path), 60)
-        if res.exit_code == 3:
-            return None
-        if res.exit_code != 0:
-            raise SandboxError(f"reading {path} failed: {res.stderr[-300:]}")
-        return base64.b64decode(res.stdout).decode(errors="replace")
-
-    async def put_dir(self, b64: str, dest: str) -> None:
-        res = await self._sh(remote.untar_line(b64, dest), 120)
-        if res.exit_code != 0:
-            raise SandboxError(f"copying files into {dest} failed: {res.stderr[-300:]}")
-
-    async def put_tests(self, task: Task) -> None:
-        await self.put_dir(remote.tar_b64(task.tests_dir), self.tests_dir)
-
-    async def run(self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None) -> ExecResult:
-        line = remote.shell_line(argv, {"HOME": self.home, **env}, cwd or self.workspace, timeout_s)
-        try:
-            res = await self._sh(line, timeout_s + 30)
-        finally:
-            await asyncio.shield(self._sh("pkill -9 -u user -f . 2>/dev/null; true", 30))
-        res.timed_out = res.timed_out or (res.exit_code == remote.TIMEOUT_KILLED and res.duration_s >= timeout_s)
-        return res
 
     async def close(self) -> None:
         if self._closed:

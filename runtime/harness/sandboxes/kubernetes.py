@@ -14,7 +14,6 @@ read as a directory there; the task files travel into the sandbox Pod through ex
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import re
 import secrets
@@ -23,7 +22,7 @@ from typing import Any
 
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig
 from harnessrl.runtime.harness.sandboxes import remote
-from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.sandboxes.base import ExecResult, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -123,7 +122,9 @@ def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: 
     }
 
 
-class KubernetesSandbox(Sandbox):
+class KubernetesSandbox(remote.RemoteShellSandbox):
+    kill_all = "kill -9 -1 2>/dev/null; true"
+
     def __init__(self, provider: KubernetesProvider, name: str) -> None:
         self.provider = provider
         self.name = name
@@ -136,40 +137,9 @@ class KubernetesSandbox(Sandbox):
     async def _sh(self, line: str, timeout_s: float) -> ExecResult:
         return await asyncio.to_thread(self.provider.exec, self.name, ["sh", "-c", line], timeout_s)
 
-    async def write_files(self, files: dict[str, str]) -> None:
-        for path, content in files.items():
-            res = await self._sh(remote.write_file_line(path, content), 60)
-            if res.exit_code != 0:
-                raise SandboxError(f"writing {path} in pod {self.name} failed: {res.stderr[-300:]}")
-
-    async def read_file(self, path: str) -> str | None:
-        res = await self._sh(remote.read_file_line(path), 60)
-        if res.exit_code == 3:
-            return None
-        if res.exit_code != 0:
-            raise SandboxError(f"reading {path} in pod {self.name} failed: {res.stderr[-300:]}")
-        return base64.b64decode(res.stdout).decode(errors="replace")
-
-    async def put_dir(self, b64: str, dest: str) -> None:
-        res = await self._sh(remote.untar_line(b64, dest), 120)
-        if res.exit_code != 0:
-            raise SandboxError(f"copying files into {dest} in pod {self.name} failed: {res.stderr[-300:]}")
-
-    async def put_tests(self, task: Task) -> None:
-        await self.put_dir(remote.tar_b64(task.tests_dir), self.tests_dir)
-
-    async def run(self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None) -> ExecResult:
-        line = remote.shell_line(argv, {"HOME": self.home, **env}, cwd or self.workspace, timeout_s)
-        started = time.monotonic()
-        try:
-            res = await self._sh(line, timeout_s + 30)
-        finally:
-            # Whatever the command left behind (daemons, backgrounded tools) dies with it.
-            await asyncio.shield(self._sh("kill -9 -1 2>/dev/null; true", 30))
-        elapsed = time.monotonic() - started
-        res.timed_out = res.timed_out or (res.exit_code == remote.TIMEOUT_KILLED and elapsed >= timeout_s)
-        res.duration_s = elapsed
-        return res
+    @property
+    def where(self) -> str:
+        return f" in pod {self.name}"
 
     async def close(self) -> None:
         if self._closed:

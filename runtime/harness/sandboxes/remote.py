@@ -1,12 +1,19 @@
-"""Pure helpers for sandboxes that run commands through a remote shell (kubernetes exec, E2B)."""
+"""Sandboxes that run commands through a remote shell (kubernetes exec, E2B): the shell lines they send (pure)
+and `RemoteShellSandbox`, the file and process handling both build on one `sh -c` primitive."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import shlex
 import tarfile
+import time
+from abc import abstractmethod
 from pathlib import Path
+
+from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError
+from harnessrl.runtime.harness.tasks import Task
 
 # Remote argv limits are about 128 KiB per argument on Linux; task files travel as base64 in one argument.
 MAX_INLINE_BYTES = 96 * 1024
@@ -54,3 +61,54 @@ def read_file_line(path: str) -> str:
     """Prints the file base64-encoded (exact bytes through a text channel); exit 3 if it does not exist."""
     q = shlex.quote(path)
     return f"test -f {q} || exit 3; base64 {q}"
+
+
+class RemoteShellSandbox(Sandbox):
+    """A sandbox driven by `sh -c LINE` alone; subclasses say how a line runs and what kills all that is left."""
+
+    # Run after every command: ends whatever it left behind (daemons, backgrounded tools).
+    kill_all: str
+
+    @abstractmethod
+    async def _sh(self, line: str, timeout_s: float) -> ExecResult:
+        """Run one shell line; a non-zero exit is a result. Raises SandboxError when the sandbox is unreachable."""
+
+    @property
+    def where(self) -> str:
+        """Names the sandbox in error messages (" in pod X"), or nothing."""
+        return ""
+
+    async def _check(self, line: str, timeout_s: float, failed: str) -> ExecResult:
+        res = await self._sh(line, timeout_s)
+        if res.exit_code != 0:
+            raise SandboxError(f"{failed}{self.where} failed: {res.stderr[-300:]}")
+        return res
+
+    async def write_files(self, files: dict[str, str]) -> None:
+        for path, content in files.items():
+            await self._check(write_file_line(path, content), 60, f"writing {path}")
+
+    async def read_file(self, path: str) -> str | None:
+        res = await self._sh(read_file_line(path), 60)
+        if res.exit_code == 3:
+            return None
+        if res.exit_code != 0:
+            raise SandboxError(f"reading {path}{self.where} failed: {res.stderr[-300:]}")
+        return base64.b64decode(res.stdout).decode(errors="replace")
+
+    async def put_dir(self, b64: str, dest: str) -> None:
+        await self._check(untar_line(b64, dest), 120, f"copying files into {dest}")
+
+    async def put_tests(self, task: Task) -> None:
+        await self.put_dir(tar_b64(task.tests_dir), self.tests_dir)
+
+    async def run(self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None) -> ExecResult:
+        line = shell_line(argv, {"HOME": self.home, **env}, cwd or self.workspace, timeout_s)
+        started = time.monotonic()
+        try:
+            res = await self._sh(line, timeout_s + 30)
+            res.duration_s = time.monotonic() - started
+        finally:
+            await asyncio.shield(self._sh(self.kill_all, 30))
+        res.timed_out = res.timed_out or (res.exit_code == TIMEOUT_KILLED and res.duration_s >= timeout_s)
+        return res

@@ -35,6 +35,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
+from harnessrl.runtime.proxy.dialects import stream as events
 from harnessrl.runtime.proxy.dialects.base import (
     TOOL_CHOICE_MODES,
     CanonicalRequest,
@@ -62,17 +63,6 @@ from harnessrl.runtime.proxy.dialects.base import (
     validate_body,
 )
 from harnessrl.runtime.proxy.dialects.sse import dumps, sse_event
-from harnessrl.runtime.proxy.dialects.stream import (
-    Failed,
-    Finished,
-    ReasoningDelta,
-    Started,
-    TextDelta,
-    ToolArgsDelta,
-    ToolCallStart,
-    parse_arguments,
-    stream_events,
-)
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, Usage
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -344,7 +334,7 @@ class AnthropicDialect(Dialect):
                 if fn is None or not fn.name:
                     continue
                 content.append(
-                    {"type": "tool_use", "id": call.id or new_id("toolu_"), "name": fn.name, "input": parse_arguments(fn.arguments)}
+                    {"type": "tool_use", "id": call.id or new_id("toolu_"), "name": fn.name, "input": events.parse_arguments(fn.arguments)}
                 )
                 calls += 1
         matched = _matched_stop(stop_reason, request)
@@ -376,7 +366,7 @@ class AnthropicDialect(Dialect):
             nonlocal open_kind, open_tool
             out = []
             if open_kind == "tool_use" and open_tool is not None:
-                partial = dumps(parse_arguments(tool_args.get(open_tool)))
+                partial = dumps(events.parse_arguments(tool_args.get(open_tool)))
                 delta = {"type": "input_json_delta", "partial_json": partial}
                 out.append(ev({"type": "content_block_delta", "index": index, "delta": delta}))
             if open_kind is not None:
@@ -392,9 +382,9 @@ class AnthropicDialect(Dialect):
             out.append(ev({"type": "content_block_start", "index": index, "content_block": block}))
             return out
 
-        async for event in stream_events(chunks):
+        async for event in events.stream_events(chunks):
             match event:
-                case Started(prompt):
+                case events.Started(prompt):
                     prompt_tokens = prompt
                     message: dict[str, Any] = {
                         "id": new_id("msg_"),
@@ -408,31 +398,31 @@ class AnthropicDialect(Dialect):
                     }
                     yield ev({"type": "message_start", "message": message})
                     yield ev({"type": "ping"})
-                case ReasoningDelta(text):
+                case events.ReasoningDelta(text):
                     if open_kind != "thinking":
                         for b in open_block({"type": "thinking", "thinking": "", "signature": ""}):
                             yield b
                     delta = {"type": "thinking_delta", "thinking": text}
                     yield ev({"type": "content_block_delta", "index": index, "delta": delta})
-                case TextDelta(text):
+                case events.TextDelta(text):
                     if open_kind != "text":
                         for b in open_block({"type": "text", "text": ""}):
                             yield b
                     yield ev({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}})
-                case ToolCallStart(upstream_index, call_id, name):
+                case events.ToolCallStart(upstream_index, call_id, name):
                     for b in open_block({"type": "tool_use", "id": call_id, "name": name, "input": {}}):
                         yield b
                     open_tool, has_tools = upstream_index, True
-                case ToolArgsDelta(upstream_index, text):
+                case events.ToolArgsDelta(upstream_index, text):
                     tool_args[upstream_index] = tool_args.get(upstream_index, "") + text
-                case Finished(reason, usage, stop):
+                case events.Finished(reason, usage, stop):
                     for b in close():
                         yield b
                     matched = stop if stop in (request.canonical.stop or []) else None
                     end: dict[str, Any] = {"stop_reason": _stop_reason(reason, has_tools, matched), "stop_sequence": matched}
                     yield ev({"type": "message_delta", "delta": end, "usage": _usage(usage, prompt_tokens)})
                     yield ev({"type": "message_stop"})
-                case Failed(error):
+                case events.Failed(error):
                     yield ev(self.error_body(error))
 
     def error_body(self, error: DialectError) -> dict[str, Any]:

@@ -37,6 +37,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from harnessrl.runtime.proxy.dialects import stream as events
 from harnessrl.runtime.proxy.dialects.base import (
     CanonicalRequest,
     ChatMessage,
@@ -60,17 +61,6 @@ from harnessrl.runtime.proxy.dialects.base import (
     validate_body,
 )
 from harnessrl.runtime.proxy.dialects.sse import dumps, sse_event
-from harnessrl.runtime.proxy.dialects.stream import (
-    Failed,
-    Finished,
-    ReasoningDelta,
-    Started,
-    TextDelta,
-    ToolArgsDelta,
-    ToolCallStart,
-    parse_arguments,
-    stream_events,
-)
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, Usage
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -307,7 +297,7 @@ def _usage(usage: Usage | None, prompt_tokens: int | None = None) -> dict[str, A
 
 
 def _call_part(call_id: str, name: str, arguments: str | None) -> dict[str, Any]:
-    return {"functionCall": {"id": call_id, "name": name, "args": parse_arguments(arguments)}}
+    return {"functionCall": {"id": call_id, "name": name, "args": events.parse_arguments(arguments)}}
 
 
 _STATUS_NAMES = {
@@ -405,24 +395,24 @@ class GeminiDialect(Dialect):
         def chunk(parts: list[dict[str, Any]]) -> bytes:
             return sse_event(self._envelope(parts, request, response_id))
 
-        async for event in stream_events(chunks):
+        async for event in events.stream_events(chunks):
             match event:
-                case Started(prompt):
+                case events.Started(prompt):
                     prompt_tokens = prompt
-                case ReasoningDelta(text):
+                case events.ReasoningDelta(text):
                     yield chunk([*flush_calls(), {"text": text, "thought": True}])
-                case TextDelta(text):
+                case events.TextDelta(text):
                     yield chunk([*flush_calls(), {"text": text}])
-                case ToolCallStart(index, call_id, name):
+                case events.ToolCallStart(index, call_id, name):
                     calls[index] = [call_id, name, ""]
-                case ToolArgsDelta(index, text):
+                case events.ToolArgsDelta(index, text):
                     calls[index][2] += text
-                case Finished(reason, usage):
+                case events.Finished(reason, usage):
                     body = self._envelope(flush_calls() or [{"text": ""}], request, response_id)
                     body["candidates"][0]["finishReason"] = _finish_reason(reason)
                     body["usageMetadata"] = _usage(usage, prompt_tokens)
                     yield sse_event(body)
-                case Failed(error):
+                case events.Failed(error):
                     yield sse_event(self.error_body(error))
 
     def error_body(self, error: DialectError) -> dict[str, Any]:

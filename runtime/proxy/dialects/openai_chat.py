@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
+from harnessrl.runtime.proxy.dialects import stream as events
 from harnessrl.runtime.proxy.dialects.base import (
     CONSTRAINING_EXTRAS,
     TOOL_CHOICE_MODES,
@@ -45,15 +46,6 @@ from harnessrl.runtime.proxy.dialects.base import (
     validate_body,
 )
 from harnessrl.runtime.proxy.dialects.sse import sse_event
-from harnessrl.runtime.proxy.dialects.stream import (
-    Failed,
-    Finished,
-    ReasoningDelta,
-    TextDelta,
-    ToolArgsDelta,
-    ToolCallStart,
-    stream_events,
-)
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, Usage
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -317,24 +309,24 @@ class OpenAIChatDialect(Dialect):
 
         yield chunk({"role": "assistant", "content": ""})
         tool_index: dict[int, int] = {}  # upstream index -> our dense index
-        async for event in stream_events(chunks):
+        async for event in events.stream_events(chunks):
             match event:
-                case ReasoningDelta(text):
+                case events.ReasoningDelta(text):
                     yield chunk({"reasoning_content": text})
-                case TextDelta(text):
+                case events.TextDelta(text):
                     yield chunk({"content": text})
-                case ToolCallStart(index, call_id, name):
+                case events.ToolCallStart(index, call_id, name):
                     tool_index[index] = len(tool_index)
                     fn = {"name": name, "arguments": ""}
                     yield chunk({"tool_calls": [{"index": tool_index[index], "id": call_id, "type": "function", "function": fn}]})
-                case ToolArgsDelta(index, text):
+                case events.ToolArgsDelta(index, text):
                     yield chunk({"tool_calls": [{"index": tool_index[index], "function": {"arguments": text}}]})
-                case Finished(reason, usage):
+                case events.Finished(reason, usage):
                     yield chunk({}, _finish(reason, bool(tool_index)))
                     if request.stream_usage:
                         yield sse_event({**head, "choices": [], "usage": _usage(usage)})
                     yield sse_event("[DONE]")
-                case Failed(error):
+                case events.Failed(error):
                     yield sse_event(openai_error_body(error))
 
     def error_body(self, error: DialectError) -> dict[str, Any]:

@@ -38,6 +38,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from harnessrl.runtime.proxy.dialects import stream as events
 from harnessrl.runtime.proxy.dialects.base import (
     TOOL_CHOICE_MODES,
     CanonicalRequest,
@@ -64,17 +65,6 @@ from harnessrl.runtime.proxy.dialects.base import (
 )
 from harnessrl.runtime.proxy.dialects.openai_chat import openai_error_body
 from harnessrl.runtime.proxy.dialects.sse import dumps, sse_event
-from harnessrl.runtime.proxy.dialects.stream import (
-    Failed,
-    Finished,
-    ReasoningDelta,
-    Started,
-    TextDelta,
-    ToolArgsDelta,
-    ToolCallStart,
-    parse_arguments,
-    stream_events,
-)
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, Usage
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -361,7 +351,7 @@ def call_item(request: ParsedRequest, item_id: str, call_id: str, name: str, arg
     origin = request.tool_origins.get(name)
     item: dict[str, Any] = {"id": item_id, "call_id": call_id, "name": origin.name if origin else name}
     if is_custom(request, name):
-        raw = parse_arguments(arguments).get("input", "") if arguments else ""
+        raw = events.parse_arguments(arguments).get("input", "") if arguments else ""
         item.update(type="custom_tool_call", input=raw if isinstance(raw, str) else dumps(raw))
     else:
         item.update(type="function_call", arguments=arguments)
@@ -503,14 +493,14 @@ class OpenAIResponsesDialect(Dialect):
             out.append(ev({"type": "response.output_item.added", "output_index": len(items.items), "item": added}))
             return out
 
-        async for event in stream_events(chunks):
+        async for event in events.stream_events(chunks):
             match event:
-                case Started(prompt):
+                case events.Started(prompt):
                     prompt_tokens = prompt
                     shell = self._response(rid, request, "in_progress", [], None)
                     yield ev({"type": "response.created", "response": shell})
                     yield ev({"type": "response.in_progress", "response": shell})
-                case ReasoningDelta(delta):
+                case events.ReasoningDelta(delta):
                     if kind != "reasoning":
                         added = {"type": "reasoning", "id": new_id("rs_"), "summary": [], "content": [], "status": "in_progress"}
                         for b in open_item("reasoning", added):
@@ -518,7 +508,7 @@ class OpenAIResponsesDialect(Dialect):
                     text += delta
                     at = {"item_id": item_id, "output_index": len(items.items), "content_index": 0}
                     yield ev({"type": "response.reasoning_text.delta", **at, "delta": delta})
-                case TextDelta(delta):
+                case events.TextDelta(delta):
                     opening = kind != "message"
                     if opening:
                         added = {"type": "message", "id": new_id("msg_"), "status": "in_progress", "role": "assistant", "content": []}
@@ -530,24 +520,24 @@ class OpenAIResponsesDialect(Dialect):
                         yield ev({"type": "response.content_part.added", **at, "part": part})
                     text += delta
                     yield ev({"type": "response.output_text.delta", **at, "delta": delta, "logprobs": []})
-                case ToolCallStart(_, new_call_id, name):
+                case events.ToolCallStart(_, new_call_id, name):
                     prefix = "ctc_" if is_custom(request, name) else "fc_"
                     added = {**call_item(request, new_id(prefix), new_call_id, name, ""), "status": "in_progress"}
                     for b in open_item("call", added):
                         yield b
                     call_id, call_name = new_call_id, name
-                case ToolArgsDelta(_, delta):
+                case events.ToolArgsDelta(_, delta):
                     text += delta
                     if not is_custom(request, call_name):
                         at = {"item_id": item_id, "output_index": len(items.items)}
                         yield ev({"type": "response.function_call_arguments.delta", **at, "delta": delta})
-                case Finished(reason, usage):
+                case events.Finished(reason, usage):
                     for b in close():
                         yield b
                     status = "incomplete" if reason == "length" else "completed"
                     done = self._response(rid, request, status, items.items, _usage(usage, prompt_tokens))
                     yield ev({"type": f"response.{status}", "response": done})
-                case Failed(error):
+                case events.Failed(error):
                     if seq < 0:
                         shell = self._response(rid, request, "in_progress", [], None)
                         yield ev({"type": "response.created", "response": shell})

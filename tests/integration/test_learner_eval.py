@@ -1,0 +1,163 @@
+"""Evaluation on the TrainingRun's schedule, in the real learner process (`harnessrl learner`, tiny model,
+restart-mode weight sync: files only, no engine needed): a round at every `every_steps` and one after the last
+step, served over the same lease protocol to a trained pool and an eval-only pool, training paused while it runs,
+its pass@1 in `GET /v1/status` and in eval.jsonl beside metrics.jsonl.
+
+The proxy is the test's stand-in speaking the proxy's admin protocol (tests/fixtures/learner_process.py); the
+runners are synthetic: they create each session at the stand-in as a runner does, fabricate a captured sequence
+for training rollouts only, and grade eval rollouts by a fixed rule, so the expected pass@1 is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harnessrl.runtime.learner.evaluation import read_records
+from harnessrl.runtime.learner.journal import JournalEntry
+from harnessrl.runtime.learner.protocol import (
+    Completion,
+    CoordinatorStatus,
+    Lease,
+    LeaseRequest,
+    LeaseResponse,
+    OutcomeKind,
+)
+from harnessrl.runtime.trajectory.models import TrainingSequence
+
+from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner
+from tests.ports import free_port
+
+pytestmark = pytest.mark.timeout(240)
+STEPS, EVERY = 3, 2  # rounds after steps 2 (every_steps) and 3 (the last)
+EVAL_POOL, EVAL_HARNESS = "eval-only", "qwen-code"
+HELD_OUT = ["held-0", "held-1", "held-2", "held-3"]
+SOLVED = {"held-0", "held-1", "held-2"}  # pass@1 0.75 in every round, under both pools
+
+
+def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path) -> dict[str, Any]:
+    (workdir / "eval-ids.txt").write_text("".join(f"{t}\n" for t in reversed(HELD_OUT)))
+    return {
+        "model": {"path": str(model_dir), "served_name": "tiny"},
+        "grpo": {"group_size": 2, "groups_per_step": 1, "steps": STEPS},
+        "harnesses": [{"pool": POOL, "harness": HARNESS, "weight": 1}],
+        "tasks": {"ids": sorted(VOWEL_TASKS)},
+        "eval": {
+            "every_steps": EVERY,
+            "pools": [{"pool": POOL, "harness": HARNESS}, {"pool": EVAL_POOL, "harness": EVAL_HARNESS}],
+            "tasks": {"file": str(workdir / "eval-ids.txt"), "split": "test"},
+        },
+        "proxy": {"url": proxy.url, "admin_token_file": str(token_file)},
+        "engine": {"urls": ["http://127.0.0.1:9"], "sync": "restart"},  # restart mode never calls the engine
+        "checkpoint": {"dir": str(workdir / "ckpt"), "every": 10},
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "lease_ttl_s": 600,
+    }
+
+
+class Runner:
+    """One pool's synthetic runner. Records each eval lease with the coordinator's step when it completed it."""
+
+    def __init__(self, proxy: ProxyStandIn, coordinator: str, pool: str, harness: str) -> None:
+        self.proxy, self.coordinator, self.pool, self.harness = proxy, coordinator, pool, harness
+        self.eval_leases: list[tuple[Lease, int]] = []
+        self.train_leases: list[Lease] = []
+        self.final_status: CoordinatorStatus | None = None
+
+    async def run(self, timeout_s: float = 180) -> None:
+        end = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=30) as http:
+            while time.monotonic() < end:
+                req = LeaseRequest(runner_id=f"{self.pool}-runner", pool=self.pool, harness=self.harness, max=4)
+                got = LeaseResponse.model_validate((await http.post(f"{self.coordinator}/v1/leases",
+                                                                    json=req.model_dump())).json())
+                if got.done:  # the learner answers `done` a few seconds before it exits
+                    status = (await http.get(f"{self.coordinator}/v1/status")).json()
+                    self.final_status = CoordinatorStatus.model_validate(status)
+                    return
+                if not got.leases:
+                    await asyncio.sleep(0.05)
+                for lease in got.leases:
+                    await self.roll(http, lease)
+
+    async def roll(self, http: httpx.AsyncClient, lease: Lease) -> None:
+        session = (await http.post(f"{self.proxy.url}/sessions", headers={"authorization": f"Bearer {self.proxy.admin_token}"},
+                                   json={"rollout_id": lease.rollout_id, "task_id": lease.task_id, "harness": lease.harness,
+                                         "group_id": lease.group_id, "training": lease.training})).json()
+        sid = session["session_id"]
+        if lease.training:
+            self.train_leases.append(lease)
+            n = len(self.train_leases)
+            self.proxy.add_sequence(sid, TrainingSequence(
+                session_id=sid, node_ids=[0], token_ids=[3, 4, 5, 6 + n % 50], loss_mask=[0, 0, 1, 1],
+                logprobs=[0.0, 0.0, -6.0, -6.5], policy_versions=[lease.policy_version] * 4))
+            solved = n % 2 == 0  # reward variance within each group of 2
+        else:  # nothing captured for an eval session: the learner must not ask for its sequences
+            solved = lease.task_id in SOLVED
+            step = (await http.get(f"{self.coordinator}/v1/status")).json()["step"]
+            self.eval_leases.append((lease, step))
+        completion = Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, runner_id=f"{self.pool}-runner",
+                                session_id=sid, session_base_url=session["base_url"],
+                                outcome=OutcomeKind.solved if solved else OutcomeKind.wrong,
+                                correctness=1.0 if solved else 0.0, tool_calls=1)
+        ack = (await http.post(f"{self.coordinator}/v1/completions", json=completion.model_dump(mode="json"))).json()
+        assert ack["status"] == "accepted", ack
+
+
+async def serve_both(trained: Runner, eval_only: Runner) -> None:
+    await asyncio.gather(trained.run(), eval_only.run())
+
+
+def test_rounds_at_every_steps_and_after_the_last_step_land_in_status(tmp_path: Path, tiny_model_dir: Path) -> None:
+    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy.start()
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(proxy.admin_token)
+    learner = start_learner(tmp_path, config(tmp_path, tiny_model_dir, proxy, token_file))
+    try:
+        trained = Runner(proxy, learner.url, POOL, HARNESS)
+        eval_only = Runner(proxy, learner.url, EVAL_POOL, EVAL_HARNESS)
+        asyncio.run(serve_both(trained, eval_only))
+        log = learner.log()
+        assert learner.proc.wait(timeout=60) == 0, log[-3000:]
+    finally:
+        learner.stop()
+        proxy.stop()
+
+    # Two rounds, each: every held-out task once under each pool, for the policy of its step.
+    evals = trained.eval_leases + eval_only.eval_leases
+    rounds = sorted({lease.policy_version for lease, _ in evals})
+    assert rounds == [EVERY, STEPS], log[-3000:]
+    for version in rounds:
+        leased = sorted((lease.pool, lease.task_id) for lease, _ in evals if lease.policy_version == version)
+        assert leased == sorted((p, t) for p in (POOL, EVAL_POOL) for t in HELD_OUT)
+    # Training paused while a round ran: each eval rollout completed at the step it evaluates.
+    assert all(step == lease.policy_version for lease, step in evals)
+    # The eval-only pool got no training rollout; the trained pool got both kinds, told apart.
+    assert eval_only.train_leases == [] and len(eval_only.eval_leases) == 2 * len(HELD_OUT)
+    assert trained.train_leases and all(not lease.training for lease, _ in evals)
+
+    # The results: eval.jsonl beside metrics.jsonl, and the latest round in the coordinator's status.
+    ckpt = tmp_path / "ckpt"
+    records = read_records(ckpt / "eval.jsonl")
+    assert [(r.step, r.policy_version) for r in records] == [(EVERY, EVERY), (STEPS, STEPS)]
+    for r in records:
+        assert r.pass_at1() == {POOL: 0.75, EVAL_POOL: 0.75}
+        assert [(p.rollouts, p.scored, p.solved, p.unscored) for p in r.pools] == [(4, 4, 3, 0)] * 2
+    status = trained.final_status
+    assert status is not None and status.done and status.step == STEPS
+    assert status.pass_at1 == {POOL: 0.75, EVAL_POOL: 0.75} and status.last_eval == records[-1]
+    assert status.evaluating is None and status.mean_reward is not None
+    assert status.pools[EVAL_POOL].completed == 2 * len(HELD_OUT) and status.pools[EVAL_POOL].active == 0
+    assert status.latest_checkpoint is not None and status.latest_checkpoint.endswith("step-0000003")
+    # Eval completions are journaled (a restart replays them) without sequences, and never trained on.
+    entries = [JournalEntry.model_validate_json(ln) for ln in (ckpt / "journal.jsonl").read_text().splitlines()]
+    journaled_evals = [e for e in entries if e.completion.rollout_id.startswith("eval-")]
+    assert len(journaled_evals) == len(evals) and all(e.sequences == [] for e in journaled_evals)
+    assert {e.harness for e in journaled_evals} == {HARNESS, EVAL_HARNESS}
+    assert "eval at step 2 (policy v2): pass@1" in log and "eval at step 3 (policy v3): pass@1" in log
