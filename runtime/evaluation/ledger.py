@@ -159,15 +159,24 @@ def lease(
     return out
 
 
-def complete(ledger: Ledger, c: Completion, max_unscored: int) -> CompletionAck:
-    """Record a completion. Idempotent: a repeat of a finished lease, or any completion of a final rollout,
-    is a duplicate and changes nothing."""
+def duplicate_ack(ledger: Ledger, c: Completion) -> CompletionAck | None:
+    """The ack of a completion that would change nothing (a repeat of a finished lease, or any completion of a
+    final rollout), or None when it is new. Reads only."""
     slot = ledger.slots.get(c.rollout_id)
     if slot is None:
         raise UnknownRollout(f"unknown rollout id {c.rollout_id!r}")
     if slot.status in FINAL or c.lease_id in slot.finished_leases:
-        ledger.duplicates += 1
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=slot.status == SlotStatus.scored)
+    return None
+
+
+def complete(ledger: Ledger, c: Completion, max_unscored: int) -> CompletionAck:
+    """Record a completion. Idempotent: a duplicate (see duplicate_ack) changes nothing but the count."""
+    dup = duplicate_ack(ledger, c)
+    if dup is not None:
+        ledger.duplicates += 1
+        return dup
+    slot = ledger.slots[c.rollout_id]
     slot.finished_leases.append(c.lease_id)
     slot.outcome, slot.tool_calls, slot.error = c.outcome, c.tool_calls, c.error
     slot.lease_id, slot.lease_deadline, slot.runner_id = None, None, None

@@ -452,13 +452,10 @@ class Coordinator:
         if r is None or not c.rollout_id.startswith(r.prefix):
             # A round that has closed (or was lost in a restart): nothing left to count it in.
             return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=False)
-        slot = r.ledger.slots.get(c.rollout_id)
-        if slot is None:
-            raise UnknownRollout(f"unknown rollout id {c.rollout_id!r}")
-        if slot.status in L.FINAL or c.lease_id in slot.finished_leases:
-            return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate,
-                                 scored=slot.status == L.SlotStatus.scored)
-        return None
+        try:
+            return L.duplicate_ack(r.ledger, c)
+        except L.UnknownRollout as exc:
+            raise UnknownRollout(str(exc)) from None
 
     def _max_unscored(self) -> int:
         return self.evaluation.max_unscored if self.evaluation is not None else 1
