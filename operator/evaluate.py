@@ -42,7 +42,6 @@ from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalResults, EvalStatus
 from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
-from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.tasks import TaskError, load_dir, split_tasks
 from harnessrl.runtime.proxy.protocol import PolicyState
 from pydantic import BaseModel
@@ -203,18 +202,6 @@ def activate(setup: Setup, checkpoint: Checkpoint, admin_token: str) -> PolicySt
     return policy
 
 
-def lease_ttl_s(plan: Plan) -> float:
-    """Long enough for the slowest pool's rollout with its in-place infra retries, so that a lease expires only
-    when its runner is gone (an early expiry would run the rollout twice, counting the first to finish)."""
-    longest = 0.0
-    for runner in plan.runners:
-        config = runner.config
-        assert isinstance(config, RunnerConfig)
-        one = config.timeouts.harness_s + config.timeouts.grader_s + 2 * config.timeouts.session_s
-        longest = max(longest, one * (config.infra_retries + 1))
-    return longest + 60.0
-
-
 def eval_config(setup: Setup, checkpoint: Checkpoint, policy: PolicyState) -> EvalConfig:
     work = setup.placement_out / "eval" / checkpoint.label
     return EvalConfig(
@@ -225,7 +212,6 @@ def eval_config(setup: Setup, checkpoint: Checkpoint, policy: PolicyState) -> Ev
         model=policy.model,
         policy_version=policy.version,
         proxy_url=setup.proxy_url,
-        lease_ttl_s=lease_ttl_s(setup.plan),
         journal=work / "journal.jsonl",
         results=work / "results.json",
         port=setup.coordinator_port,

@@ -20,7 +20,9 @@ class EvalConfig(BaseModel):
     model: str = Field(min_length=1, max_length=512, description="model name leases tell harnesses to request")
     policy_version: int = Field(0, ge=0)
     proxy_url: str = Field(min_length=1, description="proxy base URL runners create sessions at")
-    lease_ttl_s: float = Field(900.0, gt=0, description="a lease not completed by then is handed out again")
+    lease_ttl_s: float = Field(
+        90.0, gt=0, description="a lease its runner stops renewing (the runner died) is handed out again after this long"
+    )
     max_unscored: int = Field(3, ge=1, le=100, description="infra/grader failures of a rollout before it is given up")
     retry_after_s: float = Field(1.0, ge=0)
     # Accepted completions, one JSON line each: a restarted coordinator replays them and loses nothing.

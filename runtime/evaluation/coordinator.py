@@ -20,6 +20,8 @@ from harnessrl.runtime.learner.protocol import (
     AckStatus,
     Completion,
     CompletionAck,
+    LeaseRenewal,
+    LeaseRenewalResponse,
     LeaseRequest,
     LeaseResponse,
     PoolScore,
@@ -74,7 +76,12 @@ class EvalCoordinator:
             return LeaseResponse(done=True, retry_after_s=0)
         c = self.config
         leases = L.lease(self.ledger, req, now, c.lease_ttl_s, c.model, c.proxy_url, c.policy_version, c.max_unscored)
-        return LeaseResponse(leases=leases, retry_after_s=0 if leases else c.retry_after_s)
+        return LeaseResponse(
+            leases=leases, retry_after_s=0 if leases else c.retry_after_s, renew_every_s=c.lease_ttl_s / 3
+        )
+
+    def renew(self, req: LeaseRenewal, now: float) -> LeaseRenewalResponse:
+        return LeaseRenewalResponse(renewed=L.renew(self.ledger.slots.values(), set(req.lease_ids), now + self.config.lease_ttl_s))
 
     def complete(self, completion: Completion) -> CompletionAck:
         ack = L.complete(self.ledger, completion, self.config.max_unscored)
@@ -144,6 +151,10 @@ def create_app(coordinator: EvalCoordinator, clock: Callable[[], float] = time.t
             return coordinator.lease(req, clock())
         except L.EvalError as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
+
+    @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse)
+    async def renew(req: LeaseRenewal) -> LeaseRenewalResponse:
+        return coordinator.renew(req, clock())
 
     @app.post("/v1/completions", response_model=CompletionAck)
     async def complete(c: Completion) -> CompletionAck:

@@ -12,7 +12,9 @@ when every rollout is final.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection, Iterable
 from enum import StrEnum
+from typing import Protocol
 
 from harnessrl.runtime.learner.protocol import (
     SCORED_OUTCOMES,
@@ -157,6 +159,27 @@ def lease(
             )
         )
     return out
+
+
+class LeasedSlot(Protocol):
+    """A rollout slot of either ledger (evaluation here, training groups in the learner's coordinator)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def lease_id(self) -> str | None: ...
+
+    lease_deadline: float | None
+
+
+def renew(slots: Iterable[LeasedSlot], lease_ids: Collection[str], deadline: float) -> list[str]:
+    """Move the deadline of each slot still leased under one of `lease_ids`; the ids renewed."""
+    renewed = []
+    for s in slots:
+        if s.status == "leased" and s.lease_id is not None and s.lease_id in lease_ids:
+            s.lease_deadline = deadline
+            renewed.append(s.lease_id)
+    return renewed
 
 
 def duplicate_ack(ledger: Ledger, c: Completion) -> CompletionAck | None:

@@ -7,7 +7,9 @@ Outcomes (learner/protocol.py OutcomeKind):
 - grader_error: the verifier broke (timed out, wrote no reward): says nothing about the policy.
 - infra_error: proxy unreachable, sandbox failure, unknown task. Retried in place `infra_retries` times, then
   completed as infra_error, which the coordinator leaves unscored (never reward 0).
-A rollout cancelled by shutdown is not completed: its lease expires and the coordinator hands it out again.
+While a rollout runs its lease is renewed (every `renew_every_s` the coordinator names), so a lease expires only
+when its runner is gone. A rollout cancelled by shutdown is not completed: its lease expires and the coordinator
+hands it out again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from harnessrl.runtime.learner.protocol import (
     Completion,
     CompletionAck,
     Lease,
+    LeaseRenewal,
+    LeaseRenewalResponse,
     LeaseRequest,
     LeaseResponse,
     OutcomeKind,
@@ -130,6 +134,8 @@ class Runner:
         self.completed: list[Completion] = []
         self.infra_streak = 0  # infra_error completions in a row
         self.lease_after = 0.0  # monotonic time before which no new rollout is leased
+        self.held: set[str] = set()  # lease ids of the rollouts running now
+        self.renew_every_s = LeaseResponse().renew_every_s  # the coordinator's word replaces it on each lease
 
     # ------------------------------------------------------------------ one rollout
 
@@ -253,6 +259,30 @@ class Runner:
         resp.raise_for_status()
         return LeaseResponse.model_validate(resp.json())
 
+    async def renew(self) -> None:
+        """Renew the leases of the running rollouts (best effort: a missed renewal is retried on the next tick)."""
+        request = LeaseRenewal(runner_id=self.config.runner_id, lease_ids=sorted(self.held))
+        try:
+            resp = await self.http.post(f"{self.coordinator}/v1/leases/renew", json=request.model_dump(mode="json"))
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("renewing %d lease(s) failed: %s", len(request.lease_ids), exc)
+            return
+        lost = set(request.lease_ids) - set(LeaseRenewalResponse.model_validate(resp.json()).renewed)
+        if lost:
+            # Expired (the coordinator restarted from an older checkpoint, or this runner stalled): the rollout
+            # runs on; whichever completion of it arrives first counts.
+            log.info("lease(s) no longer held: %s", ", ".join(sorted(lost)))
+
+    async def keep_leases(self) -> None:
+        last = time.monotonic()
+        while True:
+            # Ticks of at most a second: the interval is the coordinator's, learnt from the lease responses.
+            await asyncio.sleep(min(1.0, self.renew_every_s))
+            if self.held and time.monotonic() - last >= self.renew_every_s:
+                last = time.monotonic()
+                await self.renew()
+
     async def complete(self, completion: Completion) -> CompletionAck | None:
         """Report a completion; retried with backoff (the coordinator dedupes by rollout id)."""
         for attempt in range(5):
@@ -285,6 +315,13 @@ class Runner:
 
     async def run_and_complete(self, lease: Lease) -> None:
         log.info("rollout %s: task %s (group %s, policy v%d)", lease.rollout_id, lease.task_id, lease.group_id, lease.policy_version)
+        self.held.add(lease.lease_id)  # until the coordinator has the completion
+        try:
+            await self.run_to_ack(lease)
+        finally:
+            self.held.discard(lease.lease_id)
+
+    async def run_to_ack(self, lease: Lease) -> None:
         completion = await self.rollout(lease)
         self.completed.append(completion)
         self.note_outcome(completion.outcome)
@@ -322,6 +359,7 @@ class Runner:
         On stop, running rollouts are cancelled (their sandboxes kill the harness) and not completed."""
         await self.provider.start()
         active: set[asyncio.Task[None]] = set()
+        renewer = asyncio.create_task(self.keep_leases(), name="renew-leases")
         try:
             while not stop.is_set():
                 free = self.config.concurrency - len(active)
@@ -335,6 +373,7 @@ class Runner:
                     if leased.done and not active:
                         log.info("coordinator says training is done")
                         break
+                    self.renew_every_s = leased.renew_every_s
                     for lease in leased.leases:
                         t = asyncio.create_task(self.run_and_complete(lease), name=lease.rollout_id)
                         active.add(t)
@@ -345,10 +384,11 @@ class Runner:
                     wait_s = backoff_s if free > 0 else 3600.0
                 await wait_any(stop, active, wait_s)
         finally:
+            renewer.cancel()
             for t in active:
                 t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*active, return_exceptions=True)
+                await asyncio.gather(renewer, *active, return_exceptions=True)
             await self.provider.shutdown()
 
 

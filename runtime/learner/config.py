@@ -232,7 +232,9 @@ class LearnerConfig(_Cfg):
     eval: EvalSchedule | None = None
     host: str = "0.0.0.0"
     port: int = Field(8090, ge=0, le=65535)
-    lease_ttl_s: float = Field(1800.0, gt=0, description="a rollout not completed by then is leased again")
+    lease_ttl_s: float = Field(
+        90.0, gt=0, description="a lease its runner stops renewing (the runner died) is handed out again after this long"
+    )
     rollout_max_attempts: int = Field(3, ge=1, le=100, description="unscored (infra) attempts before a slot is abandoned")
     metrics_path: Path | None = Field(None, description="JSON lines of per-step metrics; default <checkpoint.dir>/metrics.jsonl")
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")

@@ -290,6 +290,14 @@ class Coordinator:
                 )
         return leases
 
+    def renew(self, lease_ids: list[str], now: float) -> list[str]:
+        """Keep the leases a live runner still works on (training and evaluation alike) from expiring."""
+        wanted, deadline = set(lease_ids), now + self.lease_ttl_s
+        renewed = L.renew((s for g in self.state.groups for s in g.slots), wanted, deadline)
+        if self.state.eval_round is not None:
+            renewed += L.renew(self.state.eval_round.ledger.slots.values(), wanted, deadline)
+        return renewed
+
     # -- completions ----------------------------------------------------------------------------------------
 
     def check(self, c: Completion) -> CompletionAck | None:

@@ -2,6 +2,7 @@
 
 Endpoints (all JSON, served by the learner process):
 - ``POST /v1/leases``      LeaseRequest  -> LeaseResponse
+- ``POST /v1/leases/renew`` LeaseRenewal -> LeaseRenewalResponse
 - ``POST /v1/completions`` Completion    -> CompletionAck   (idempotent; 404 for an unknown rollout)
 - ``GET  /v1/status``      -> CoordinatorStatus
 - ``GET  /healthz``, ``GET /metrics`` (Prometheus text)
@@ -9,8 +10,8 @@ Endpoints (all JSON, served by the learner process):
 A runner leases up to ``max`` rollouts for the pool it serves; each lease names the task, the harness,
 the GRPO group, the policy version at lease time and the proxy to create the session at. The runner
 creates the session at the proxy (the session id is the harness's API key), runs the harness, grades,
-and completes the rollout before ``lease_deadline``. An expired lease is handed out again with a new
-``lease_id``; whichever completion of a rollout arrives first is the one counted, later ones are acked
+and completes the rollout. While it works it renews its leases every ``renew_every_s``; a lease not renewed
+by its ``lease_deadline`` (its runner died) is handed out again with a new ``lease_id``; whichever completion of a rollout arrives first is the one counted, later ones are acked
 as duplicates, so a rollout is never counted twice.
 """
 
@@ -69,6 +70,19 @@ class LeaseResponse(_Wire):
     leases: list[Lease] = Field(default_factory=list)
     retry_after_s: float = Field(default=1.0, ge=0, description="when no lease was given, wait this long")
     done: bool = Field(default=False, description="training has finished: the runner may exit")
+    renew_every_s: float = Field(default=30.0, gt=0, description="renew held leases (POST /v1/leases/renew) this often")
+
+
+class LeaseRenewal(_Wire):
+    """The leases a runner is still working on: each live one's deadline moves to now + the lease TTL, so a lease
+    outlives a slow harness but not a dead runner."""
+
+    runner_id: str = Field(min_length=1, max_length=253)
+    lease_ids: list[str] = Field(max_length=1024)
+
+
+class LeaseRenewalResponse(_Wire):
+    renewed: list[str] = Field(default_factory=list, description="the lease ids still live (others expired or finished)")
 
 
 class Timings(_Wire):

@@ -21,6 +21,8 @@ from harnessrl.runtime.learner.protocol import (
     Completion,
     CompletionAck,
     CoordinatorStatus,
+    LeaseRenewal,
+    LeaseRenewalResponse,
     LeaseRequest,
     LeaseResponse,
     OutcomeKind,
@@ -75,7 +77,13 @@ def create_app(
             leases = coordinator.lease(req, clock())
         except CoordinatorError as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
-        return LeaseResponse(leases=leases, retry_after_s=0 if leases else retry_after_s)
+        return LeaseResponse(
+            leases=leases, retry_after_s=0 if leases else retry_after_s, renew_every_s=coordinator.lease_ttl_s / 3
+        )
+
+    @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse)
+    async def renew(req: LeaseRenewal) -> LeaseRenewalResponse:
+        return LeaseRenewalResponse(renewed=coordinator.renew(req.lease_ids, clock()))
 
     @app.post("/v1/completions", response_model=CompletionAck)
     async def complete(c: Completion) -> CompletionAck:

@@ -216,20 +216,24 @@ class EngineClient:
         connection goes back to the pool. Lines are split here, not by aiohttp's readline: the first chunk
         carries the whole prompt's token ids, longer than its line limit. `before_read` is awaited each time
         every chunk read so far has been consumed and the next read from the socket is due."""
-        buffer = b""
+        partial: list[bytes] = []  # the pieces of a line not yet ended, so each read is split once
         while True:
             if before_read is not None:
                 await before_read()
             data = await response.content.readany()
             if not data:
                 break
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")
+            *lines, rest = data.split(b"\n")
+            if lines and partial:
+                lines[0] = b"".join((*partial, lines[0]))
+                partial.clear()
+            if rest:
+                partial.append(rest)
             for line in lines:
                 chunk = _sse_chunk(line)
                 if chunk is not None:
                     yield chunk
-        chunk = _sse_chunk(buffer)
+        chunk = _sse_chunk(b"".join(partial))
         if chunk is not None:
             yield chunk
 

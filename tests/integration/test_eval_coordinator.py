@@ -29,6 +29,8 @@ from harnessrl.runtime.learner.protocol import (
     AckStatus,
     Completion,
     CompletionAck,
+    LeaseRenewal,
+    LeaseRenewalResponse,
     LeaseRequest,
     LeaseResponse,
     OutcomeKind,
@@ -192,9 +194,17 @@ def test_http_expiry_idempotency_and_errors(tmp_path: Path) -> None:
             second = lease("r0", 5).leases
             assert len(second) == 1 and second[0].rollout_id != first.rollout_id
             empty = lease("r1")
-            assert empty.leases == [] and not empty.done and empty.retry_after_s > 0
-            # r0 goes silent; after the TTL its first rollout goes to r1.
-            clock.now += 31
+            assert empty.leases == [] and not empty.done and empty.retry_after_s > 0 and empty.renew_every_s == 10
+            # r0 renews its leases while it works: they outlive the TTL.
+            clock.now += 20
+            renewal = LeaseRenewal(runner_id="r0", lease_ids=[first.lease_id, second[0].lease_id, "p/zzz/a0.l1-x"])
+            renewed = LeaseRenewalResponse.model_validate(
+                http.post("/v1/leases/renew", json=renewal.model_dump(mode="json")).json())
+            assert renewed.renewed == [first.lease_id, second[0].lease_id]
+            clock.now += 20
+            assert lease("r1").leases == []
+            # r0 goes silent; after the TTL its rollouts go to r1.
+            clock.now += 11
             again = lease("r1", 5).leases
             assert {x.rollout_id for x in again} == {first.rollout_id, second[0].rollout_id}
             relet = next(x for x in again if x.rollout_id == first.rollout_id)

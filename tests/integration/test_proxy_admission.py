@@ -71,3 +71,28 @@ def test_calls_past_the_inflight_limit_get_the_dialects_overloaded_error(
     info = httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin_headers, timeout=5).json()
     assert info["calls"] == 1
     assert "harnessrl_proxy_admission_rejected_total 8.0" in httpx.get(f"{proxy.url}/metrics", timeout=5).text
+
+
+def _engines_inflight(proxy: Any) -> list[int]:
+    engines = httpx.get(f"{proxy.url}/engines", headers=proxy.admin_headers, timeout=5).json()
+    return [int(e["inflight"]) for e in engines]
+
+
+@pytest.mark.parametrize("dialect", ["openai_chat", "gemini"])
+def test_a_stream_whose_harness_left_before_the_body_releases_its_inflight_slots(
+    proxy_factory: ProxyFactory, slow_engine: Any, dialect: str
+) -> None:
+    """The harness gives up while the engine has not answered yet; once the engine answers, the proxy finds
+    the client gone before the stream's body starts, and the proxy's and the engine's in-flight counts return
+    to 0 (they leaked before: the body generator that released them never ran)."""
+    proxy = proxy_factory([slow_engine.root_url])
+    call = BY_NAME[dialect]
+    sid = str(create_session(proxy.url, proxy.admin_headers)["session_id"])
+    with pytest.raises(httpx.ReadTimeout):
+        send(proxy.url, call, sid, call.body("SLOW", stream=True), stream=True, timeout=1.0)
+    assert _inflight(proxy.url) == 1 and _engines_inflight(proxy) == [1]  # the engine is still on it
+    deadline = time.monotonic() + 15
+    while _inflight(proxy.url) or any(_engines_inflight(proxy)):
+        assert time.monotonic() < deadline, f"in-flight slots leaked: {_inflight(proxy.url)}, {_engines_inflight(proxy)}"
+        time.sleep(0.1)
+    assert send(proxy.url, call, sid, call.body("hi", stream=True), stream=True).status_code == 200

@@ -1,6 +1,7 @@
 """`harnessrl runner --config FILE` as a process: it leases from the learner's real coordinator, runs a custom
 harness declared only in its config (a small agent on the official `openai` SDK) through the real proxy in front of
-the scripted engine, completes the rollouts, and on SIGTERM cancels what is in flight and leaves nothing behind."""
+the scripted engine, completes the rollouts, renews the leases of rollouts still running, and on SIGTERM cancels
+what is in flight and leaves nothing behind (its leases, no longer renewed, expire and are handed out again)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from harnessrl.runtime.engine.scripted import ScriptedReply
 from harnessrl.runtime.harness.sandboxes.local import tagged_pids
+from harnessrl.runtime.learner.protocol import LeaseRequest, LeaseResponse
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 ANSWER = json.loads((TASKS / "train" / "sales-total" / "tests" / "expected.json").read_text())["value"]
@@ -36,8 +39,22 @@ def wait_for(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def lease_as_another_runner(coordinator_url: str) -> set[str]:
+    """The rollout ids another runner is handed now (expired leases become pending again on a lease call)."""
+    request = LeaseRequest(runner_id="runner-1", pool="custom-pool", harness="my-agent", max=64)
+    resp = httpx.post(f"{coordinator_url}/v1/leases", json=request.model_dump(mode="json"), timeout=10)
+    resp.raise_for_status()
+    return {lease.rollout_id for lease in LeaseResponse.model_validate(resp.json()).leases}
+
+
+def held_by(coordinator: Any, runner_id: str) -> dict[str, str]:
+    return {s.rollout_id: s.lease_id for g in coordinator.state.groups for s in g.slots
+            if s.status == "leased" and s.runner_id == runner_id}
+
+
 def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any, tmp_path: Path) -> None:
-    stack = rollout_stack([("custom-pool", "my-agent")], "sales-total", group_size=2)
+    ttl = 3.0  # renewed every second by the runner
+    stack = rollout_stack([("custom-pool", "my-agent")], "sales-total", group_size=2, lease_ttl_s=ttl)
     # Every call answers with the right number; a second group's calls are delayed so SIGTERM finds them in flight.
     stack.engine.set_script([ScriptedReply(content=str(ANSWER), max_uses=2), ScriptedReply(content="0", delay_s=120)])
     agent = tmp_path / "agent.py"
@@ -68,6 +85,12 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
         assert status.rollouts_scored == 2 and status.rollouts_unscored == 0
         # The next group is leased and its harnesses are waiting on the (delayed) model when SIGTERM comes.
         wait_for(lambda: len(tagged_pids("custom-pool-runner-0-")) > 0, 60, "the next group's harnesses")
+        # A rollout running longer than the lease TTL keeps its lease: the runner renews it.
+        running = held_by(stack.coordinator, "runner-0")
+        assert len(running) == 2
+        time.sleep(3 * ttl)
+        assert not lease_as_another_runner(stack.coordinator_url) & running.keys()
+        assert held_by(stack.coordinator, "runner-0") == running
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log_path.read_text()
     finally:
@@ -80,3 +103,5 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
     assert list((tmp_path / "sandboxes").iterdir()) == []
     # Cancelled rollouts were not completed: their leases expire and are handed out again.
     assert stack.coordinator.status().rollouts_scored == 2 and stack.coordinator.status().rollouts_unscored == 0
+    time.sleep(ttl + 0.5)
+    assert running.keys() <= lease_as_another_runner(stack.coordinator_url)

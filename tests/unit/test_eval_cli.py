@@ -109,8 +109,6 @@ def test_plan_for_eval_serves_adapters_and_keeps_only_chosen_pools(tmp_path: Pat
     cfg = ev.eval_config(setup, setup.checkpoints[1], ev.PolicyState(model="tiny-eval-step-0000020", version=20))
     assert cfg.port == setup.coordinator_port and cfg.proxy_url == setup.proxy_url
     assert [p.pool for p in cfg.pools] == ["oneshot"] and cfg.attempts == 3
-    # oneshot: 60 s harness + 30 s grader (+ proxy/coordinator calls), tried twice in place, plus a margin.
-    assert cfg.lease_ttl_s == (60 + 30 + 2 * 30) * 2 + 60
     # Runners lease from where the eval coordinator listens.
     runner = setup.plan.runners[0].config
     assert str(runner.coordinator_url).rstrip("/") == f"http://127.0.0.1:{setup.coordinator_port}"

@@ -71,6 +71,20 @@ def test_expired_lease_is_released_once_and_first_completion_wins() -> None:
     assert c.state.counters.rollouts_scored == 1 and c.state.counters.duplicates == 2
 
 
+def test_renewed_lease_outlives_its_ttl_and_a_finished_one_is_not_renewed() -> None:
+    c = make(ttl=10)
+    req = LeaseRequest(runner_id="slow", pool="pb", harness="codex", max=2)
+    a, b = c.lease(req, now=0)
+    assert c.renew([a.lease_id, b.lease_id, "g0000009-r000.a1"], now=8) == [a.lease_id, b.lease_id]
+    c.complete(done(b.rollout_id, b.lease_id), [seq(0)])
+    assert c.renew([a.lease_id, b.lease_id], now=16) == [a.lease_id]
+    # Still held at 25 (renewed until 26); gone once the renewals stop.
+    assert [x.rollout_id for x in c.lease(LeaseRequest(runner_id="r2", pool="pb", harness="codex", max=8), now=25)] \
+        == [f"g0000001-r00{i}" for i in (2, 3)]
+    [again] = c.lease(LeaseRequest(runner_id="r2", pool="pb", harness="codex"), now=27)
+    assert again.rollout_id == a.rollout_id and c.state.counters.leases_expired == 1
+
+
 def test_unscored_is_retried_then_abandoned() -> None:
     c = make()
     req = LeaseRequest(runner_id="r", pool="pb", harness="codex")

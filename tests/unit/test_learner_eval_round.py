@@ -142,6 +142,16 @@ def test_a_runner_that_vanished_cannot_hold_the_round_forever() -> None:
     assert rec.pass_at1() == {} and c.state.done
 
 
+def test_a_live_runner_renews_its_eval_leases_past_the_ttl() -> None:
+    c = make(steps=2)
+    steps(c, 2)
+    held = c.lease(PE, now=0)
+    assert len(held) == 2 and all(not x.training for x in held)
+    for now in (8, 16, 24):
+        assert c.renew([x.lease_id for x in held], now=now) == [x.lease_id for x in held]
+    assert c.close_eval(now=30) is None and c.lease(PE, now=30) == []  # renewed until 34: nothing expired
+
+
 def test_an_open_round_survives_a_checkpoint_and_a_lost_round_reopens_fresh() -> None:
     c = make(steps=2)
     steps(c, 2)
