@@ -46,12 +46,12 @@ def status_line(s: CoordinatorStatus) -> str:
 class LiveView:
     """Prints each new step once; between steps, a live status line redrawn in place on a terminal."""
 
-    def __init__(self, metrics_path: Path, coordinator_url: str, live: bool) -> None:
+    def __init__(self, metrics_path: Path, eval_path: Path, coordinator_url: str, live: bool) -> None:
         self.metrics_path = metrics_path
+        self.eval_path = eval_path
         self.coordinator_url = coordinator_url
         self.live = live
         self.last_step = 0
-        self.eval_path = metrics_path.with_name("eval.jsonl")  # the learner writes both side by side
         self.last_eval = 0
 
     def new_steps(self) -> list[StepMetrics]:

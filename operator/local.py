@@ -324,7 +324,7 @@ def supervise(plan: Plan, run_dir: Path, live: bool) -> int:
     _stop_on_sigterm()
     supervisor = Supervisor(restart_budget=max(plan.restart_budget, 1), pid_file=run_dir / "pids.json")
     learner = learner_config(plan)
-    view = LiveView(learner.metrics_path or learner.checkpoint.dir / "metrics.jsonl", local_coordinator(plan), live)
+    view = LiveView(learner.metrics_file(), learner.eval_file(), local_coordinator(plan), live)
     served = published_policy(plan)
     restarts = EngineRestarts(plan, run_dir, supervisor, served) if learner.engine.sync == SyncMode.restart else None
     try:

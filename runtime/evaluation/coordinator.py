@@ -20,6 +20,8 @@ from harnessrl.runtime.learner.protocol import (
     AckStatus,
     Completion,
     CompletionAck,
+    LeaseRelease,
+    LeaseReleaseResponse,
     LeaseRenewal,
     LeaseRenewalResponse,
     LeaseRequest,
@@ -79,6 +81,10 @@ class EvalCoordinator:
         return LeaseResponse(
             leases=leases, retry_after_s=0 if leases else c.retry_after_s, renew_every_s=c.lease_ttl_s / 3
         )
+
+    def release(self, req: LeaseRelease) -> LeaseReleaseResponse:
+        mine = (s for s in self.ledger.slots.values() if s.pool == req.pool)
+        return LeaseReleaseResponse(released=L.release(mine, req.runner_id))
 
     def renew(self, req: LeaseRenewal, now: float) -> LeaseRenewalResponse:
         return LeaseRenewalResponse(renewed=L.renew(self.ledger.slots.values(), set(req.lease_ids), now + self.config.lease_ttl_s))
@@ -155,6 +161,10 @@ def create_app(coordinator: EvalCoordinator, clock: Callable[[], float] = time.t
     @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse)
     async def renew(req: LeaseRenewal) -> LeaseRenewalResponse:
         return coordinator.renew(req, clock())
+
+    @app.post("/v1/leases/release", response_model=LeaseReleaseResponse)
+    async def release(req: LeaseRelease) -> LeaseReleaseResponse:
+        return coordinator.release(req)
 
     @app.post("/v1/completions", response_model=CompletionAck)
     async def complete(c: Completion) -> CompletionAck:

@@ -168,6 +168,8 @@ class LeasedSlot(Protocol):
     def status(self) -> str: ...
     @property
     def lease_id(self) -> str | None: ...
+    @property
+    def runner_id(self) -> str | None: ...
 
     lease_deadline: float | None
 
@@ -180,6 +182,17 @@ def renew(slots: Iterable[LeasedSlot], lease_ids: Collection[str], deadline: flo
             s.lease_deadline = deadline
             renewed.append(s.lease_id)
     return renewed
+
+
+def release(slots: Iterable[LeasedSlot], runner_id: str) -> int:
+    """Expire at once the leases `runner_id` holds among `slots` (the next lease call hands them out again, counted
+    as any expiry); how many."""
+    n = 0
+    for s in slots:
+        if s.status == "leased" and s.runner_id == runner_id:
+            s.lease_deadline = float("-inf")
+            n += 1
+    return n
 
 
 def duplicate_ack(ledger: Ledger, c: Completion) -> CompletionAck | None:

@@ -29,6 +29,8 @@ from harnessrl.runtime.learner.protocol import (
     Completion,
     CompletionAck,
     Lease,
+    LeaseRelease,
+    LeaseReleaseResponse,
     LeaseRenewal,
     LeaseRenewalResponse,
     LeaseRequest,
@@ -259,6 +261,20 @@ class Runner:
         resp.raise_for_status()
         return LeaseResponse.model_validate(resp.json())
 
+    async def release_predecessor(self) -> None:
+        """Hand back what an earlier process of this runner (same id and pool, so it is gone) still held, so
+        those rollouts go out again now rather than when their leases expire. Best effort: they expire anyway."""
+        request = LeaseRelease(runner_id=self.config.runner_id, pool=self.config.pool)
+        try:
+            resp = await self.http.post(f"{self.coordinator}/v1/leases/release", json=request.model_dump(mode="json"))
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.info("could not release an earlier runner's leases (%s); they will expire", exc)
+            return
+        released = LeaseReleaseResponse.model_validate(resp.json()).released
+        if released:
+            log.info("released %d lease(s) an earlier process of runner %s held", released, self.config.runner_id)
+
     async def renew(self) -> None:
         """Renew the leases of the running rollouts (best effort: a missed renewal is retried on the next tick)."""
         request = LeaseRenewal(runner_id=self.config.runner_id, lease_ids=sorted(self.held))
@@ -358,6 +374,7 @@ class Runner:
         """Lease and run rollouts, `concurrency` at a time, until `stop` is set or the coordinator is done.
         On stop, running rollouts are cancelled (their sandboxes kill the harness) and not completed."""
         await self.provider.start()
+        await self.release_predecessor()
         active: set[asyncio.Task[None]] = set()
         renewer = asyncio.create_task(self.keep_leases(), name="renew-leases")
         try:

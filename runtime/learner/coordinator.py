@@ -298,6 +298,13 @@ class Coordinator:
             renewed += L.renew(self.state.eval_round.ledger.slots.values(), wanted, deadline)
         return renewed
 
+    def release(self, runner_id: str, pool: str) -> int:
+        """A restarted runner's predecessor is gone: its leases for `pool` go out again on the next lease call."""
+        n = L.release((s for g in self.state.groups if g.pool == pool for s in g.slots), runner_id)
+        if self.state.eval_round is not None:
+            n += L.release((s for s in self.state.eval_round.ledger.slots.values() if s.pool == pool), runner_id)
+        return n
+
     # -- completions ----------------------------------------------------------------------------------------
 
     def check(self, c: Completion) -> CompletionAck | None:

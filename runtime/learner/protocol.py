@@ -3,6 +3,7 @@
 Endpoints (all JSON, served by the learner process):
 - ``POST /v1/leases``      LeaseRequest  -> LeaseResponse
 - ``POST /v1/leases/renew`` LeaseRenewal -> LeaseRenewalResponse
+- ``POST /v1/leases/release`` LeaseRelease -> LeaseReleaseResponse (a runner starting up)
 - ``POST /v1/completions`` Completion    -> CompletionAck   (idempotent; 404 for an unknown rollout)
 - ``GET  /v1/status``      -> CoordinatorStatus
 - ``GET  /healthz``, ``GET /metrics`` (Prometheus text)
@@ -83,6 +84,19 @@ class LeaseRenewal(_Wire):
 
 class LeaseRenewalResponse(_Wire):
     renewed: list[str] = Field(default_factory=list, description="the lease ids still live (others expired or finished)")
+
+
+class LeaseRelease(_Wire):
+    """Sent by a runner as it starts: whatever an earlier process with its id held for its pool is lost (it crashed
+    or was killed), so those rollouts go out again now instead of at their expiry. Runner ids are unique per live
+    runner of a pool (the pod name on a cluster)."""
+
+    runner_id: str = Field(min_length=1, max_length=253)
+    pool: str = Field(min_length=1, max_length=253)
+
+
+class LeaseReleaseResponse(_Wire):
+    released: int = Field(ge=0, description="leases handed back")
 
 
 class Timings(_Wire):

@@ -21,6 +21,8 @@ from harnessrl.runtime.learner.protocol import (
     Completion,
     CompletionAck,
     CoordinatorStatus,
+    LeaseRelease,
+    LeaseReleaseResponse,
     LeaseRenewal,
     LeaseRenewalResponse,
     LeaseRequest,
@@ -84,6 +86,10 @@ def create_app(
     @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse)
     async def renew(req: LeaseRenewal) -> LeaseRenewalResponse:
         return LeaseRenewalResponse(renewed=coordinator.renew(req.lease_ids, clock()))
+
+    @app.post("/v1/leases/release", response_model=LeaseReleaseResponse)
+    async def release(req: LeaseRelease) -> LeaseReleaseResponse:
+        return LeaseReleaseResponse(released=coordinator.release(req.runner_id, req.pool))
 
     @app.post("/v1/completions", response_model=CompletionAck)
     async def complete(c: Completion) -> CompletionAck:

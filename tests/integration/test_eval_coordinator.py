@@ -29,6 +29,8 @@ from harnessrl.runtime.learner.protocol import (
     AckStatus,
     Completion,
     CompletionAck,
+    LeaseRelease,
+    LeaseReleaseResponse,
     LeaseRenewal,
     LeaseRenewalResponse,
     LeaseRequest,
@@ -203,8 +205,9 @@ def test_http_expiry_idempotency_and_errors(tmp_path: Path) -> None:
             assert renewed.renewed == [first.lease_id, second[0].lease_id]
             clock.now += 20
             assert lease("r1").leases == []
-            # r0 goes silent; after the TTL its rollouts go to r1.
-            clock.now += 11
+            # r0 is restarted: the new process hands back what the old one held, and r1 gets it at once.
+            released = http.post("/v1/leases/release", json=LeaseRelease(runner_id="r0", pool="p").model_dump())
+            assert LeaseReleaseResponse.model_validate(released.json()).released == 2
             again = lease("r1", 5).leases
             assert {x.rollout_id for x in again} == {first.rollout_id, second[0].rollout_id}
             relet = next(x for x in again if x.rollout_id == first.rollout_id)

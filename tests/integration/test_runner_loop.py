@@ -1,7 +1,8 @@
 """`harnessrl runner --config FILE` as a process: it leases from the learner's real coordinator, runs a custom
 harness declared only in its config (a small agent on the official `openai` SDK) through the real proxy in front of
 the scripted engine, completes the rollouts, renews the leases of rollouts still running, and on SIGTERM cancels
-what is in flight and leaves nothing behind (its leases, no longer renewed, expire and are handed out again)."""
+what is in flight and leaves nothing behind; a runner started again under the same id hands back its predecessor's
+leases at once, and the leases of a runner that is gone, no longer renewed, expire and are handed out again."""
 
 from __future__ import annotations
 
@@ -47,6 +48,12 @@ def lease_as_another_runner(coordinator_url: str) -> set[str]:
     return {lease.rollout_id for lease in LeaseResponse.model_validate(resp.json()).leases}
 
 
+def start_runner(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen([str(Path(sys.executable).parent / "harnessrl"), "runner", "--config", str(config_path)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
 def held_by(coordinator: Any, runner_id: str) -> dict[str, str]:
     return {s.rollout_id: s.lease_id for g in coordinator.state.groups for s in g.slots
             if s.status == "leased" and s.runner_id == runner_id}
@@ -74,9 +81,7 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
     config_path = tmp_path / "runner.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / "runner.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen([str(Path(sys.executable).parent / "harnessrl"), "runner", "--config", str(config_path)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = start_runner(config_path, log_path)
     try:
         wait_for(lambda: stack.coordinator.status().rollouts_scored >= 2 or proc.poll() is not None, 120,
                  "two scored rollouts")
@@ -93,6 +98,15 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
         assert held_by(stack.coordinator, "runner-0") == running
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log_path.read_text()
+        # Its successor (same runner id and pool) hands back at once what it held, and takes it on again.
+        restarted_log = tmp_path / "runner-restarted.log"
+        proc = start_runner(config_path, restarted_log)
+        wait_for(lambda: held_by(stack.coordinator, "runner-0").keys() == running.keys()
+                 and held_by(stack.coordinator, "runner-0") != running, 30, "the rollouts leased again")
+        assert "released 2 lease(s) an earlier process of runner runner-0 held" in restarted_log.read_text()
+        running = held_by(stack.coordinator, "runner-0")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, restarted_log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -85,6 +85,19 @@ def test_renewed_lease_outlives_its_ttl_and_a_finished_one_is_not_renewed() -> N
     assert again.rollout_id == a.rollout_id and c.state.counters.leases_expired == 1
 
 
+def test_release_hands_back_only_that_runners_leases_of_that_pool() -> None:
+    c = make(ttl=10)
+    mine = c.lease(LeaseRequest(runner_id="runner-0", pool="pa", harness="mini", max=3), now=0)
+    other = c.lease(LeaseRequest(runner_id="runner-1", pool="pa", harness="mini", max=1), now=0)
+    same_id_other_pool = c.lease(LeaseRequest(runner_id="runner-0", pool="pb", harness="codex", max=1), now=0)
+    assert c.release("runner-0", "pa") == 3
+    again = c.lease(LeaseRequest(runner_id="runner-0", pool="pa", harness="mini", max=3), now=1)
+    assert [x.rollout_id for x in again] == [x.rollout_id for x in mine]
+    assert c.state.counters.leases_expired == 3
+    assert c.renew([x.lease_id for x in other + same_id_other_pool], now=1) == [
+        x.lease_id for x in other + same_id_other_pool]
+
+
 def test_unscored_is_retried_then_abandoned() -> None:
     c = make()
     req = LeaseRequest(runner_id="r", pool="pb", harness="codex")

@@ -79,7 +79,7 @@ def test_live_view_shows_each_step_once_across_a_rewrite_and_a_torn_line(tmp_pat
     from harnessrl.operator.live import LiveView
 
     path = tmp_path / "metrics.jsonl"
-    view = LiveView(path, "http://127.0.0.1:9", live=False)
+    view = LiveView(path, tmp_path / "eval.jsonl", "http://127.0.0.1:9", live=False)
     assert view.new_steps() == []
     path.write_text(metrics(1, 0.1).model_dump_json() + "\n" + metrics(2, 0.2).model_dump_json()[:20])
     assert [m.step for m in view.new_steps()] == [1]
@@ -123,7 +123,7 @@ def test_live_view_prints_each_evaluation_round_once(tmp_path: Path, capsys: pyt
     metrics_path = tmp_path / "metrics.jsonl"
     metrics_path.write_text(metrics(1, 0.1).model_dump_json() + "\n" + metrics(2, 0.2).model_dump_json() + "\n")
     (tmp_path / "eval.jsonl").write_text(eval_record(2, {"oneshot": 3, "mini-swe-agent": 1}).model_dump_json() + "\n")
-    view = LiveView(metrics_path, "http://127.0.0.1:9", live=False)
+    view = LiveView(metrics_path, tmp_path / "eval.jsonl", "http://127.0.0.1:9", live=False)
     view.refresh()
     view.refresh()
     out = capsys.readouterr().out.splitlines()
