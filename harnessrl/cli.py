@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("harnessrl.operator.evaluate", "pass@1 of a checkpoint under each harness"),
     "report": ("harnessrl.operator.report", "plots and a summary of a run directory"),
     "tiny-model": ("harnessrl.runtime.engine.tiny_model", "build the tiny test/quickstart model offline"),
+    "adapter-store": ("harnessrl.runtime.engine.adapter_store", "receive LoRA adapters beside an engine (a sidecar)"),
 }
 
 

@@ -44,6 +44,7 @@ RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
 NCCL_ENGINE_ARGS = ["--weight-transfer-config", '{"backend":"nccl"}']
 NCCL_ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 NCCL_PORT = 29551
+ADAPTER_STORE_PORT = 8001
 
 
 class PlanError(ValueError):
@@ -72,6 +73,15 @@ class SecretFile(_Model):
     secret: str
     key: str
     path: str = Field(description="where the file appears for the component")
+
+
+class AdapterStorePlan(_Model):
+    """The sidecar beside each engine replica that receives LoRA adapters from the learner (engines in Pods do not
+    see the learner's checkpoint volume; see runtime/engine/adapter_store.py)."""
+
+    image: str
+    port: int = Field(ge=1, le=65535)
+    token: SecretFile = Field(description="the bearer token uploads must carry (the proxy admin token)")
 
 
 class Images(_Model):
@@ -106,6 +116,10 @@ class Placement(ABC):
     @abstractmethod
     def path(self, what: str) -> str:
         """A file or directory the components use; `what` is one of PATHS."""
+
+    def adapter_store_url(self, run: str, replica: int) -> str | None:
+        """Where the learner uploads adapters for an engine replica; None where engines read the learner's files."""
+        return None
 
 
 # Names of the files and directories a Placement locates.
@@ -145,6 +159,9 @@ class ClusterPlacement(Placement):
 
     def path(self, what: str) -> str:
         return CLUSTER_PATHS[what]
+
+    def adapter_store_url(self, run: str, replica: int) -> str | None:
+        return f"http://{run}-engine-{replica}.{run}-engine.{self.namespace}.svc:{ADAPTER_STORE_PORT}"
 
 
 CLUSTER_PATHS: dict[str, str] = {
@@ -190,6 +207,7 @@ class Plan(_Model):
     proxy: Component
     learner: Component
     runners: list[Component]
+    adapter_store: AdapterStorePlan | None = Field(None, description="LoRA sync where engines have their own disks")
     proxy_admin_secret: str = Field(description="Secret holding the proxy admin token (generated once)")
     checkpoint_claim: str | None = Field(description="user's PVC for checkpoints; None = the run's own")
     restart_budget: int = Field(ge=0)
@@ -238,6 +256,7 @@ def _build(
         namespace=namespace,
         suspended=spec.suspend,
         engine=_engine(run, spec, placement),
+        adapter_store=_adapter_store(run, spec, placement, images, admin_secret),
         proxy=_proxy(run, spec, placement, images, admin_secret),
         learner=_learner(run, spec, used, placement, images, admin_secret),
         runners=[_runner(run, namespace, spec, name, pool, placement, images, admin_secret) for name, pool in used.items()],
@@ -307,6 +326,15 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         config=config,
         pod=spec.pod,
     )
+
+
+def _adapter_store(
+    run: str, spec: TrainingRunSpec, placement: Placement, images: Images, admin_secret: str
+) -> AdapterStorePlan | None:
+    if spec.engine.weight_sync != "lora" or placement.adapter_store_url(run, 0) is None:
+        return None
+    token = SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))
+    return AdapterStorePlan(image=images.image("proxy"), port=ADAPTER_STORE_PORT, token=token)
 
 
 def _lora_rank(rank: int) -> Any:
@@ -405,6 +433,7 @@ def _learner(
         engine=learner_cfg.EngineLink(
             urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
             sync=learner_cfg.SyncMode(spec.engine.weight_sync),
+            **_adapter_stores(run, spec, placement),
             # The engines' workers join the learner's NCCL rendezvous at its own address.
             nccl_master_address=urlparse(placement.coordinator_url(run)).hostname or "127.0.0.1",
             nccl_master_port=NCCL_PORT,
@@ -432,6 +461,14 @@ def _learner(
         secrets=secrets,
         pod=spec.pod,
     )
+
+
+def _adapter_stores(run: str, spec: TrainingRunSpec, placement: Placement) -> dict[str, Any]:
+    """The learner's side of the adapter stores (EngineLink fields): one per engine replica, if any."""
+    stores = [placement.adapter_store_url(run, i) for i in range(spec.engine.replicas)]
+    if spec.engine.weight_sync != "lora" or None in stores:
+        return {}
+    return {"adapter_stores": stores, "adapter_store_token_file": placement.path("proxy-admin-token")}
 
 
 def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement) -> learner_cfg.EvalSchedule | None:

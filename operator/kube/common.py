@@ -24,6 +24,8 @@ METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port 
 QUEUE = "kueue.x-k8s.io/queue-name"
 CONFIG_HASH = "harnessrl.io/config-hash"
 CONFIG_DIR = "/etc/harnessrl"
+# The harnessrl images' user: as the Pods' fsGroup it can read the Secret files (mode 0440) and own the volumes.
+RUN_AS = 10001
 # A ConfigMap is shared by all replicas; a replica that needs its own identity fills in its Pod name at start.
 POD_PLACEHOLDER = "__POD_NAME__"
 

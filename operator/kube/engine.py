@@ -1,9 +1,13 @@
 """The vLLM engine: a StatefulSet (stable per-replica DNS, the learner loads weights into each replica)
-behind a headless Service. Pure."""
+behind a headless Service. With LoRA sync each Pod also runs the adapter store, a sidecar the learner uploads
+adapters to, on a volume vLLM loads them from (runtime/engine/adapter_store.py). Pure."""
 
 from __future__ import annotations
 
+import posixpath
+
 from harnessrl.operator.kube.common import (
+    RUN_AS,
     Manifest,
     Owner,
     component_metadata,
@@ -19,11 +23,12 @@ from harnessrl.operator.kube.common import (
     volumes_and_mounts,
 )
 from harnessrl.operator.kube.storage import engine_model
-from harnessrl.operator.plan import Plan
+from harnessrl.operator.plan import AdapterStorePlan, Plan
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_command
 
 SHM_SIZE = "16Gi"  # NCCL and vLLM's multi-process workers exchange tensors through /dev/shm
+ADAPTER_DIR = "/var/lib/harnessrl/adapters"  # the same path in both containers: the store answers with it
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
@@ -47,7 +52,13 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "readinessProbe": http_probe("/health", period=10, failures=3),
         "livenessProbe": http_probe("/health", period=20, failures=6),
     }
-    spec = {"containers": [container], "volumes": volumes, "automountServiceAccountToken": False}
+    spec: Manifest = {"containers": [container], "volumes": volumes, "automountServiceAccountToken": False}
+    if plan.adapter_store is not None:
+        mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
+        volumes.append({"name": "adapters", "emptyDir": {}})
+        volumes.append(token_volume(plan.adapter_store))
+        spec["containers"].append(adapter_store_container(plan.adapter_store))
+        spec["securityContext"] = {"fsGroup": RUN_AS}  # the store's user reads the token Secret
     pod = pod_template(plan, engine, spec, config_digest=config_hash(launch.model_dump()))
     statefulset = {
         "apiVersion": "apps/v1",
@@ -63,3 +74,27 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         },
     }
     return [config_map(plan, owner, engine), service(plan, owner, engine, engine.name, headless=True), statefulset]
+
+
+def token_volume(store: AdapterStorePlan) -> Manifest:
+    secret = store.token
+    items = [{"key": secret.key, "path": posixpath.basename(secret.path)}]
+    return {"name": "adapter-store-token", "secret": {"secretName": secret.secret, "items": items, "defaultMode": 0o440}}
+
+
+def adapter_store_container(store: AdapterStorePlan) -> Manifest:
+    probe = {"httpGet": {"path": "/healthz", "port": "adapters"}, "periodSeconds": 10, "failureThreshold": 3}
+    return {
+        "name": "adapter-store",
+        "image": store.image,
+        "command": ["harnessrl", "adapter-store", "--dir", ADAPTER_DIR, "--token-file", store.token.path,
+                    "--port", str(store.port)],
+        "ports": [{"name": "adapters", "containerPort": store.port, "protocol": "TCP"}],
+        "volumeMounts": [
+            {"name": "adapters", "mountPath": ADAPTER_DIR},
+            {"name": "adapter-store-token", "mountPath": posixpath.dirname(store.token.path), "readOnly": True},
+        ],
+        "readinessProbe": probe,
+        # An upload is held in memory while it is unpacked: room for a few hundred MB of adapter.
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "2Gi"}},
+    }

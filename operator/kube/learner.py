@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from harnessrl.operator.kube.common import (
     CONFIG_DIR,
+    RUN_AS,
     Manifest,
     Owner,
     component_metadata,
@@ -23,7 +24,6 @@ from harnessrl.operator.plan import CLUSTER_PATHS, Plan
 
 # On a Job whose admission Kueue manages: the operator leaves `spec.suspend` to Kueue.
 KUEUE_ADMITTED = "harnessrl.io/admitted-by-kueue"
-RUN_AS = 10001  # the image's user: it must own the checkpoint volume
 SHM_SIZE = "8Gi"
 
 

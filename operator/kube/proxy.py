@@ -8,6 +8,7 @@ import base64
 import yaml
 from harnessrl.operator.kube.common import (
     POD_PLACEHOLDER,
+    RUN_AS,
     Manifest,
     Owner,
     component_metadata,
@@ -27,7 +28,6 @@ from harnessrl.operator.kube.common import (
 from harnessrl.operator.plan import CLUSTER_PATHS, Plan
 
 JOURNAL_SIZE = "10Gi"
-RUN_AS = 10001  # the images' user: it must own the journal volume
 
 
 def headless_name(plan: Plan) -> str:

@@ -174,11 +174,27 @@ class EngineLink(_Cfg):
     # nccl only: where this learner's rendezvous listens for the engines' workers.
     nccl_master_address: str = "127.0.0.1"
     nccl_master_port: int = Field(29551, ge=1, le=65535)
+    # lora, for engines that do not see the learner's files (a cluster): the adapter store beside each engine
+    # (runtime/engine/adapter_store.py), in the order of `urls`; each adapter is uploaded there, then loaded.
+    adapter_stores: list[str] = Field(default_factory=list, max_length=256)
+    adapter_store_token_file: Path | None = None
 
-    @field_validator("urls")
+    @field_validator("urls", "adapter_stores")
     @classmethod
     def _strip(cls, urls: list[str]) -> list[str]:
         return [u.rstrip("/") for u in urls]
+
+    @model_validator(mode="after")
+    def _one_store_per_engine(self) -> EngineLink:
+        if self.adapter_stores and len(self.adapter_stores) != len(self.urls):
+            raise ValueError(f"engine.adapter_stores names {len(self.adapter_stores)} stores for {len(self.urls)} engines")
+        if self.adapter_stores and self.adapter_store_token_file is None:
+            raise ValueError("engine.adapter_stores needs engine.adapter_store_token_file")
+        return self
+
+    def read_store_token(self) -> str:
+        assert self.adapter_store_token_file is not None
+        return self.adapter_store_token_file.read_text().strip()
 
 
 class CheckpointConfig(_Cfg):

@@ -2,7 +2,8 @@
 
 Three ways behind one interface (`publish(model, version) -> PolicyState`, blocking; the learner runs it off
 the event loop):
-- LoRA: save the adapter, `POST /v1/load_lora_adapter` as `<served>-v<N>` on every engine, unload old ones.
+- LoRA: save the adapter, `POST /v1/load_lora_adapter` as `<served>-v<N>` on every engine, unload old ones. Engines
+  that do not see the learner's files (a cluster) get it uploaded to the adapter store in their Pod first.
 - NCCL: full weights over vLLM's weight-transfer API (`NCCLTrainerWeightTransferEngine`): pause → update →
   resume. GPU only; the engines need `VLLM_SERVER_DEV_MODE=1` and `--weight-transfer-config
   '{"backend":"nccl"}'`, one engine (one transfer group) per learner.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+from harnessrl.runtime.engine.adapter_store import StoredAdapter, adapter_tar
 from harnessrl.runtime.engine.lora import (
     LoraEndpointError,
     load_lora_adapter,
@@ -60,30 +62,44 @@ class LoraSync:
         model.save_pretrained(tmp)
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)  # the engine never sees a half-written adapter
-        for url in self.engine.urls:
-            self._load(url, name, path)
+        for i in range(len(self.engine.urls)):
+            self._load(i, name, path)
         self._unload_old(version)
         return PolicyState(model=name, version=version)
 
     def restore(self, version: int) -> list[str]:
         name, path = adapter_name(self.served, version), self.sync_dir / adapter_name(self.served, version)
         missing = []
-        for url in self.engine.urls:
+        for i, url in enumerate(self.engine.urls):
             served = self.client.get(f"{server_root(url)}/v1/models").json().get("data", [])
             if name not in {m.get("id") for m in served}:
                 missing.append(url)
-                self._load(url, name, path)
+                self._load(i, name, path)
         return missing
 
-    def _load(self, url: str, name: str, path: Path) -> None:
+    def _load(self, i: int, name: str, path: Path) -> None:
+        url, where = self.engine.urls[i], self._engine_path(i, name, path)
         try:
-            load_lora_adapter(url, name, str(path.resolve()), client=self.client, timeout_s=self.engine.request_timeout_s)
+            load_lora_adapter(url, name, where, client=self.client, timeout_s=self.engine.request_timeout_s)
         except LoraEndpointError as exc:
             # A resumed learner (or an earlier run on the same engine) published this name before: replace it.
             if "already been loaded" not in str(exc):
                 raise
             unload_lora_adapter(url, name, client=self.client)
-            load_lora_adapter(url, name, str(path.resolve()), client=self.client, timeout_s=self.engine.request_timeout_s)
+            load_lora_adapter(url, name, where, client=self.client, timeout_s=self.engine.request_timeout_s)
+
+    def _engine_path(self, i: int, name: str, path: Path) -> str:
+        """Where engine i reads the adapter: the learner's own path, or its upload to the engine's adapter store."""
+        if not self.engine.adapter_stores:
+            return str(path.resolve())
+        url = f"{self.engine.adapter_stores[i]}/adapters/{name}"
+        r = self.client.put(url, content=adapter_tar(path), headers=self._store_headers())
+        if r.status_code != 200:
+            raise LoraEndpointError(f"PUT {url} -> {r.status_code}: {r.text[:300]}")
+        return StoredAdapter.model_validate(r.json()).path
+
+    def _store_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.engine.read_store_token()}"}
 
     def _unload_old(self, version: int) -> None:
         old = version - self.keep
@@ -95,6 +111,11 @@ class LoraSync:
                 unload_lora_adapter(url, name, client=self.client)
             except Exception as exc:  # an already-evicted adapter is not a sync failure
                 log.info("unload of %s on %s: %s", name, url, exc)
+        for store in self.engine.adapter_stores:
+            try:
+                self.client.delete(f"{store}/adapters/{name}", headers=self._store_headers())
+            except httpx.HTTPError as exc:  # a store that restarted lost it anyway (its volume is an emptyDir)
+                log.info("deleting %s from %s: %s", name, store, exc)
         shutil.rmtree(self.sync_dir / name, ignore_errors=True)
 
 

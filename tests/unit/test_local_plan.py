@@ -60,6 +60,8 @@ def test_quickstart_plans_engine_proxy_learner_and_one_runner_per_pool(tmp_path:
     assert learner["grpo"]["steps"] == 3  # --steps overrides the spec
     assert learner["host"] == "127.0.0.1"
     assert learner["engine"]["urls"] == [f"http://127.0.0.1:{placement.engine_ports[0]}"]
+    # One machine: the engine loads adapters from the learner's own directory, no adapter store in between.
+    assert plan.adapter_store is None and learner["engine"]["adapter_stores"] == []
     ids = (run_dir / "task-ids.txt").read_text().split()
     assert ids == [f"vowel-{i:02d}" for i in range(8)]  # the train split only
 

@@ -91,6 +91,33 @@ def test_engine_statefulset() -> None:
     assert sts["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
 
 
+def test_lora_engines_get_an_adapter_store_the_learner_uploads_to() -> None:
+    m = manifests()  # weightSync lora, 2 engine replicas
+    pod = m[("StatefulSet", "run-engine")]["spec"]["template"]["spec"]
+    vllm, store = pod["containers"]
+    # vLLM reads (only) the directory the store writes; only the store holds the token.
+    assert {"name": "adapters", "mountPath": "/var/lib/harnessrl/adapters", "readOnly": True} in vllm["volumeMounts"]
+    assert {"name": "adapters", "mountPath": "/var/lib/harnessrl/adapters"} in store["volumeMounts"]
+    assert not any(mount["name"] == "adapter-store-token" for mount in vllm["volumeMounts"])
+    token = next(v for v in pod["volumes"] if v["name"] == "adapter-store-token")["secret"]
+    assert token["secretName"] == "run-proxy-admin" and pod["securityContext"] == {"fsGroup": 10001}
+    assert store["command"][:2] == ["harnessrl", "adapter-store"] and store["image"].split("/")[-1].startswith("proxy:")
+    command = store["command"]
+    assert command[command.index("--dir") + 1] == "/var/lib/harnessrl/adapters"
+    assert command[command.index("--token-file") + 1] == "/var/run/secrets/harnessrl/proxy-admin/token"
+    assert store["ports"] == [{"name": "adapters", "containerPort": 8001, "protocol": "TCP"}]
+    learner = LearnerConfig.model_validate(yaml.safe_load(m[("ConfigMap", "run-learner-config")]["data"]["config.yaml"]))
+    assert learner.engine.adapter_stores == [f"http://run-engine-{i}.run-engine.team.svc:8001" for i in (0, 1)]
+    assert [u.split(":")[1] for u in learner.engine.urls] == [u.split(":")[1] for u in learner.engine.adapter_stores]
+    assert str(learner.engine.adapter_store_token_file) == "/var/run/secrets/harnessrl/proxy-admin/token"
+    # Other weight syncs need no store.
+    for variant in ("nccl", "pvc-sources-cpu"):
+        other = manifests(**VARIANTS[variant])
+        assert len(other[("StatefulSet", "run-engine")]["spec"]["template"]["spec"]["containers"]) == 1
+        cfg = yaml.safe_load(other[("ConfigMap", "run-learner-config")]["data"]["config.yaml"])
+        assert LearnerConfig.model_validate(cfg).engine.adapter_stores == []
+
+
 def test_config_maps_hold_configs_the_components_load() -> None:
     m = manifests()
     loaded = {

