@@ -69,6 +69,8 @@ def free_port() -> int:
 class LocalPlacement(Placement):
     """Components on 127.0.0.1, each on its own port; files under the run directory."""
 
+    restarts_engines = True  # EngineRestarts, below
+
     def __init__(self, run_dir: Path, model_dir: Path, tasks_dir: Path, engine_replicas: int) -> None:
         self.run_dir = run_dir
         self.model_dir = model_dir

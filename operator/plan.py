@@ -100,6 +100,8 @@ class Placement(ABC):
     engine_port: int = 8000
     proxy_port: int = 8080
     learner_port: int = 8090
+    # Whether whoever runs the engines here restarts them on each policy the learner publishes (weightSync restart).
+    restarts_engines: bool = False
 
     @abstractmethod
     def engine_url(self, run: str, replica: int) -> str:
@@ -289,6 +291,10 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
     engine, model = spec.engine, spec.model
     lora = model.adapter.lora
     nccl = engine.weight_sync == "nccl"
+    if engine.weight_sync == "restart" and not placement.restarts_engines:
+        # Engine Pods cannot read the learner's checkpoint volume, and nothing would restart them on new weights.
+        raise PlanError("engine.weightSync restart runs only in `harnessrl run`; in a cluster use lora (with "
+                        "model.adapter.lora) or nccl (full weights on GPUs)")
     if nccl and engine.replicas > 1:
         # One NCCL transfer group per learner: the learner broadcasts to one engine.
         raise PlanError(f"engine.weightSync nccl supports one engine replica, not {engine.replicas}")

@@ -212,7 +212,7 @@ class EngineSpec(ApiModel):
     weight_sync: Literal["lora", "nccl", "restart"] = Field(
         default="lora",
         description="How new weights reach the servers: hot-load a LoRA adapter, broadcast over NCCL, "
-        "or restart the servers from the checkpoint.",
+        "or restart the servers from the checkpoint (`harnessrl run` only).",
     )
     max_model_len: int | None = Field(
         default=None, ge=256, le=4_194_304, description="Context length served; the model's own when empty."

@@ -44,9 +44,9 @@ VARIANTS = {
     "example": {},
     "all-pools": {"harnesses": [{"pool": p} for p in sorted(POOLS)]},
     "pvc-sources-cpu": {
-        "model": {"base": {"pvc": {"claimName": "weights", "path": "qwen"}}, "adapter": {"full": {}}},
+        "model": {"base": {"pvc": {"claimName": "weights", "path": "qwen"}}, "adapter": {"lora": {}}},
         "tasks": {"image": {"image": "ghcr.io/org/tasks:v1"}},
-        "engine": {"gpus": 0, "weightSync": "restart"},
+        "engine": {"gpus": 0},
         "learner": {"gpus": 0},
         "harnesses": [{"pool": "claude-code"}],
         "export": None,
@@ -111,11 +111,10 @@ def test_lora_engines_get_an_adapter_store_the_learner_uploads_to() -> None:
     assert [u.split(":")[1] for u in learner.engine.urls] == [u.split(":")[1] for u in learner.engine.adapter_stores]
     assert str(learner.engine.adapter_store_token_file) == "/var/run/secrets/harnessrl/proxy-admin/token"
     # Other weight syncs need no store.
-    for variant in ("nccl", "pvc-sources-cpu"):
-        other = manifests(**VARIANTS[variant])
-        assert len(other[("StatefulSet", "run-engine")]["spec"]["template"]["spec"]["containers"]) == 1
-        cfg = yaml.safe_load(other[("ConfigMap", "run-learner-config")]["data"]["config.yaml"])
-        assert LearnerConfig.model_validate(cfg).engine.adapter_stores == []
+    nccl = manifests(**VARIANTS["nccl"])
+    assert len(nccl[("StatefulSet", "run-engine")]["spec"]["template"]["spec"]["containers"]) == 1
+    cfg = yaml.safe_load(nccl[("ConfigMap", "run-learner-config")]["data"]["config.yaml"])
+    assert LearnerConfig.model_validate(cfg).engine.adapter_stores == []
 
 
 def test_config_maps_hold_configs_the_components_load() -> None:

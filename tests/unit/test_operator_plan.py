@@ -111,7 +111,7 @@ def test_pvc_sources_and_cpu_engine() -> None:
     plan = example_plan(
         model={"base": {"pvc": {"claimName": "weights", "path": "qwen"}}, "adapter": {"full": {}}},
         tasks={"pvc": {"claimName": "tasks"}},
-        engine={"gpus": 0, "weightSync": "restart"},
+        engine={"gpus": 0, "weightSync": "nccl", "replicas": 1},
     )
     engine = plan.engine.config
     assert isinstance(engine, EngineConfig)
@@ -134,6 +134,9 @@ def test_missing_pool_and_unsupported_combinations_are_plan_errors() -> None:
         build_plan("run", "team", spec, POOLS | {"claude-code": old}, ClusterPlacement("team"))
     with pytest.raises(PlanError, match="largest LoRA rank"):
         example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"lora": {"rank": 1024}}})
+    # Nothing in a cluster would restart the engines on each published policy (`harnessrl run` does).
+    with pytest.raises(PlanError, match="weightSync restart runs only in `harnessrl run`"):
+        example_plan(engine={"weightSync": "restart"})
 
 
 def test_nccl_weight_sync_wires_engine_and_learner() -> None:
