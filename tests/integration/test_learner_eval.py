@@ -11,7 +11,10 @@ for training rollouts only, and grade eval rollouts by a fixed rule, so the expe
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,7 @@ HELD_OUT = ["held-0", "held-1", "held-2", "held-3"]
 SOLVED = {"held-0", "held-1", "held-2"}  # pass@1 0.75 in every round, under both pools
 
 
-def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path) -> dict[str, Any]:
+def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path, **changes: Any) -> dict[str, Any]:
     (workdir / "eval-ids.txt").write_text("".join(f"{t}\n" for t in reversed(HELD_OUT)))
     return {
         "model": {"path": str(model_dir), "served_name": "tiny"},
@@ -57,14 +60,29 @@ def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path
         "host": "127.0.0.1",
         "port": free_port(),
         "lease_ttl_s": 600,
-    }
+    } | changes
+
+
+async def post(http: httpx.AsyncClient, url: str, body: dict[str, Any], patience_s: float = 90) -> Any:
+    """POST, retried while the learner is down (a test may kill and restart it): nothing a runner did is dropped."""
+    end = time.monotonic() + patience_s
+    while True:
+        try:
+            return (await http.post(url, json=body)).raise_for_status().json()
+        except httpx.HTTPError:
+            if time.monotonic() > end:
+                raise
+            await asyncio.sleep(0.5)
 
 
 class Runner:
-    """One pool's synthetic runner. Records each eval lease with the coordinator's step when it completed it."""
+    """One pool's synthetic runner. Records each eval lease with the coordinator's step when it completed it;
+    `after_eval(n)` is called once its n-th eval completion is acked."""
 
-    def __init__(self, proxy: ProxyStandIn, coordinator: str, pool: str, harness: str) -> None:
+    def __init__(self, proxy: ProxyStandIn, coordinator: str, pool: str, harness: str,
+                 after_eval: Callable[[int], None] = lambda n: None) -> None:
         self.proxy, self.coordinator, self.pool, self.harness = proxy, coordinator, pool, harness
+        self.after_eval = after_eval
         self.eval_leases: list[tuple[Lease, int]] = []
         self.train_leases: list[Lease] = []
         self.final_status: CoordinatorStatus | None = None
@@ -74,8 +92,7 @@ class Runner:
         async with httpx.AsyncClient(timeout=30) as http:
             while time.monotonic() < end:
                 req = LeaseRequest(runner_id=f"{self.pool}-runner", pool=self.pool, harness=self.harness, max=4)
-                got = LeaseResponse.model_validate((await http.post(f"{self.coordinator}/v1/leases",
-                                                                    json=req.model_dump())).json())
+                got = LeaseResponse.model_validate(await post(http, f"{self.coordinator}/v1/leases", req.model_dump()))
                 if got.done:  # the learner answers `done` a few seconds before it exits
                     status = (await http.get(f"{self.coordinator}/v1/status")).json()
                     self.final_status = CoordinatorStatus.model_validate(status)
@@ -105,8 +122,11 @@ class Runner:
                                 session_id=sid, session_base_url=session["base_url"],
                                 outcome=OutcomeKind.solved if solved else OutcomeKind.wrong,
                                 correctness=1.0 if solved else 0.0, tool_calls=1)
-        ack = (await http.post(f"{self.coordinator}/v1/completions", json=completion.model_dump(mode="json"))).json()
-        assert ack["status"] == "accepted", ack
+        ack = await post(http, f"{self.coordinator}/v1/completions", completion.model_dump(mode="json"))
+        # After a learner restart, a rollout leased again meanwhile may already be done: a duplicate, counted once.
+        assert ack["status"] in ("accepted", "duplicate"), ack
+        if not lease.training:
+            self.after_eval(len(self.eval_leases))
 
 
 async def serve_both(trained: Runner, eval_only: Runner) -> None:
@@ -161,3 +181,40 @@ def test_rounds_at_every_steps_and_after_the_last_step_land_in_status(tmp_path: 
     assert len(journaled_evals) == len(evals) and all(e.sequences == [] for e in journaled_evals)
     assert {e.harness for e in journaled_evals} == {HARNESS, EVAL_HARNESS}
     assert "eval at step 2 (policy v2): pass@1" in log and "eval at step 3 (policy v3): pass@1" in log
+
+
+def test_a_learner_killed_mid_round_resumes_it_and_counts_each_rollout_once(tmp_path: Path, tiny_model_dir: Path) -> None:
+    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy.start()
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(proxy.admin_token)
+    # A checkpoint after every step: the one after step 2 holds the round it opened. Short leases: a lease the
+    # kill orphaned goes out again soon (real runners renew theirs, these synthetic ones finish in well under 5 s).
+    cfg = config(tmp_path, tiny_model_dir, proxy, token_file, checkpoint={"dir": str(tmp_path / "ckpt"), "every": 1},
+                 lease_ttl_s=5)
+    learners = [start_learner(tmp_path, cfg)]
+
+    def kill_and_restart(n: int) -> None:
+        if n == 3:  # three eval rollouts of the first round are done, five are not
+            learners[0].stop(signal.SIGKILL)
+            learners.append(start_learner(tmp_path, cfg))
+
+    try:
+        trained = Runner(proxy, learners[0].url, POOL, HARNESS, after_eval=kill_and_restart)
+        eval_only = Runner(proxy, learners[0].url, EVAL_POOL, EVAL_HARNESS)
+        asyncio.run(serve_both(trained, eval_only))
+        assert len(learners) == 2 and learners[1].proc.wait(timeout=60) == 0, learners[-1].log()[-3000:]
+    finally:
+        for learner in learners:
+            learner.stop()
+        proxy.stop()
+    resumed = learners[1].log()
+    assert "resumed from step-0000002" in resumed, resumed[-3000:]
+    ckpt = tmp_path / "ckpt"
+    assert [m["step"] for m in map(json.loads, (ckpt / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
+    # Both rounds finished, each counting every held-out task under each pool exactly once.
+    records = read_records(ckpt / "eval.jsonl")
+    assert [(r.step, r.policy_version) for r in records] == [(EVERY, EVERY), (STEPS, STEPS)]
+    for r in records:
+        assert [(p.rollouts, p.scored, p.solved, p.unscored) for p in r.pools] == [(4, 4, 3, 0)] * 2
+        assert r.pass_at1() == {POOL: 0.75, EVAL_POOL: 0.75}
