@@ -424,6 +424,7 @@ def _learner(
             steps=grpo.steps,
             groups_per_step=grpo.batch,
             seed=grpo.seed,
+            max_grad_norm=grpo.max_grad_norm or None,
             **({"micro_batch_tokens": grpo.max_tokens_per_step} if grpo.max_tokens_per_step else {}),
         ),
         reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale),

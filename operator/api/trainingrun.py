@@ -178,6 +178,12 @@ class GrpoSpec(ApiModel):
         le=1_000_000_000,
         description="Cap on trained tokens per step; longer batches are split into micro-batches.",
     )
+    max_grad_norm: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1_000_000.0,
+        description="Clip the gradient's global norm to this before each optimiser step; 0 turns clipping off.",
+    )
     temperature: float = Field(default=1.0, gt=0.0, le=2.0, description="Sampling temperature of rollouts.")
     seed: int = Field(
         default=0, ge=0, le=2_147_483_647, description="Seed of task order and harness rotation."

@@ -59,6 +59,9 @@ def test_component_configs_are_the_components_own_models_wired_together() -> Non
     assert engine.lora.enabled and engine.lora.max_rank == 32 and engine.tensor_parallel_size == 1
     assert engine.model == "Qwen/Qwen3-8B" and engine.max_model_len == 65536 and engine.device == "cuda"
     assert learner.grpo.steps == 400 and learner.grpo.groups_per_step == 8 and learner.grpo.micro_batch_tokens == 2_000_000
+    assert learner.grpo.max_grad_norm == 1.0  # the API's default; 0 turns clipping off
+    unclipped = example_plan(grpo=EXAMPLE["spec"]["grpo"] | {"maxGradNorm": 0}).learner.config
+    assert isinstance(unclipped, LearnerConfig) and unclipped.grpo.max_grad_norm is None
     assert [(h.pool, h.harness, h.weight) for h in learner.harnesses] == [
         ("claude-code", "claude-code", 2), ("codex", "codex", 1), ("mini-swe-agent", "mini-swe-agent", 1),
     ]
