@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 import httpx
 from harnessrl.runtime.harness.adapters.base import Adapter, HarnessStatus, RunContext, RunOutput
@@ -45,8 +46,10 @@ from harnessrl.runtime.proxy.protocol import (
     SessionInfo,
     SessionStatus,
 )
+from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
+Reply = TypeVar("Reply", bound=BaseModel)
 
 
 # Longest pause in leasing while rollouts keep failing on the infrastructure (see Runner.note_outcome).
@@ -255,23 +258,25 @@ class Runner:
 
     # ------------------------------------------------------------------ coordinator
 
+    async def call(self, path: str, request: BaseModel, reply: type[Reply]) -> Reply:
+        """One coordinator endpoint: POST the request, validate the reply (HTTP errors raise httpx.HTTPError)."""
+        resp = await self.http.post(f"{self.coordinator}{path}", json=request.model_dump(mode="json"))
+        resp.raise_for_status()
+        return reply.model_validate(resp.json())
+
     async def lease(self, n: int) -> LeaseResponse:
         request = LeaseRequest(runner_id=self.config.runner_id, pool=self.config.pool, harness=self.harness_name, max=n)
-        resp = await self.http.post(f"{self.coordinator}/v1/leases", json=request.model_dump(mode="json"))
-        resp.raise_for_status()
-        return LeaseResponse.model_validate(resp.json())
+        return await self.call("/v1/leases", request, LeaseResponse)
 
     async def release_predecessor(self) -> None:
         """Hand back what an earlier process of this runner (same id and pool, so it is gone) still held, so
         those rollouts go out again now rather than when their leases expire. Best effort: they expire anyway."""
         request = LeaseRelease(runner_id=self.config.runner_id, pool=self.config.pool)
         try:
-            resp = await self.http.post(f"{self.coordinator}/v1/leases/release", json=request.model_dump(mode="json"))
-            resp.raise_for_status()
+            released = (await self.call("/v1/leases/release", request, LeaseReleaseResponse)).released
         except httpx.HTTPError as exc:
             log.info("could not release an earlier runner's leases (%s); they will expire", exc)
             return
-        released = LeaseReleaseResponse.model_validate(resp.json()).released
         if released:
             log.info("released %d lease(s) an earlier process of runner %s held", released, self.config.runner_id)
 
@@ -279,12 +284,11 @@ class Runner:
         """Renew the leases of the running rollouts (best effort: a missed renewal is retried on the next tick)."""
         request = LeaseRenewal(runner_id=self.config.runner_id, lease_ids=sorted(self.held))
         try:
-            resp = await self.http.post(f"{self.coordinator}/v1/leases/renew", json=request.model_dump(mode="json"))
-            resp.raise_for_status()
+            renewed = (await self.call("/v1/leases/renew", request, LeaseRenewalResponse)).renewed
         except httpx.HTTPError as exc:
             log.warning("renewing %d lease(s) failed: %s", len(request.lease_ids), exc)
             return
-        lost = set(request.lease_ids) - set(LeaseRenewalResponse.model_validate(resp.json()).renewed)
+        lost = set(request.lease_ids) - set(renewed)
         if lost:
             # Expired (the coordinator restarted from an older checkpoint, or this runner stalled): the rollout
             # runs on; whichever completion of it arrives first counts.

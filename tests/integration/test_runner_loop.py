@@ -91,8 +91,8 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
         # The next group is leased and its harnesses are waiting on the (delayed) model when SIGTERM comes.
         wait_for(lambda: len(tagged_pids("custom-pool-runner-0-")) > 0, 60, "the next group's harnesses")
         # A rollout running longer than the lease TTL keeps its lease: the runner renews it.
+        wait_for(lambda: len(held_by(stack.coordinator, "runner-0")) == 2, 30, "both rollouts leased")
         running = held_by(stack.coordinator, "runner-0")
-        assert len(running) == 2
         time.sleep(3 * ttl)
         assert not lease_as_another_runner(stack.coordinator_url) & running.keys()
         assert held_by(stack.coordinator, "runner-0") == running

@@ -19,6 +19,8 @@ from harnessrl.runtime.learner.protocol import (
     Completion,
     CompletionAck,
     Lease,
+    LeaseRelease,
+    LeaseReleaseResponse,
     LeaseRequest,
     LeaseResponse,
     OutcomeKind,
@@ -187,6 +189,11 @@ async def test_infra_errors_are_retried_in_place_then_reported(tmp_path: Path) -
     assert (await r.rollout(LEASE)).session_id == "sess2" and closed == ["sess1"]
 
 
+def release_answer(request: httpx.Request, seen: list[LeaseRelease]) -> httpx.Response:
+    seen.append(LeaseRelease.model_validate_json(request.content))
+    return httpx.Response(200, json=LeaseReleaseResponse(released=0).model_dump())
+
+
 async def test_serve_runs_leases_concurrently_and_stops_when_the_coordinator_is_done(tmp_path: Path) -> None:
     leases = [LEASE.model_copy(update={"rollout_id": f"r{i}", "lease_id": f"l{i}"}) for i in range(3)]
     completed: list[Completion] = []
@@ -194,9 +201,13 @@ async def test_serve_runs_leases_concurrently_and_stops_when_the_coordinator_is_
     closed: list[str] = []
     proxy = proxy_transport(closed=closed)
 
+    released: list[LeaseRelease] = []
+
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.host == "proxy":
             return proxy.handler(request)  # type: ignore[no-any-return]
+        if request.url.path == "/v1/leases/release":
+            return release_answer(request, released)
         if request.url.path == "/v1/leases":
             req = LeaseRequest.model_validate_json(request.content)
             requests.append(req)
@@ -213,6 +224,8 @@ async def test_serve_runs_leases_concurrently_and_stops_when_the_coordinator_is_
     assert sorted(c.rollout_id for c in completed) == ["r0", "r1", "r2"]
     assert all(c.outcome == OutcomeKind.solved for c in completed)
     assert requests[0].max == 2 and requests[0].pool == "p" and requests[0].harness == "qwen-code"
+    # Before its first lease the runner hands back whatever an earlier process of it held for its pool.
+    assert released == [LeaseRelease(runner_id=r.config.runner_id, pool="p")]
     assert all(s.closed for s in sandboxes)
     # Each session is closed at the proxy once the coordinator has acked its completion (it fetched the
     # sequences first), so a long run never fills the proxy's session table.
@@ -228,6 +241,8 @@ async def test_serve_backs_off_leasing_while_rollouts_fail_on_the_infrastructure
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.host == "proxy":
             return proxy.handler(request)  # type: ignore[no-any-return]
+        if request.url.path == "/v1/leases/release":
+            return release_answer(request, [])
         if request.url.path == "/v1/leases":
             requests.append(LeaseRequest.model_validate_json(request.content))
             lease = LEASE.model_copy(update={"rollout_id": f"r{len(requests)}", "lease_id": f"l{len(requests)}"})
