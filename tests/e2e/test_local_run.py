@@ -163,6 +163,30 @@ def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, loca
             assert hub_server.token not in path.read_text(errors="replace"), path
 
 
+def test_weight_sync_restart_serves_each_policy_from_a_restarted_engine(tmp_path: Path, local_run: Any) -> None:
+    """The fallback weight sync: the learner writes each policy and `policy.json`; `harnessrl run` restarts vLLM
+    on it (`--lora-modules policy-vN=...`), and rollouts after that are sampled from it."""
+    path = run_file(tmp_path, steps=3, hub=None, pools=("oneshot",), evaluate=False)
+    text = path.read_text()
+    assert "weightSync: lora" in text
+    path.write_text(text.replace("weightSync: lora", "weightSync: restart"))
+    run = local_run(path)
+    assert run.wait(timeout_s=900) == 0, run.output()[-4000:]
+    assert [(m["step"], m["policy_version"]) for m in run.metrics()] == [(1, 1), (2, 2), (3, 3)]
+    # The engine is restarted on the newest policy the learner has published when the run looks (steps may
+    # come faster than a restart, so not necessarily on each one).
+    restarted = [int(line.split(" v")[1].split()[0]) for line in run.output().splitlines()
+                 if line.endswith("published; restarting the engine(s) on it")]
+    assert restarted and restarted == sorted(set(restarted)), run.output()
+    engine_log = (run.run_dir / "logs" / "engine-0.log").read_text(errors="replace")
+    sync = run.run_dir.resolve() / "checkpoints" / "sync"
+    assert f"--lora-modules policy-v{restarted[0]}={sync / f'policy-v{restarted[0]}'}" in engine_log
+    # Turns were sampled from a restarted engine's adapter (the proxy records the policy it named; calls naming
+    # a policy whose engine was still restarting failed as the engine's, unscored).
+    versions = Counter(min(s["policy_versions"]) for e in run.journal() for s in e["sequences"])
+    assert any(versions[v] > 0 for v in restarted), (versions, restarted)
+
+
 @pytest.mark.timeout(1800)  # ~7 min on a quiet 2-core CPU; four restarts, vLLM's the slowest
 def test_killing_any_component_mid_run_loses_nothing(tmp_path: Path, local_run: Any) -> None:
     steps = 6
