@@ -26,8 +26,11 @@ from pydantic import BaseModel
 
 class RunSummary(BaseModel):
     steps: int
-    first_reward: float | None  # mean over the first tenth of the steps (at least one)
-    last_reward: float | None  # mean over the last tenth
+    # Means over the first and the last quarter of the steps (at least one step each): one step is too noisy.
+    first_reward: float | None
+    last_reward: float | None
+    solved_first: dict[str, float]  # training solved rate by harness, first quarter
+    solved_last: dict[str, float]  # and last quarter
     # The latest evaluation's pass@1 by pool; without evaluations, the last step's training solved rate by harness.
     pass_at_1: dict[str, float]
     pass_at_1_step: int | None  # the step evaluated (None: training solved rate)
@@ -76,13 +79,15 @@ def read_evals(run_dir: Path) -> list[EvalRecord]:
 
 def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord]) -> RunSummary:
     rewards = [m.mean_reward for m in metrics if m.mean_reward is not None]
-    tenth = max(1, len(rewards) // 10)
+    quarter = max(1, len(metrics) // 4)
     last = metrics[-1] if metrics else None
     latest = evals[-1] if evals else None
     return RunSummary(
         steps=last.step if last else 0,
-        first_reward=statistics.fmean(rewards[:tenth]) if rewards else None,
-        last_reward=statistics.fmean(rewards[-tenth:]) if rewards else None,
+        first_reward=statistics.fmean(rewards[:quarter]) if rewards else None,
+        last_reward=statistics.fmean(rewards[-quarter:]) if rewards else None,
+        solved_first=solved_rates(metrics[:quarter]),
+        solved_last=solved_rates(metrics[-quarter:]),
         pass_at_1=latest.pass_at1() if latest else dict(last.solved_rate_by_harness) if last else {},
         pass_at_1_step=latest.step if latest else None,
         rollouts_scored=last.rollouts_scored if last else 0,
@@ -90,6 +95,15 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         rollouts_stale=last.rollouts_stale if last else 0,
         tool_calls_solved={h: statistics.fmean(c) for h, c in sorted(tool_calls.items()) if c},
     )
+
+
+def solved_rates(metrics: list[StepMetrics]) -> dict[str, float]:
+    """Each harness's training solved rate, averaged over the steps that consumed rollouts of it."""
+    by_harness: dict[str, list[float]] = defaultdict(list)
+    for m in metrics:
+        for harness, rate in m.solved_rate_by_harness.items():
+            by_harness[harness].append(rate)
+    return {h: statistics.fmean(rates) for h, rates in sorted(by_harness.items())}
 
 
 def plot(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord], out: Path) -> list[Path]:
@@ -151,6 +165,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
+    solved = ", ".join(f"{h} {fmt(summary.solved_first.get(h))} → {fmt(r)}" for h, r in summary.solved_last.items())
     rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} |" for h, p in sorted(summary.pass_at_1.items()))
     if summary.pass_at_1_step is not None:
         column, matrix = f"pass@1 (evaluation at step {summary.pass_at_1_step})", "\n![pass@1 matrix](pass_at_1_matrix.png)\n"
@@ -159,8 +174,9 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
     return f"""# harnessrl run report: {run_dir.name}
 
 - steps: {summary.steps}
-- mean reward, first tenth of the steps: {fmt(summary.first_reward)}
-- mean reward, last tenth of the steps: {fmt(summary.last_reward)}
+- mean reward, first quarter of the steps: {fmt(summary.first_reward)}
+- mean reward, last quarter of the steps: {fmt(summary.last_reward)}
+- training solved rate, first → last quarter: {solved}
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale
 

@@ -47,13 +47,14 @@ def test_moving_average_is_over_the_last_window() -> None:
     assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
 
 
-def test_summary_compares_first_and_last_tenth_and_counts_tool_calls_of_solved_rollouts() -> None:
-    rewards = [0.1] * 10 + [0.5] * 10
+def test_summary_compares_first_and_last_quarter_and_counts_tool_calls_of_solved_rollouts() -> None:
+    rewards = [0.1] * 5 + [0.3] * 10 + [0.5] * 5
     entries = [entry(1, "oneshot", OutcomeKind.solved, 0), entry(2, "mini", OutcomeKind.solved, 4),
                entry(3, "mini", OutcomeKind.solved, 2), entry(4, "mini", OutcomeKind.wrong, 9)]
     summary = summarize([metrics(i + 1, r) for i, r in enumerate(rewards)], tool_calls_by_harness(entries), [])
     assert summary.steps == 20
     assert summary.first_reward == 0.1 and summary.last_reward == 0.5
+    assert summary.solved_first == {"mini-swe-agent": 0.0, "oneshot": 0.1} and summary.solved_last["oneshot"] == 0.5
     assert summary.tool_calls_solved == {"mini": 3.0, "oneshot": 0.0}
     assert summary.pass_at_1 == {"oneshot": 0.5, "mini-swe-agent": 0.0}
 
@@ -63,8 +64,9 @@ def test_report_writes_pngs_and_markdown(tmp_path: Path, capsys: object) -> None
     assert main([str(tmp_path)]) == 0
     report = tmp_path / "report" / "report.md"
     text = report.read_text()
-    assert "mean reward, first tenth of the steps: 0.100" in text
-    assert "mean reward, last tenth of the steps: 0.500" in text
+    assert "mean reward, first quarter of the steps: 0.100" in text
+    assert "mean reward, last quarter of the steps: 0.500" in text
+    assert "training solved rate, first → last quarter: mini-swe-agent 0.000 → 0.000, oneshot 0.100 → 0.500" in text
     for png in ("reward.png", "pass_at_1.png", "tool_calls.png"):
         data = (tmp_path / "report" / png).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 1000
