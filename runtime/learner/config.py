@@ -63,6 +63,10 @@ class GrpoConfig(_Cfg):
     groups_per_step: int = Field(4, ge=1, le=4096)
     # Open groups the coordinator keeps ahead of training (leasable at once); default 2 x groups_per_step.
     max_open_groups: int | None = Field(None, ge=1)
+    # Dynamic sampling's bound: groups without reward variance are skipped and others awaited, but once a step
+    # has consumed this many groups it trains on the (fewer) trainable ones it has. Without it, a policy that
+    # solves nearly everything makes each step wait for ever rarer mixed groups. Default 3 x groups_per_step.
+    max_groups_per_step: int | None = Field(None, ge=1)
     micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one packed micro-batch")
     # Optimizer updates per step: the step's sequences are split into this many mini-batches, each one
     # update; within a mini-batch, gradients accumulate over its packed micro-batches.
@@ -74,10 +78,15 @@ class GrpoConfig(_Cfg):
     def _open_groups(self) -> GrpoConfig:
         if self.max_open_groups is not None and self.max_open_groups < self.groups_per_step:
             raise ValueError("grpo.max_open_groups must be >= grpo.groups_per_step")
+        if self.max_groups_per_step is not None and self.max_groups_per_step < self.groups_per_step:
+            raise ValueError("grpo.max_groups_per_step must be >= grpo.groups_per_step")
         return self
 
     def open_groups(self) -> int:
         return self.max_open_groups if self.max_open_groups is not None else 2 * self.groups_per_step
+
+    def groups_per_step_limit(self) -> int:
+        return self.max_groups_per_step if self.max_groups_per_step is not None else 3 * self.groups_per_step
 
 
 class RewardConfig(_Cfg):

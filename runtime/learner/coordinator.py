@@ -115,6 +115,7 @@ class Batch(BaseModel):
     rewards_by_harness: dict[str, list[float]] = Field(default_factory=dict)
     stale: int = 0
     zero_variance: int = 0
+    skipped: int = 0  # groups consumed without training: zero variance, or fewer than 2 fresh rollouts
 
 
 class CoordinatorState(BaseModel):
@@ -375,7 +376,9 @@ class Coordinator:
         return sum(1 for g in self.state.groups if g.final())
 
     def take_batch(self, n: int) -> Batch | None:
-        """The n oldest trainable final groups, or None if there are not enough yet.
+        """The n oldest trainable final groups, or None if there are not enough yet. Once the groups skipped since
+        the last batch and the trainable ones reach `grpo.groups_per_step_limit()`, any trainable ones (at least
+        one) make the batch: dynamic sampling is bounded.
 
         Stale rollouts (oldest sampled token more than max_staleness versions old) are dropped and counted.
         Final groups left with < 2 rollouts or no reward variance are consumed at once (so they never clog
@@ -391,13 +394,15 @@ class Coordinator:
                 continue
             skipped.add(g.index)
             self._consume(g, fresh, stale)
+            self.state.carry.skipped += 1
             if len(fresh) < 2:
                 self.state.counters.groups_too_small += 1
             else:
                 self.state.counters.groups_zero_variance += 1
                 self.state.carry.zero_variance += 1
         self.state.groups = [g for g in self.state.groups if g.index not in skipped]
-        if len(trainable) < n:
+        bounded = bool(trainable) and len(trainable) + self.state.carry.skipped >= self.grpo.groups_per_step_limit()
+        if len(trainable) < n and not bounded:
             return None
         batch = self.state.carry
         for g, advantages, fresh in trainable[:n]:

@@ -98,6 +98,29 @@ def test_release_hands_back_only_that_runners_leases_of_that_pool() -> None:
         x.lease_id for x in other + same_id_other_pool]
 
 
+def test_a_step_trains_on_fewer_groups_once_it_has_consumed_its_limit() -> None:
+    """Dynamic sampling is bounded: a policy that solves nearly everything must not stall each step."""
+    grpo = GrpoConfig(group_size=2, groups_per_step=2, max_open_groups=3, max_groups_per_step=3)
+    planner = GroupPlanner(["t0"], [HarnessWeight(pool="pa", harness="mini")], seed=0, shuffle=False)
+    c = Coordinator(planner, grpo, RewardConfig(), 10.0, "tiny", "http://proxy")
+    leases = c.lease(LeaseRequest(runner_id="r", pool="pa", harness="mini", max=6), now=0)
+    solved = {"g0000000": (1.0, 1.0), "g0000001": (1.0, 0.0), "g0000002": (1.0, 1.0)}  # only g1 has variance
+
+    def finish(group: str) -> None:
+        for lease, correct in zip([x for x in leases if x.group_id == group], solved[group], strict=True):
+            outcome = OutcomeKind.solved if correct else OutcomeKind.wrong
+            c.complete(done(lease.rollout_id, lease.lease_id, outcome, correct), [seq(0)])
+
+    finish("g0000000")
+    finish("g0000001")
+    assert c.take_batch(2) is None  # 1 skipped + 1 trainable: under the limit of 3, keep waiting for another
+    finish("g0000002")
+    batch = c.take_batch(2)
+    assert batch is not None and [g.group_id for g in batch.groups] == ["g0000001"]
+    assert batch.skipped == batch.zero_variance == 2 and c.state.carry.skipped == 0
+    assert grpo.groups_per_step_limit() == 3 and GrpoConfig(groups_per_step=4).groups_per_step_limit() == 12
+
+
 def test_unscored_is_retried_then_abandoned() -> None:
     c = make()
     req = LeaseRequest(runner_id="r", pool="pb", harness="codex")
