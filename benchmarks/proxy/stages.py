@@ -90,7 +90,7 @@ def play(clock: Clock, loop: asyncio.AbstractEventLoop, turns: int, model: str =
                 assert route is not None
                 dialect = dialect_for(route)
                 with clock("1 parse dialect request"):
-                    parsed = dialect.parse_request(request.body, route)
+                    parsed = dialect.parse_request(request.body, route, session.history)
                 with clock("2 build + encode upstream body"):
                     body = to_json(upstream_body(parsed.canonical, model, training=True, stream=stream))
                 upstream = json.loads(body)

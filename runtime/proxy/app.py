@@ -52,7 +52,8 @@ from harnessrl.runtime.proxy.protocol import (
 )
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.types import Send
+from pydantic_core import to_json
+from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("harnessrl.proxy")
 
@@ -148,9 +149,30 @@ class CoalescingStream(StreamingResponse):
     Under load one read carries many of vLLM's per-token chunks, and each ASGI send costs far more than its
     bytes; with an engine that is not ahead of the proxy, every read still goes out at once."""
 
-    def __init__(self, flusher: Flusher, content: AsyncIterator[bytes], **kwargs: Any) -> None:
+    def __init__(self, flusher: Flusher, content: AsyncIterator[bytes], on_close: Callable[[], None],
+                 **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self.flusher = flusher
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream, and stop when the client disconnects. Starlette's own version watches for the disconnect in
+        an anyio task group, which cost ~0.18 ms of CPU per stream here, more than a short stream's own work;
+        one plain watcher task does the same. (uvicorn speaks ASGI spec 2.3: a disconnect arrives through
+        `receive`, and `send` after it is a no-op.) The call's claims are released however the stream ends,
+        also when the disconnect cancels it before the body generator ever ran."""
+        streaming = asyncio.ensure_future(self.stream_response(send))
+        watcher = asyncio.ensure_future(_until_disconnect(receive))
+        watcher.add_done_callback(lambda _: streaming.cancel())
+        try:
+            await streaming
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # cancelled from outside, not by the watcher
+                raise
+        finally:
+            watcher.cancel()
+            self.on_close()
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
@@ -158,6 +180,11 @@ class CoalescingStream(StreamingResponse):
         async for piece in self.body_iterator:
             self.flusher.pieces.append(piece.encode() if isinstance(piece, str) else bytes(piece))
         await self.flusher.flush(more_body=False)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 # --------------------------------------------------------------------------- helpers
@@ -171,9 +198,16 @@ def require_admin(state: ProxyState, request: Request) -> None:
         raise AdminAuthError(403, "wrong admin token")
 
 
+class CompactJSON(JSONResponse):
+    """A dialect answer, encoded by pydantic-core (~4x faster than the standard library's encoder)."""
+
+    def render(self, content: Any) -> bytes:
+        return to_json(content)
+
+
 def error_response(dialect: Dialect, error: DialectError) -> JSONResponse:
     rendered = dialect.render_error(error)
-    return JSONResponse(rendered.body, status_code=rendered.status, headers=rendered.headers)
+    return CompactJSON(rendered.body, status_code=rendered.status, headers=rendered.headers)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -454,13 +488,13 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
     body = await read_body(request, state.config.max_body_bytes)
     if len(body) > PARSE_IN_THREAD_BYTES:
         # A long history takes milliseconds to validate; other sessions' streams keep flowing meanwhile.
-        parsed = await asyncio.to_thread(dialect.parse_request, body, route)
+        parsed = await asyncio.to_thread(dialect.parse_request, body, route, session.history)
     else:
-        parsed = dialect.parse_request(body, route)
+        parsed = dialect.parse_request(body, route, session.history)
     if parsed.operation is Operation.COUNT_TOKENS:
         engine = _pick(state, session)
         count = await state.client.count_tokens(engine, parsed.canonical, state.policy.model)
-        return JSONResponse(dialect.render_count_tokens(count))
+        return CompactJSON(dialect.render_count_tokens(count))
     if session.request.training:
         reject_constrained_decoding(parsed.canonical)
     if session.ended or session.budget_left <= 0:
@@ -492,14 +526,13 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
         try:
             if parsed.stream:
                 engine, upstream = await _with_failover(state, session, lambda e: state.client.open_stream(e, body_json))
-                released = True  # the stream's generator now owns the in-flight slot
+                released = True  # the stream now owns the in-flight slots
                 flusher = Flusher()
+                captured = CapturedStream(state, dialect.name, session, engine, upstream, policy, flusher.flush)
                 return CoalescingStream(
                     flusher,
-                    dialect.render_stream(
-                        _captured_chunks(state, dialect.name, session, engine, upstream, policy, flusher.flush),
-                        parsed,
-                    ),
+                    dialect.render_stream(captured.chunks(), parsed),
+                    on_close=captured.close,
                     media_type="text/event-stream",
                     headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
                 )
@@ -511,7 +544,7 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
                                 error=str(exc))
         await _record_turn(state, session, CallCapture.from_completion(completion), policy, started)
         state.metrics.requests.labels(dialect.name, "ok").inc()
-        return JSONResponse(dialect.render_response(completion, parsed))
+        return CompactJSON(dialect.render_response(completion, parsed))
     finally:
         if not released:
             state.inflight -= 1
@@ -543,13 +576,14 @@ async def _with_failover(state: ProxyState, session: Session, call: Any) -> tupl
         engine = _pick(state, session, frozenset(tried))
         engine.inflight += 1
         engine.calls += 1
+        answered = False
         try:
-            return engine, await call(engine)
+            result = await call(engine)
+            answered = True  # the caller now owns the engine's in-flight slot
+            return engine, result
         except TimeoutError:
-            engine.inflight -= 1
             raise DialectError("the engine did not answer in time", "timeout") from None
         except aiohttp.ClientConnectorError as exc:
-            engine.inflight -= 1
             state.pool.mark_down(engine)
             state.metrics.engine_failures.labels(engine.url).inc()
             log.warning("engine %s unreachable (%s); trying another", engine.url, type(exc).__name__)
@@ -558,21 +592,18 @@ async def _with_failover(state: ProxyState, session: Session, call: Any) -> tupl
             # A kept-alive connection the engine closed as we reused it (the pool hands out its oldest idle
             # one first, and a busy proxy releases a connection late): not a sign the engine is down, so it
             # is not marked down; the next try takes another connection, or opens a new one.
-            engine.inflight -= 1
             broken += 1
             if broken > BROKEN_CONNECTION_RETRIES:
                 raise DialectError(f"the engine connection broke: {type(exc).__name__}", "upstream") from None
         except aiohttp.ClientError as exc:  # the answer's body broke off
-            engine.inflight -= 1
             raise DialectError(f"the engine's answer broke: {type(exc).__name__}", "upstream") from None
         except DialectError as exc:
-            engine.inflight -= 1
             if exc.kind == "overloaded":  # busy, or restarted and not serving the policy yet
                 session.engine_failures += 1
             raise
-        except BaseException:
-            engine.inflight -= 1
-            raise
+        finally:
+            if not answered:
+                engine.inflight -= 1
 
 
 def _release_engine(state: ProxyState, engine: Engine, started: float) -> None:
@@ -597,42 +628,66 @@ async def _final(state: ProxyState, dialect: Dialect, parsed: ParsedRequest, ses
     state.metrics.requests.labels(dialect.name, status.value).inc()
     rendered = dialect.render_final(message, parsed)
     if isinstance(rendered, dict):
-        return JSONResponse(rendered)
+        return CompactJSON(rendered)
     return StreamingResponse(rendered, media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
-async def _captured_chunks(state: ProxyState, dialect_name: str, session: Session, engine: Engine,
-                           upstream: aiohttp.ClientResponse, policy: PolicyState,
-                           before_read: Callable[[], Awaitable[None]]) -> AsyncIterator[CompletionChunk]:
-    """Forward vLLM's chunks to the dialect renderer while capturing them. The chunks from the finish reason on
-    are held back until the turn is durable, so the harness never sees the end of a response that was not
-    journaled. A broken stream is recorded as a session error and ends in the dialect's in-stream error.
-    `before_read` sends what was rendered so far, before waiting on the engine again."""
-    started = time.time()
-    capture = CallCapture()
-    held: list[CompletionChunk] = []
-    try:
+class CapturedStream:
+    """One streamed call: forwards vLLM's chunks to the dialect renderer while capturing them, and owns the
+    call's claims: the upstream connection and the engine's in-flight slot (until the engine's stream ends) and
+    the proxy's in-flight slot (until the turn is durable). `close` releases whatever is still held, so a
+    harness that disconnects before the body starts (the chunk generator then never runs) leaks nothing."""
+
+    def __init__(self, state: ProxyState, dialect_name: str, session: Session, engine: Engine,
+                 upstream: aiohttp.ClientResponse, policy: PolicyState,
+                 before_read: Callable[[], Awaitable[None]]) -> None:
+        self.state, self.dialect_name, self.session, self.policy = state, dialect_name, session, policy
+        self.engine, self.upstream, self.before_read = engine, upstream, before_read
+        self.started = time.time()
+        self._holds_engine = True
+        self._holds_slot = True
+
+    def _release_upstream(self) -> None:
+        if self._holds_engine:
+            self._holds_engine = False
+            self.upstream.release()
+            _release_engine(self.state, self.engine, self.started)
+
+    def close(self) -> None:
+        self._release_upstream()
+        if self._holds_slot:
+            self._holds_slot = False
+            self.state.inflight -= 1
+            self.state.metrics.inflight.dec()
+
+    async def chunks(self) -> AsyncIterator[CompletionChunk]:
+        """The chunks from the finish reason on are held back until the turn is durable, so the harness never
+        sees the end of a response that was not journaled. A broken stream is recorded as a session error and
+        ends in the dialect's in-stream error. `before_read` sends what was rendered so far, before waiting on
+        the engine again."""
+        state, session = self.state, self.session
+        capture = CallCapture()
+        held: list[CompletionChunk] = []
         try:
-            async for chunk in EngineClient.chunks(upstream, before_read):
-                capture.feed(chunk)
-                if held or capture.finish_reason is not None or not chunk.choices:
-                    held.append(chunk)
-                else:
-                    yield chunk
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            session.engine_failures += 1
-            raise DialectError(f"the engine stream broke: {type(exc).__name__}", "upstream") from None
+            try:
+                async for chunk in EngineClient.chunks(self.upstream, self.before_read):
+                    capture.feed(chunk)
+                    if held or capture.finish_reason is not None or not chunk.choices:
+                        held.append(chunk)
+                    else:
+                        yield chunk
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                session.engine_failures += 1
+                raise DialectError(f"the engine stream broke: {type(exc).__name__}", "upstream") from None
+            finally:
+                self._release_upstream()
+            await _record_turn(state, session, capture, self.policy, self.started)
+            state.metrics.requests.labels(self.dialect_name, "ok").inc()
+            for chunk in held:
+                yield chunk
+        except DialectError as exc:
+            state.metrics.requests.labels(self.dialect_name, exc.kind).inc()
+            await state.durable(session.record_call(answered=False, error=exc.message))
+            raise
         finally:
-            upstream.release()
-            _release_engine(state, engine, started)
-        await _record_turn(state, session, capture, policy, started)
-        state.metrics.requests.labels(dialect_name, "ok").inc()
-        for chunk in held:
-            yield chunk
-    except DialectError as exc:
-        state.metrics.requests.labels(dialect_name, exc.kind).inc()
-        await state.durable(session.record_call(answered=False, error=exc.message))
-        raise
-    finally:
-        state.inflight -= 1
-        state.metrics.inflight.dec()
+            self.close()

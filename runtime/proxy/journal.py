@@ -110,8 +110,13 @@ class Journal:
             work(*args)
         except OSError as exc:
             error = exc
+        # One wake-up of each waiting event loop per commit, not one per record: each is a syscall and a
+        # callback on the loop, and a group commit may hold hundreds of records.
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for future, loop in waiters:
-            loop.call_soon_threadsafe(_resolve, future, error)
+            by_loop.setdefault(loop, []).append(future)
+        for loop, futures in by_loop.items():
+            loop.call_soon_threadsafe(_resolve_all, futures, error)
 
     def _rewrite(self, keep: Callable[[dict[str, Any]], bool]) -> None:
         tmp = self.path.with_suffix(self.path.suffix + ".compact")
@@ -138,6 +143,11 @@ def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
         future.set_result(None)
     else:
         future.set_exception(error)
+
+
+def _resolve_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for future in futures:
+        _resolve(future, error)
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:

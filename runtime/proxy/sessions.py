@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from harnessrl.runtime.proxy.dialects.base import HistoryMemo
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.trajectory.graph import SessionGraph
 from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta, capture_problems
@@ -42,6 +43,8 @@ class Session:
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
     engine_failures: int = 0
     policy_versions: set[int] = field(default_factory=set)
+    # The last request's history as parsed, so the next call parses only what it appends. Not journaled.
+    history: HistoryMemo = field(default_factory=HistoryMemo)
     graph: SessionGraph = field(init=False)
 
     def __post_init__(self) -> None:

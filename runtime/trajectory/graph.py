@@ -137,6 +137,7 @@ class _Record:
     completion: array[int]
     logprobs: array[float]  # empty when not trainable
     meta: Turn  # the turn's scalar fields (token lists emptied)
+    valid_ids: bool  # no negative id in prompt+completion
     children: list[int] = field(default_factory=list)
 
 
@@ -162,16 +163,21 @@ class SessionGraph:
         """Link `turn` to its parent and record it. Costs O(prompt length + completion length)."""
         prompt = as_tokens(turn.prompt_ids)
         completion = as_tokens(turn.completion_ids)
-        trainable = turn.trainable and not capture_problems(turn)
         match = self.index.longest(prompt)
+        tail = prompt[match.length :]
+        # The matched prefix is the parent's prompt+completion: if those were all valid ids, only new ones are
+        # checked, so a long prompt costs nothing here beyond its new tokens.
+        parent_valid = match.turn is not None and self._records[match.turn].valid_ids
+        trainable = turn.trainable and not capture_problems(turn, match.length if parent_valid else 0)
         turn_id = len(self._records)
         record = _Record(
             parent=match.turn,
             shared=match.length,
-            tail=prompt[match.length :],
+            tail=tail,
             completion=completion,
             logprobs=array(LOGPROB_TYPE, turn.logprobs) if trainable else array(LOGPROB_TYPE),
             meta=turn.model_copy(update={**_EMPTY_LISTS, "trainable": trainable}),
+            valid_ids=(parent_valid or match.length == 0) and min(tail, default=0) >= 0 and min(completion, default=0) >= 0,
         )
         self._records.append(record)
         if match.turn is not None:

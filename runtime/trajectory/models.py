@@ -33,8 +33,9 @@ class Turn(BaseModel):
     trainable: bool = True
 
 
-def capture_problems(turn: Turn) -> list[str]:
-    """Why a captured turn cannot be trained on (empty when it can)."""
+def capture_problems(turn: Turn, checked_prompt: int = 0) -> list[str]:
+    """Why a captured turn cannot be trained on (empty when it can). The first `checked_prompt` prompt ids are
+    known to be valid token ids (an earlier, checked turn's prompt+completion), so only the rest are scanned."""
     problems: list[str] = []
     if not turn.prompt_ids:
         problems.append("empty prompt_ids")
@@ -43,7 +44,7 @@ def capture_problems(turn: Turn) -> list[str]:
     elif not all(math.isfinite(lp) and lp <= 0.0 for lp in turn.logprobs):
         problems.append("logprobs must be finite and <= 0")
     # min() runs in C over the list: this check must stay cheap for long prompts.
-    if min(turn.prompt_ids, default=0) < 0 or min(turn.completion_ids, default=0) < 0:
+    if min(turn.prompt_ids[checked_prompt:], default=0) < 0 or min(turn.completion_ids, default=0) < 0:
         problems.append("negative token id")
     return problems
 

@@ -94,3 +94,23 @@ def test_a_stream_reaches_the_harness_before_the_engine_finishes(proxy_factory: 
     assert first < PAUSE_S - 0.3 < last  # "Hello" went out while the engine was still pausing
     turns = httpx.get(f"{proxy.url}/sessions/{sid}/turns", headers=proxy.admin_headers, timeout=10).json()
     assert turns[0]["turn"]["completion_ids"] == [7, 8] and turns[0]["turn"]["logprobs"] == [-0.25, -0.25]
+
+
+def test_a_harness_that_leaves_mid_stream_frees_the_call_at_once(proxy_factory: ProxyFactory,
+                                                                 slow_sse_engine: str) -> None:
+    """The harness hangs up while the engine pauses mid-stream: the proxy stops the call then (its in-flight
+    slot is free long before the engine would have finished), and records no answered turn."""
+    proxy = proxy_factory([slow_sse_engine])
+    sid = str(create_session(proxy.url, proxy.admin_headers)["session_id"])
+    chat = BY_NAME["openai_chat"]
+    with httpx.stream("POST", f"{proxy.url}/v1/chat/completions", json=chat.body("hi", stream=True),
+                      headers=chat.headers(sid), timeout=30) as response:
+        for line in response.iter_lines():
+            if "Hello" in line:
+                break
+    left = time.monotonic()
+    while httpx.get(f"{proxy.url}/healthz", timeout=5).json()["inflight"]:
+        assert time.monotonic() - left < PAUSE_S - 0.5, "the call stayed in flight after the harness left"
+        time.sleep(0.02)
+    info = httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin_headers, timeout=5).json()
+    assert info["calls"] == 0 and info["turns"] == 0

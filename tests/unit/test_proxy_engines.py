@@ -1,11 +1,16 @@
-"""Pure parts of the proxy's upstream: the body vLLM gets, error classification, engine routing."""
+"""Pure parts of the proxy's upstream: the body vLLM gets, error classification, engine routing, SSE splitting."""
 
 from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, ChatMessage, DialectError
 from harnessrl.runtime.proxy.engines import (
     ContextLengthExceeded,
+    EngineClient,
     EnginePool,
     classify_upstream_error,
     upstream_body,
@@ -90,3 +95,35 @@ def test_upstream_body_caps_completion_tokens_when_configured() -> None:
     larger = upstream_body(_request(max_tokens=4096), "tiny", training=True, stream=False, max_tokens_cap=64)
     assert larger["max_tokens"] == 64
     assert "max_tokens" not in upstream_body(_request(), "tiny", training=True, stream=False)
+
+
+class _Body:
+    """The part of aiohttp's response body `EngineClient.chunks` reads: `readany`, one network read at a time."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = reads
+
+    async def readany(self) -> bytes:
+        return self.reads.pop(0) if self.reads else b""
+
+
+def _stream_bytes(n: int) -> bytes:
+    first = {"choices": [{"index": 0, "delta": {"role": "assistant"}}], "prompt_token_ids": list(range(3000))}
+    events = [first] + [{"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "token_ids": [i]}]} for i in range(n)]
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 4096, 1 << 20])
+async def test_sse_lines_split_across_reads_come_out_whole_and_in_order(size: int) -> None:
+    raw = _stream_bytes(20)
+    reads = [raw[i : i + size] for i in range(0, len(raw), size)]
+    response: Any = SimpleNamespace(content=_Body(reads))
+    chunks = [c async for c in EngineClient.chunks(response)]
+    assert chunks[0].prompt_token_ids == list(range(3000))
+    assert [c.choices[0].token_ids for c in chunks[1:]] == [[i] for i in range(20)]
+
+
+async def test_sse_stream_without_a_final_newline_still_yields_its_last_event() -> None:
+    response: Any = SimpleNamespace(content=_Body([b'data: {"choices": []', b', "usage": {"prompt_tokens": 3}}']))
+    chunks = [c async for c in EngineClient.chunks(response)]
+    assert len(chunks) == 1 and chunks[0].usage is not None and chunks[0].usage.prompt_tokens == 3

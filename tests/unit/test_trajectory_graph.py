@@ -84,6 +84,20 @@ def test_untrainable_turns_stay_as_context_and_are_counted() -> None:
     assert json.loads(g.sequences().model_dump_json())["turns"] == 3
 
 
+def test_a_negative_id_in_a_shared_prefix_keeps_every_later_turn_untrainable() -> None:
+    """Linking scans only a turn's new tokens for invalid ids when its parent's were valid; a prefix that was
+    not valid is rescanned, so its defect is still found in every turn that shares it."""
+    g = SessionGraph("s")
+    g.add(turn([1, -4, 2], [3]))
+    g.add(turn([1, -4, 2, 3, 5], [6]))
+    g.add(turn([1, -4, 2, 3, 5, 6, 7], [8]))
+    clean = SessionGraph("c")
+    clean.add(turn([1, 4, 2], [3]))
+    clean.add(turn([1, 4, 2, 3, -5], [6]))  # the defect is in the new tokens only
+    clean.add(turn([1, 4, 2, 3, -5, 6, 7], [8]))
+    assert g.sequences().untrainable_turns == 3 and clean.sequences().untrainable_turns == 2
+
+
 def test_delta_stores_only_tokens_beyond_the_parent() -> None:
     g = SessionGraph("s")
     g.add(turn(list(range(100)), [100, 101]))

@@ -46,6 +46,7 @@ from harnessrl.runtime.proxy.dialects.base import (
     FunctionCall,
     FunctionDefinition,
     FunctionTool,
+    HistoryMemo,
     NamedFunction,
     NamedToolChoice,
     Operation,
@@ -57,10 +58,9 @@ from harnessrl.runtime.proxy.dialects.base import (
     as_object,
     error_headers,
     join_text,
-    load_json_object,
     new_id,
+    parse_with_memo,
     unsupported_content,
-    validate_body,
 )
 from harnessrl.runtime.proxy.dialects.sse import dumps, sse_event
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, Usage
@@ -197,9 +197,11 @@ def _assistant(content: list[dict[str, Any]], where: str) -> ChatMessage:
     return ChatMessage(role="assistant", content=text, tool_calls=calls or None)
 
 
-def _messages(req: MessagesRequest) -> list[ChatMessage]:
-    out = [m for m in [_system(req.system)] if m is not None]
-    for i, msg in enumerate(req.messages):
+def _history(messages: list[_MessageIn], first: int) -> list[ChatMessage]:
+    """The canonical messages of `messages`, which start at index `first` of the request's list. Each item
+    converts on its own (what `HistoryMemo` relies on)."""
+    out: list[ChatMessage] = []
+    for i, msg in enumerate(messages, first):
         where = f"messages.{i}"
         if msg.role == "system":
             out += [m for m in [_system(msg.content)] if m is not None]
@@ -289,8 +291,11 @@ _ERROR_TYPES = {
 class AnthropicDialect(Dialect):
     name = "anthropic"
 
-    def parse_request(self, body: bytes | Mapping[str, Any], route: RouteInfo) -> ParsedRequest:
-        req = validate_body(MessagesRequest, load_json_object(body))
+    def parse_request(
+        self, body: bytes | Mapping[str, Any], route: RouteInfo, memo: HistoryMemo | None = None
+    ) -> ParsedRequest:
+        parsed = parse_with_memo(body, MessagesRequest, "messages", memo, self.name)
+        req = parsed.request
         counting = route.operation is Operation.COUNT_TOKENS
         if req.max_tokens is None and not counting:
             raise DialectError("invalid request: max_tokens: Field required", param="max_tokens")
@@ -299,9 +304,10 @@ class AnthropicDialect(Dialect):
         if req.tool_choice is not None and req.tool_choice.disable_parallel_tool_use:
             parallel = False
         choice = _tool_choice(req.tool_choice)  # validated even when no tool is left to choose
+        converted = [*parsed.known, *_history(req.messages, parsed.seen)]
         canonical = CanonicalRequest(
             model=req.model,
-            messages=_messages(req),
+            messages=[m for m in [_system(req.system)] if m is not None] + converted,
             tools=tools,
             tool_choice=choice if tools else None,
             parallel_tool_calls=parallel if tools else None,
@@ -311,6 +317,7 @@ class AnthropicDialect(Dialect):
             stream=bool(req.stream) and not counting,
             response_format=_response_format(req),
         )
+        parsed.remember(memo, self.name, converted)
         return ParsedRequest(
             canonical=canonical,
             operation=route.operation,

@@ -18,8 +18,9 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from harnessrl.runtime.proxy.dialects.upstream import (
     Choice,
@@ -276,20 +277,83 @@ MAX_JSON_DEPTH = 64  # deeper bodies are refused before any recursive code walks
 
 
 def _depth_ok(value: Any) -> bool:
-    stack = [(value, 1)]
+    # Only containers go on the stack: a request is mostly strings, and this runs on every call.
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
             return False
-        if isinstance(item, Mapping):
-            stack += [(v, depth + 1) for v in item.values()]
-        elif isinstance(item, list):
-            stack += [(v, depth + 1) for v in item]
+        children = item.values() if isinstance(item, dict) else item
+        stack += [(v, depth + 1) for v in children if isinstance(v, (dict, list))]  # a tuple: faster than a union
     return True
 
 
-def load_json_object(body: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 that says what is wrong with it."""
+class HistoryMemo:
+    """A session's previous request history in one dialect: its raw JSON items, the canonical messages they
+    became, and the dialect's conversion state after them (e.g. Gemini's open tool calls; None when items
+    convert independently). Harnesses resend the whole conversation every turn, so when a request's history
+    starts with the previous one item for item (one C-speed comparison), only the items after it are checked,
+    validated and converted: parsing costs O(new items), not O(history). One per session, owned by the proxy."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        # One tuple, replaced whole, so a parse in a worker thread always reads a consistent memo.
+        self._last: tuple[str, list[Any], list[ChatMessage], Any] | None = None
+
+    def seen(self, dialect: str, items: list[Any]) -> tuple[int, list[ChatMessage], Any]:
+        """How many leading items the previous request had (0 unless the history extends it by at least one
+        item), the canonical messages they became and the conversion state after them (never to be changed:
+        copy it to go on)."""
+        last = self._last
+        if last is None or last[0] != dialect:
+            return 0, [], None
+        _, old, messages, state = last
+        if len(old) < len(items) and items[: len(old)] == old:
+            return len(old), messages, state
+        return 0, [], None
+
+    def remember(self, dialect: str, items: list[Any], messages: list[ChatMessage], state: Any = None) -> None:
+        self._last = (dialect, items, messages, state)
+
+
+@dataclass(frozen=True)
+class MemoParsed(Generic[M]):
+    """A request validated by `parse_with_memo`: `request` holds only the history items after the first `seen`,
+    which became `known` canonical messages, leaving the dialect's conversion in `state` (see `HistoryMemo`)."""
+
+    request: M
+    items: Any  # the request's whole history list as sent
+    seen: int
+    known: list[ChatMessage]
+    state: Any
+
+    def remember(self, memo: HistoryMemo | None, dialect: str, messages: list[ChatMessage], state: Any = None) -> None:
+        """Record the whole history's canonical `messages` (and the state after them) for the next call."""
+        if memo is not None and isinstance(self.items, list):
+            memo.remember(dialect, self.items, messages, state)
+
+
+def parse_with_memo(
+    body: bytes | Mapping[str, Any], model: type[M], key: str, memo: HistoryMemo | None, dialect: str
+) -> MemoParsed[M]:
+    """Load, depth-check and validate a request, skipping the leading items of its history list `data[key]`
+    that `memo` has seen (they were checked when they were first seen); errors name indices as sent."""
+    data = load_json_object(body, check_depth=False)
+    items = data.get(key)
+    seen, state = 0, None
+    known: list[ChatMessage] = []
+    if memo is not None and isinstance(items, list):
+        seen, known, state = memo.seen(dialect, items)
+        if seen:
+            data[key] = items[seen:]
+    check_depth_of(data)
+    return MemoParsed(validate_body(model, data, (key, seen)), items, seen, known, state)
+
+
+def load_json_object(body: bytes | str | Mapping[str, Any], *, check_depth: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 that says what is wrong with it. Without `check_depth` the
+    caller must call `check_depth_of` itself (after cutting what it has already checked)."""
     if isinstance(body, Mapping):
         data: Any = dict(body)
     else:
@@ -300,18 +364,28 @@ def load_json_object(body: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
             raise DialectError(f"request body is not valid JSON: {reason}") from None
     if not isinstance(data, dict):
         raise DialectError(f"request body must be a JSON object, not {type(data).__name__}")
-    if not _depth_ok(data):
-        raise DialectError(f"request body is nested more than {MAX_JSON_DEPTH} levels deep")
+    if check_depth:
+        check_depth_of(data)
     return data
 
 
-def validate_body(model: type[M], data: Mapping[str, Any]) -> M:
-    """Validate a dialect's request model; pydantic's errors become one readable 400."""
+def check_depth_of(data: dict[str, Any]) -> None:
+    if not _depth_ok(data):
+        raise DialectError(f"request body is nested more than {MAX_JSON_DEPTH} levels deep")
+
+
+def validate_body(model: type[M], data: Mapping[str, Any], cut: tuple[str, int] = ("", 0)) -> M:
+    """Validate a dialect's request model; pydantic's errors become one readable 400. `cut` = (history key,
+    number of leading items cut from it by `parse_with_memo`), so an error names the item's index in the
+    request the harness sent."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
+        loc = list(first["loc"])
+        if cut[1] and len(loc) > 1 and loc[0] == cut[0] and isinstance(loc[1], int):
+            loc[1] += cut[1]
+        where = ".".join(str(p) for p in loc) or "body"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise DialectError(f"invalid request: {where}: {first['msg']}{more}", param=where) from None
 
@@ -385,8 +459,11 @@ class Dialect(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def parse_request(self, body: bytes | Mapping[str, Any], route: RouteInfo) -> ParsedRequest:
-        """Read a request body into the canonical upstream request; `DialectError` (400) on bad input."""
+    def parse_request(
+        self, body: bytes | Mapping[str, Any], route: RouteInfo, memo: HistoryMemo | None = None
+    ) -> ParsedRequest:
+        """Read a request body into the canonical upstream request; `DialectError` (400) on bad input.
+        `memo` (the session's) lets a dialect skip the history items it converted for the previous call."""
 
     @abstractmethod
     def render_response(self, completion: Completion, request: ParsedRequest) -> dict[str, Any]:

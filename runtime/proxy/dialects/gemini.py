@@ -46,6 +46,8 @@ from harnessrl.runtime.proxy.dialects.base import (
     FunctionCall,
     FunctionDefinition,
     FunctionTool,
+    HistoryMemo,
+    MemoParsed,
     NamedFunction,
     NamedToolChoice,
     Operation,
@@ -55,10 +57,9 @@ from harnessrl.runtime.proxy.dialects.base import (
     ToolCall,
     ToolChoice,
     join_text,
-    load_json_object,
     new_id,
+    parse_with_memo,
     unsupported_content,
-    validate_body,
 )
 from harnessrl.runtime.proxy.dialects.sse import dumps, sse_event
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, Usage
@@ -179,6 +180,11 @@ class _Pairing:
         self.pending: list[tuple[str, str, bool]] = []  # (name, id, id came from the caller)
         self.count = 0
 
+    def copy(self) -> _Pairing:
+        twin = _Pairing()
+        twin.pending, twin.count = list(self.pending), self.count
+        return twin
+
     def call_id(self, call: _FunctionCall) -> str:
         self.count += 1
         call_id = call.id or f"call_{self.count}"
@@ -209,18 +215,22 @@ def _check_parts(content: _Content, where: str) -> None:
             raise unsupported_content(kind, f"{where}.parts.{i}")
 
 
-def _messages(req: GenerateContentRequest) -> list[ChatMessage]:
-    out: list[ChatMessage] = []
-    system = req.system_instruction
+def _system_message(system: _Content | str | None) -> ChatMessage | None:
     if isinstance(system, str) and system:
-        out.append(ChatMessage(role="system", content=system))
-    elif isinstance(system, _Content):
+        return ChatMessage(role="system", content=system)
+    if isinstance(system, _Content):
         _check_parts(system, "systemInstruction")
         parts = _text_parts(system)
         if parts:
-            out.append(ChatMessage(role="system", content=join_text(parts)))
-    pairing = _Pairing()
-    for i, content in enumerate(req.contents):
+            return ChatMessage(role="system", content=join_text(parts))
+    return None
+
+
+def _history(contents: list[_Content], first: int, pairing: _Pairing) -> list[ChatMessage]:
+    """The canonical messages of `contents`, which start at index `first` of the request's list; `pairing`
+    holds the calls still open before them and is updated."""
+    out: list[ChatMessage] = []
+    for i, content in enumerate(contents, first):
         where = f"contents.{i}"
         _check_parts(content, where)
         role = content.role or "user"
@@ -317,14 +327,23 @@ _STATUS_NAMES = {
 class GeminiDialect(Dialect):
     name = "gemini"
 
-    def parse_request(self, body: bytes | Mapping[str, Any], route: RouteInfo) -> ParsedRequest:
-        data = load_json_object(body)
+    def parse_request(
+        self, body: bytes | Mapping[str, Any], route: RouteInfo, memo: HistoryMemo | None = None
+    ) -> ParsedRequest:
+        top: _G
         if route.operation is Operation.COUNT_TOKENS:
-            counting = validate_body(_CountTokensRequest, data)
-            req = counting.generate_content_request or GenerateContentRequest(contents=counting.contents or [])
+            memo = None  # a count may wrap its request in `generateContentRequest`
+            top = parse_with_memo(body, _CountTokensRequest, "contents", None, self.name).request
+            parsed = MemoParsed(top.generate_content_request or GenerateContentRequest(contents=top.contents or []),
+                                None, 0, [], None)
         else:
-            req = validate_body(GenerateContentRequest, data)
-        model = route.model or str(data.get("model") or "")
+            parsed = parse_with_memo(body, GenerateContentRequest, "contents", memo, self.name)
+            top = parsed.request
+        req = parsed.request
+        pairing = parsed.state.copy() if parsed.seen else _Pairing()
+        converted = [*parsed.known, *_history(req.contents, parsed.seen, pairing)]
+        system = _system_message(req.system_instruction)
+        model = route.model or str((top.model_extra or {}).get("model") or "")
         if not model:
             raise DialectError("the model must be named in the path: /v1beta/models/{model}:generateContent")
         model = model.removeprefix("models/")
@@ -336,7 +355,7 @@ class GeminiDialect(Dialect):
         choice = _tool_choice(req.tool_config)  # validated even when no tool is left to choose
         canonical = CanonicalRequest(
             model=model,
-            messages=_messages(req),
+            messages=[system, *converted] if system is not None else converted,
             tools=tools,
             tool_choice=choice if tools else None,
             max_tokens=config.max_output_tokens,
@@ -348,6 +367,7 @@ class GeminiDialect(Dialect):
         )
         if not canonical.messages and route.operation is Operation.GENERATE:
             raise DialectError("invalid request: contents is empty", param="contents")
+        parsed.remember(memo, self.name, converted, pairing)
         return ParsedRequest(
             canonical=canonical, operation=route.operation, stream=stream, requested_model=model, dropped_tools=dropped
         )

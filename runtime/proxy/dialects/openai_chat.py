@@ -32,6 +32,7 @@ from harnessrl.runtime.proxy.dialects.base import (
     FunctionCall,
     FunctionDefinition,
     FunctionTool,
+    HistoryMemo,
     NamedFunction,
     NamedToolChoice,
     ParsedRequest,
@@ -40,10 +41,9 @@ from harnessrl.runtime.proxy.dialects.base import (
     ToolCall,
     ToolChoice,
     join_text,
-    load_json_object,
     new_id,
+    parse_with_memo,
     unsupported_content,
-    validate_body,
 )
 from harnessrl.runtime.proxy.dialects.sse import sse_event
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, Usage
@@ -231,14 +231,18 @@ def openai_error_body(error: DialectError) -> dict[str, Any]:
 class OpenAIChatDialect(Dialect):
     name = "openai_chat"
 
-    def parse_request(self, body: bytes | Mapping[str, Any], route: RouteInfo) -> ParsedRequest:
-        req = validate_body(ChatRequest, load_json_object(body))
+    def parse_request(
+        self, body: bytes | Mapping[str, Any], route: RouteInfo, memo: HistoryMemo | None = None
+    ) -> ParsedRequest:
+        parsed = parse_with_memo(body, ChatRequest, "messages", memo, self.name)
+        req = parsed.request
         if req.n not in (None, 1):
             raise DialectError("n must be 1: each rollout samples one completion", param="n")
         extras = {k: v for k, v in (req.model_extra or {}).items() if k in _PASSTHROUGH_EXTRAS}
+        messages = [*parsed.known, *(_message(m, f"messages.{i}") for i, m in enumerate(req.messages, parsed.seen))]
         canonical = CanonicalRequest(
             model=req.model,
-            messages=[_message(m, f"messages.{i}") for i, m in enumerate(req.messages)],
+            messages=messages,
             tools=_tools(req.tools),
             tool_choice=_tool_choice(req.tool_choice),
             parallel_tool_calls=req.parallel_tool_calls,
@@ -251,6 +255,7 @@ class OpenAIChatDialect(Dialect):
             response_format=req.response_format,
             **extras,
         )
+        parsed.remember(memo, self.name, messages)
         return ParsedRequest(
             canonical=canonical,
             stream=bool(req.stream),

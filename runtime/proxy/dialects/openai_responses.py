@@ -48,6 +48,7 @@ from harnessrl.runtime.proxy.dialects.base import (
     FunctionCall,
     FunctionDefinition,
     FunctionTool,
+    HistoryMemo,
     NamedFunction,
     NamedToolChoice,
     ParsedRequest,
@@ -58,10 +59,9 @@ from harnessrl.runtime.proxy.dialects.base import (
     ToolOrigin,
     as_object,
     join_text,
-    load_json_object,
     new_id,
+    parse_with_memo,
     unsupported_content,
-    validate_body,
 )
 from harnessrl.runtime.proxy.dialects.openai_chat import openai_error_body
 from harnessrl.runtime.proxy.dialects.sse import dumps, sse_event
@@ -155,17 +155,11 @@ def _parts(content: Any, where: str) -> str | list[TextPart]:
 
 
 class _History:
-    """Builds Chat Completions messages from Responses input items."""
+    """Builds Chat Completions messages from Responses input items, going on from `messages` (those of earlier
+    items, never changed: a session's HistoryMemo may hold them)."""
 
-    def __init__(self) -> None:
-        self.messages: list[ChatMessage] = []
-
-    def _open_assistant(self) -> ChatMessage:
-        last = self.messages[-1] if self.messages else None
-        if last is None or last.role != "assistant":
-            last = ChatMessage(role="assistant")
-            self.messages.append(last)
-        return last
+    def __init__(self, messages: list[ChatMessage]) -> None:
+        self.messages = list(messages)
 
     def message(self, item: Mapping[str, Any], where: str) -> None:
         role = item.get("role")
@@ -175,22 +169,23 @@ class _History:
         self.messages.append(ChatMessage(role="system" if role == "developer" else role, content=content))
 
     def call(self, call_id: str, name: str, arguments: str) -> None:
-        msg = self._open_assistant()
+        """Calls join the assistant message before them (a copy of it, with the call added)."""
         call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments))
-        msg.tool_calls = [*(msg.tool_calls or []), call]
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == "assistant":
+            self.messages[-1] = last.model_copy(update={"tool_calls": [*(last.tool_calls or []), call]})
+        else:
+            self.messages.append(ChatMessage(role="assistant", tool_calls=[call]))
 
     def output(self, call_id: str, output: Any, where: str) -> None:
         self.messages.append(ChatMessage(role="tool", tool_call_id=call_id, content=_parts(output, where)))
 
 
-def _messages(req: ResponsesRequest) -> list[ChatMessage]:
-    history = _History()
-    if req.instructions:
-        history.messages.append(ChatMessage(role="system", content=req.instructions))
-    if isinstance(req.input, str):
-        history.messages.append(ChatMessage(role="user", content=req.input))
-        return history.messages
-    for i, item in enumerate(req.input):
+def _input_messages(items: list[dict[str, Any]], first: int, known: list[ChatMessage]) -> list[ChatMessage]:
+    """The canonical messages of the input items, going on from `known` (those of the items before index
+    `first`, which `items` starts at)."""
+    history = _History(known)
+    for i, item in enumerate(items, first):
         where = f"input.{i}"
         kind = item.get("type", "message" if "role" in item else None)
         if not isinstance(kind, str):
@@ -363,8 +358,11 @@ def call_item(request: ParsedRequest, item_id: str, call_id: str, name: str, arg
 class OpenAIResponsesDialect(Dialect):
     name = "openai_responses"
 
-    def parse_request(self, body: bytes | Mapping[str, Any], route: RouteInfo) -> ParsedRequest:
-        req = validate_body(ResponsesRequest, load_json_object(body))
+    def parse_request(
+        self, body: bytes | Mapping[str, Any], route: RouteInfo, memo: HistoryMemo | None = None
+    ) -> ParsedRequest:
+        parsed = parse_with_memo(body, ResponsesRequest, "input", memo, self.name)
+        req = parsed.request
         if req.previous_response_id:
             raise DialectError(
                 "previous_response_id is not supported: this endpoint stores no responses; "
@@ -373,9 +371,14 @@ class OpenAIResponsesDialect(Dialect):
             )
         tools, origins, dropped = _tools(req.tools)
         choice = _tool_choice(req.tool_choice)  # validated even when no tool is left to choose
+        if isinstance(req.input, str):
+            converted = [ChatMessage(role="user", content=req.input)]
+        else:
+            converted = _input_messages(req.input, parsed.seen, parsed.known)
+        system = [ChatMessage(role="system", content=req.instructions)] if req.instructions else []
         canonical = CanonicalRequest(
             model=req.model,
-            messages=_messages(req),
+            messages=system + converted,
             tools=tools,
             tool_choice=choice if tools else None,
             parallel_tool_calls=req.parallel_tool_calls if tools else None,
@@ -386,6 +389,7 @@ class OpenAIResponsesDialect(Dialect):
         )
         if not canonical.messages:
             raise DialectError("invalid request: input is empty", param="input")
+        parsed.remember(memo, self.name, converted)
         return ParsedRequest(
             canonical=canonical,
             stream=bool(req.stream),

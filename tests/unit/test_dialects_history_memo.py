@@ -1,0 +1,138 @@
+"""The session's HistoryMemo: a request that extends the previous one's history converts only its new items, and
+what reaches the engine is exactly what a full parse gives (a rewritten history, another dialect or a bad item
+falls back to, or reports like, a full parse)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from harnessrl.runtime.proxy.dialects.anthropic import AnthropicDialect
+from harnessrl.runtime.proxy.dialects.base import Dialect, DialectError, HistoryMemo, RouteInfo
+from harnessrl.runtime.proxy.dialects.gemini import GeminiDialect
+from harnessrl.runtime.proxy.dialects.openai_chat import OpenAIChatDialect
+from harnessrl.runtime.proxy.dialects.openai_responses import OpenAIResponsesDialect
+
+OUTPUT = "FAILED tests/test_parser.py::test_case - assert None == 'x'\n" * 20
+
+
+def _chat_turn(i: int) -> list[dict[str, Any]]:
+    call = {"id": f"call_{i}", "type": "function", "function": {"name": "shell", "arguments": json.dumps({"n": i})}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": [{"type": "text", "text": f"{i}: {OUTPUT}"}]}]
+
+
+def _anthropic_turn(i: int) -> list[dict[str, Any]]:
+    return [{"role": "assistant", "content": [{"type": "text", "text": "Running it."},
+                                              {"type": "tool_use", "id": f"toolu_{i}", "name": "shell",
+                                               "input": {"n": i}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                          "content": f"{i}: {OUTPUT}"}]}]
+
+
+def _gemini_turn(i: int) -> list[dict[str, Any]]:
+    # No call ids, as Gemini CLI sends them: responses pair with open calls by name, across requests too.
+    return [{"role": "model", "parts": [{"functionCall": {"name": "shell", "args": {"n": i}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "shell", "response": {"output": OUTPUT}}}]}]
+
+
+def _responses_turn(i: int) -> list[dict[str, Any]]:
+    # Text, then two calls: both calls join the assistant message of the text, across requests too.
+    return [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Running."}]},
+            {"type": "function_call", "call_id": f"a{i}", "name": "shell", "arguments": json.dumps({"n": i})},
+            {"type": "function_call", "call_id": f"b{i}", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"a{i}", "output": OUTPUT},
+            {"type": "function_call_output", "call_id": f"b{i}", "output": "ok"}]
+
+
+HISTORY_KEY = {"openai_chat": "messages", "anthropic": "messages", "gemini": "contents", "openai_responses": "input"}
+
+
+def _body(dialect: str, history: list[dict[str, Any]]) -> bytes:
+    if dialect == "openai_responses":
+        body: dict[str, Any] = {"model": "m", "instructions": "Be brief.", "input": history,
+                                "tools": [{"type": "function", "name": "shell", "parameters": {}}]}
+    elif dialect == "gemini":
+        body = {"systemInstruction": {"parts": [{"text": "Be brief."}]}, "contents": history,
+                                "tools": [{"functionDeclarations": [{"name": "shell", "parameters": {}}]}]}
+    elif dialect == "openai_chat":
+        body = {"model": "m", "messages": [{"role": "developer", "content": "Be brief."}, *history],
+                                "tools": [{"type": "function", "function": {"name": "shell", "parameters": {}}}]}
+    else:
+        body = {"model": "m", "max_tokens": 64, "system": "Be brief.", "messages": history,
+                "tools": [{"name": "shell", "input_schema": {"type": "object"}}]}
+    return json.dumps(body).encode()
+
+
+CASES: list[tuple[Dialect, Any]] = [
+    (OpenAIChatDialect(), _chat_turn), (AnthropicDialect(), _anthropic_turn), (GeminiDialect(), _gemini_turn),
+    (OpenAIResponsesDialect(), _responses_turn),
+]
+
+
+def _first(dialect: str) -> dict[str, Any]:
+    if dialect == "gemini":
+        return {"role": "user", "parts": [{"text": "Fix the parser."}]}
+    return {"role": "user", "content": "Fix the parser."}
+
+
+@pytest.mark.parametrize("step", [1, 2], ids=["one item a call", "a turn a call"])
+@pytest.mark.parametrize(("dialect", "turn"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_a_growing_history_parses_as_a_full_parse_would(dialect: Dialect, turn: Any, step: int) -> None:
+    """One item a call puts a call and its result in different calls: state carried across the memo."""
+    route = RouteInfo(dialect=dialect.name, model="m" if dialect.name == "gemini" else None)
+    key = HISTORY_KEY[dialect.name]
+    memo = HistoryMemo()
+    items = [_first(dialect.name)] + [item for i in range(6) for item in turn(i)]
+    for n in range(1, len(items) + 1, step):
+        body = _body(dialect.name, items[:n])
+        assert (memo.seen(dialect.name, json.loads(body)[key])[0] > 0) == (n > 1)  # reuses the call before
+        with_memo = dialect.parse_request(body, route, memo)
+        assert with_memo.canonical.upstream_body() == dialect.parse_request(body, route).canonical.upstream_body()
+    # A harness that rewrites its history (compaction): the memo does not match, the parse is a full one.
+    rewritten = _body(dialect.name, [_first(dialect.name), *items[-2:]])
+    assert memo.seen(dialect.name, json.loads(rewritten)[key])[0] == 0
+    assert (dialect.parse_request(rewritten, route, memo).canonical.upstream_body()
+            == dialect.parse_request(rewritten, route).canonical.upstream_body())
+
+
+def test_the_memo_of_one_dialect_is_not_used_by_another() -> None:
+    memo = HistoryMemo()
+    items = [{"role": "user", "content": "hi"}]
+    memo.remember("anthropic", items, [])
+    assert memo.seen("openai_chat", [*items, {"role": "user", "content": "more"}]) == (0, [], None)
+
+
+def test_a_bad_new_item_is_reported_at_its_index_in_the_request() -> None:
+    dialect, route, memo = OpenAIChatDialect(), RouteInfo(dialect="openai_chat"), HistoryMemo()
+    history = [{"role": "user", "content": "Fix it."}, *_chat_turn(0)]
+    dialect.parse_request(_body("openai_chat", history), route, memo)
+    bad = [*history, {"role": "robot", "content": "?"}]
+    with pytest.raises(DialectError) as err:
+        dialect.parse_request(_body("openai_chat", bad), route, memo)
+    assert err.value.param == "messages.4.role"  # developer + 3 history items before it
+    with pytest.raises(DialectError) as full:
+        dialect.parse_request(_body("openai_chat", bad), route)
+    assert full.value.message == err.value.message
+
+
+def test_a_too_deep_new_item_is_refused_with_a_memo_too() -> None:
+    dialect, route, memo = AnthropicDialect(), RouteInfo(dialect="anthropic"), HistoryMemo()
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Fix it."}]
+    dialect.parse_request(_body("anthropic", history), route, memo)
+    deep: Any = "x"
+    for _ in range(80):
+        deep = {"a": deep}
+    history += [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "shell", "input": deep}]}]
+    with pytest.raises(DialectError, match="nested"):
+        dialect.parse_request(_body("anthropic", history), route, memo)
+
+
+def test_a_call_joining_a_remembered_message_leaves_the_earlier_request_as_it_was() -> None:
+    dialect, route, memo = OpenAIResponsesDialect(), RouteInfo(dialect="openai_responses"), HistoryMemo()
+    items = [_first("openai_responses"), *_responses_turn(0)]
+    before = dialect.parse_request(_body("openai_responses", items[:2]), route, memo)  # ends with assistant text
+    after = dialect.parse_request(_body("openai_responses", items[:3]), route, memo)  # + a call that joins it
+    assert before.canonical.messages[-1].tool_calls is None
+    assert [c.id for c in after.canonical.messages[-1].tool_calls or []] == ["a0"]
