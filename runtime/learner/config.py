@@ -64,8 +64,9 @@ class GrpoConfig(_Cfg):
     # Open groups the coordinator keeps ahead of training (leasable at once); default 2 x groups_per_step.
     max_open_groups: int | None = Field(None, ge=1)
     # Dynamic sampling's bound: groups without reward variance are skipped and others awaited, but once a step
-    # has consumed this many groups it trains on the (fewer) trainable ones it has. Without it, a policy that
-    # solves nearly everything makes each step wait for ever rarer mixed groups. Default 3 x groups_per_step.
+    # has consumed this many groups it trains on the trainable ones it has (none: the step makes no update).
+    # Without it, a policy that solves nearly everything makes each step wait for ever rarer mixed groups, and
+    # one that solves everything never steps again. Default 3 x groups_per_step.
     max_groups_per_step: int | None = Field(None, ge=1)
     micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one packed micro-batch")
     # Optimizer updates per step: the step's sequences are split into this many mini-batches, each one

@@ -377,8 +377,8 @@ class Coordinator:
 
     def take_batch(self, n: int) -> Batch | None:
         """The n oldest trainable final groups, or None if there are not enough yet. Once the groups skipped since
-        the last batch and the trainable ones reach `grpo.groups_per_step_limit()`, any trainable ones (at least
-        one) make the batch: dynamic sampling is bounded.
+        the last batch and the trainable ones reach `grpo.groups_per_step_limit()`, the trainable ones there are
+        (maybe none: a step without an update) make the batch: dynamic sampling is bounded.
 
         Stale rollouts (oldest sampled token more than max_staleness versions old) are dropped and counted.
         Final groups left with < 2 rollouts or no reward variance are consumed at once (so they never clog
@@ -401,8 +401,7 @@ class Coordinator:
                 self.state.counters.groups_zero_variance += 1
                 self.state.carry.zero_variance += 1
         self.state.groups = [g for g in self.state.groups if g.index not in skipped]
-        bounded = bool(trainable) and len(trainable) + self.state.carry.skipped >= self.grpo.groups_per_step_limit()
-        if len(trainable) < n and not bounded:
+        if len(trainable) < n and len(trainable) + self.state.carry.skipped < self.grpo.groups_per_step_limit():
             return None
         batch = self.state.carry
         for g, advantages, fresh in trainable[:n]:

@@ -30,7 +30,7 @@ from harnessrl.runtime.learner.packing import Sample
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
-from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
+from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, load_policy
 from harnessrl.runtime.proxy.protocol import PolicyState
 
 log = logging.getLogger(__name__)
@@ -165,9 +165,14 @@ class Learner:
             for r in g.rollouts
             for seq in r.sequences
         ]
-        stats = await asyncio.to_thread(self.trainer.step, samples)
-        version = st.policy_version + 1
-        policy, sync_s = await self.publish(version)
+        if samples:
+            stats = await asyncio.to_thread(self.trainer.step, samples)
+            version = st.policy_version + 1
+            policy, sync_s = await self.publish(version)
+        else:
+            # Bounded dynamic sampling found no group with reward variance: the step passes without an update.
+            stats, version, sync_s = StepStats.without_update(), st.policy_version, 0.0
+            policy = PolicyState(model=st.policy_model, version=version)
         done = st.step + 1 >= self.cfg.grpo.steps
         all_rewards = [r for rs in batch.rewards_by_harness.values() for r in rs]
         st.mean_reward = mean(all_rewards)

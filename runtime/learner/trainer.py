@@ -33,6 +33,12 @@ class StepStats:
     grad_norm: float
     seconds: float
 
+    @classmethod
+    def without_update(cls) -> StepStats:
+        """A step that trained nothing (no group of it had reward variance)."""
+        return cls(loss=0.0, clip_fraction=0.0, kl=0.0, loss_tokens=0, tokens=0, sequences=0, micro_batches=0,
+                   grad_norm=0.0, seconds=0.0)
+
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0

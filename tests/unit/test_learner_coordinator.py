@@ -119,6 +119,16 @@ def test_a_step_trains_on_fewer_groups_once_it_has_consumed_its_limit() -> None:
     assert batch is not None and [g.group_id for g in batch.groups] == ["g0000001"]
     assert batch.skipped == batch.zero_variance == 2 and c.state.carry.skipped == 0
     assert grpo.groups_per_step_limit() == 3 and GrpoConfig(groups_per_step=4).groups_per_step_limit() == 12
+    # A policy that solves everything: three groups without variance make a step with nothing to train on.
+    more = c.lease(LeaseRequest(runner_id="r", pool="pa", harness="mini", max=6), now=1)
+    assert len({x.group_id for x in more}) == 3
+    for lease in more[:4]:
+        c.complete(done(lease.rollout_id, lease.lease_id), [seq(0)])
+    assert c.take_batch(2) is None  # two skipped: under the limit
+    for lease in more[4:]:
+        c.complete(done(lease.rollout_id, lease.lease_id), [seq(0)])
+    empty = c.take_batch(2)
+    assert empty is not None and empty.groups == [] and empty.skipped == 3 and len(empty.rewards_by_harness["mini"]) == 6
 
 
 def test_unscored_is_retried_then_abandoned() -> None:
