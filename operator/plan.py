@@ -253,14 +253,15 @@ def _build(
     if too_long:
         raise PlanError(f"HarnessPool name {', '.join(too_long)} is longer than 63 characters: it labels runner Pods")
     admin_secret = child_name(run, ComponentKind.PROXY) + "-admin"
+    adapter_store = _adapter_store(run, spec, placement, images, admin_secret)
     return Plan(
         run=run,
         namespace=namespace,
         suspended=spec.suspend,
         engine=_engine(run, spec, placement),
-        adapter_store=_adapter_store(run, spec, placement, images, admin_secret),
+        adapter_store=adapter_store,
         proxy=_proxy(run, spec, placement, images, admin_secret),
-        learner=_learner(run, spec, used, placement, images, admin_secret),
+        learner=_learner(run, spec, used, placement, images, admin_secret, adapter_store),
         runners=[_runner(run, namespace, spec, name, pool, placement, images, admin_secret) for name, pool in used.items()],
         proxy_admin_secret=admin_secret,
         checkpoint_claim=spec.learner.checkpoint_claim_name,
@@ -383,6 +384,7 @@ def _learner(
     placement: Placement,
     images: Images,
     admin_secret: str,
+    adapter_store: AdapterStorePlan | None,
 ) -> Component:
     grpo, learner, model = spec.grpo, spec.learner, spec.model
     lora = model.adapter.lora
@@ -440,7 +442,9 @@ def _learner(
         engine=learner_cfg.EngineLink(
             urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
             sync=learner_cfg.SyncMode(spec.engine.weight_sync),
-            **_adapter_stores(run, spec, placement),
+            # Where the engines cannot read the learner's files, each adapter goes through its engine's store first.
+            adapter_stores=[placement.adapter_store_url(run, i) for i in range(spec.engine.replicas)] if adapter_store else [],
+            adapter_store_token_file=adapter_store.token.path if adapter_store else None,
             # The engines' workers join the learner's NCCL rendezvous at its own address.
             nccl_master_address=urlparse(placement.coordinator_url(run)).hostname or "127.0.0.1",
             nccl_master_port=NCCL_PORT,
@@ -468,14 +472,6 @@ def _learner(
         secrets=secrets,
         pod=spec.pod,
     )
-
-
-def _adapter_stores(run: str, spec: TrainingRunSpec, placement: Placement) -> dict[str, Any]:
-    """The learner's side of the adapter stores (EngineLink fields): one per engine replica, if any."""
-    stores = [placement.adapter_store_url(run, i) for i in range(spec.engine.replicas)]
-    if spec.engine.weight_sync != "lora" or None in stores:
-        return {}
-    return {"adapter_stores": stores, "adapter_store_token_file": placement.path("proxy-admin-token")}
 
 
 def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement) -> learner_cfg.EvalSchedule | None:

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from harnessrl.operator.api.common import API_VERSION, PodOverrides
 from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
-from harnessrl.operator.plan import Component, Plan
+from harnessrl.operator.plan import Component, Plan, SecretFile
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
@@ -108,19 +108,17 @@ def volumes_and_mounts(component: Component) -> tuple[list[Manifest], list[Manif
     volumes: list[Manifest] = [{"name": "config", "configMap": {"name": config_map_name(component)}}]
     mounts: list[Manifest] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
     for index, secret in enumerate(component.secrets):
-        name = f"secret-{index}"
-        volumes.append(
-            {
-                "name": name,
-                "secret": {
-                    "secretName": secret.secret,
-                    "items": [{"key": secret.key, "path": posixpath.basename(secret.path)}],
-                    "defaultMode": 0o440,
-                },
-            }
-        )
-        mounts.append({"name": name, "mountPath": posixpath.dirname(secret.path), "readOnly": True})
+        volume, mount = secret_file(f"secret-{index}", secret)
+        volumes.append(volume)
+        mounts.append(mount)
     return volumes, mounts
+
+
+def secret_file(name: str, secret: SecretFile) -> tuple[Manifest, Manifest]:
+    """A volume with one Secret key, and its read-only mount that puts the key at `secret.path`."""
+    items = [{"key": secret.key, "path": posixpath.basename(secret.path)}]
+    volume = {"name": name, "secret": {"secretName": secret.secret, "items": items, "defaultMode": 0o440}}
+    return volume, {"name": name, "mountPath": posixpath.dirname(secret.path), "readOnly": True}
 
 
 def resources(component: Component) -> Manifest:

@@ -4,8 +4,6 @@ adapters to, on a volume vLLM loads them from (runtime/engine/adapter_store.py).
 
 from __future__ import annotations
 
-import posixpath
-
 from harnessrl.operator.kube.common import (
     RUN_AS,
     Manifest,
@@ -18,6 +16,7 @@ from harnessrl.operator.kube.common import (
     http_probe,
     pod_template,
     resources,
+    secret_file,
     selector,
     service,
     volumes_and_mounts,
@@ -54,10 +53,10 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     }
     spec: Manifest = {"containers": [container], "volumes": volumes, "automountServiceAccountToken": False}
     if plan.adapter_store is not None:
+        token_volume, token_mount = secret_file("adapter-store-token", plan.adapter_store.token)
         mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
-        volumes.append({"name": "adapters", "emptyDir": {}})
-        volumes.append(token_volume(plan.adapter_store))
-        spec["containers"].append(adapter_store_container(plan.adapter_store))
+        volumes += [{"name": "adapters", "emptyDir": {}}, token_volume]
+        spec["containers"].append(adapter_store_container(plan.adapter_store, token_mount))
         spec["securityContext"] = {"fsGroup": RUN_AS}  # the store's user reads the token Secret
     pod = pod_template(plan, engine, spec, config_digest=config_hash(launch.model_dump()))
     statefulset = {
@@ -76,13 +75,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     return [config_map(plan, owner, engine), service(plan, owner, engine, engine.name, headless=True), statefulset]
 
 
-def token_volume(store: AdapterStorePlan) -> Manifest:
-    secret = store.token
-    items = [{"key": secret.key, "path": posixpath.basename(secret.path)}]
-    return {"name": "adapter-store-token", "secret": {"secretName": secret.secret, "items": items, "defaultMode": 0o440}}
-
-
-def adapter_store_container(store: AdapterStorePlan) -> Manifest:
+def adapter_store_container(store: AdapterStorePlan, token_mount: Manifest) -> Manifest:
     probe = {"httpGet": {"path": "/healthz", "port": "adapters"}, "periodSeconds": 10, "failureThreshold": 3}
     return {
         "name": "adapter-store",
@@ -90,10 +83,7 @@ def adapter_store_container(store: AdapterStorePlan) -> Manifest:
         "command": ["harnessrl", "adapter-store", "--dir", ADAPTER_DIR, "--token-file", store.token.path,
                     "--port", str(store.port)],
         "ports": [{"name": "adapters", "containerPort": store.port, "protocol": "TCP"}],
-        "volumeMounts": [
-            {"name": "adapters", "mountPath": ADAPTER_DIR},
-            {"name": "adapter-store-token", "mountPath": posixpath.dirname(store.token.path), "readOnly": True},
-        ],
+        "volumeMounts": [{"name": "adapters", "mountPath": ADAPTER_DIR}, token_mount],
         "readinessProbe": probe,
         # An upload is held in memory while it is unpacked: room for a few hundred MB of adapter.
         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "2Gi"}},
