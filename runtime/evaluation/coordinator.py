@@ -27,6 +27,7 @@ from harnessrl.runtime.learner.protocol import (
     LeaseRequest,
     LeaseResponse,
     PoolScore,
+    renew_every,
 )
 from pydantic import BaseModel
 
@@ -79,7 +80,7 @@ class EvalCoordinator:
         c = self.config
         leases = L.lease(self.ledger, req, now, c.lease_ttl_s, c.model, c.proxy_url, c.policy_version, c.max_unscored)
         return LeaseResponse(
-            leases=leases, retry_after_s=0 if leases else c.retry_after_s, renew_every_s=c.lease_ttl_s / 3
+            leases=leases, retry_after_s=0 if leases else c.retry_after_s, renew_every_s=renew_every(c.lease_ttl_s)
         )
 
     def release(self, req: LeaseRelease) -> LeaseReleaseResponse:

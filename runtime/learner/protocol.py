@@ -74,6 +74,11 @@ class LeaseResponse(_Wire):
     renew_every_s: float = Field(default=30.0, gt=0, description="renew held leases (POST /v1/leases/renew) this often")
 
 
+def renew_every(lease_ttl_s: float) -> float:
+    """How often runners renew: three chances before a lease lapses."""
+    return lease_ttl_s / 3
+
+
 class LeaseRenewal(_Wire):
     """The leases a runner is still working on: each live one's deadline moves to now + the lease TTL, so a lease
     outlives a slow harness but not a dead runner."""

@@ -28,6 +28,7 @@ from harnessrl.runtime.learner.protocol import (
     LeaseRequest,
     LeaseResponse,
     OutcomeKind,
+    renew_every,
 )
 from harnessrl.runtime.trajectory.models import TrainingSequence
 from prometheus_client import CollectorRegistry, generate_latest
@@ -80,7 +81,7 @@ def create_app(
         except CoordinatorError as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
         return LeaseResponse(
-            leases=leases, retry_after_s=0 if leases else retry_after_s, renew_every_s=coordinator.lease_ttl_s / 3
+            leases=leases, retry_after_s=0 if leases else retry_after_s, renew_every_s=renew_every(coordinator.lease_ttl_s)
         )
 
     @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse)
