@@ -63,12 +63,14 @@ def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path
     } | changes
 
 
-async def post(http: httpx.AsyncClient, url: str, body: dict[str, Any], patience_s: float = 90) -> Any:
-    """POST, retried while the learner is down (a test may kill and restart it): nothing a runner did is dropped."""
+async def call(http: httpx.AsyncClient, url: str, body: dict[str, Any] | None, patience_s: float = 90) -> Any:
+    """POST (GET without a body), retried while the learner is down (a test may kill and restart it): nothing a
+    runner did is dropped."""
     end = time.monotonic() + patience_s
     while True:
         try:
-            return (await http.post(url, json=body)).raise_for_status().json()
+            sent = http.get(url) if body is None else http.post(url, json=body)
+            return (await sent).raise_for_status().json()
         except httpx.HTTPError:
             if time.monotonic() > end:
                 raise
@@ -92,7 +94,7 @@ class Runner:
         async with httpx.AsyncClient(timeout=30) as http:
             while time.monotonic() < end:
                 req = LeaseRequest(runner_id=f"{self.pool}-runner", pool=self.pool, harness=self.harness, max=4)
-                got = LeaseResponse.model_validate(await post(http, f"{self.coordinator}/v1/leases", req.model_dump()))
+                got = LeaseResponse.model_validate(await call(http, f"{self.coordinator}/v1/leases", req.model_dump()))
                 if got.done:  # the learner answers `done` a few seconds before it exits
                     status = (await http.get(f"{self.coordinator}/v1/status")).json()
                     self.final_status = CoordinatorStatus.model_validate(status)
@@ -116,13 +118,13 @@ class Runner:
             solved = n % 2 == 0  # reward variance within each group of 2
         else:  # nothing captured for an eval session: the learner must not ask for its sequences
             solved = lease.task_id in SOLVED
-            step = (await http.get(f"{self.coordinator}/v1/status")).json()["step"]
+            step = (await call(http, f"{self.coordinator}/v1/status", None))["step"]
             self.eval_leases.append((lease, step))
         completion = Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, runner_id=f"{self.pool}-runner",
                                 session_id=sid, session_base_url=session["base_url"],
                                 outcome=OutcomeKind.solved if solved else OutcomeKind.wrong,
                                 correctness=1.0 if solved else 0.0, tool_calls=1)
-        ack = await post(http, f"{self.coordinator}/v1/completions", completion.model_dump(mode="json"))
+        ack = await call(http, f"{self.coordinator}/v1/completions", completion.model_dump(mode="json"))
         # After a learner restart, a rollout leased again meanwhile may already be done: a duplicate, counted once.
         assert ack["status"] in ("accepted", "duplicate"), ack
         if not lease.training:
