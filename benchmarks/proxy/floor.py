@@ -4,8 +4,9 @@
 
 Plays the benchmark's OpenAI Chat sessions (the only dialect the engine stand-in reads as is), streamed and not,
 one call at a time, against two servers in front of the same engine stand-in: the harnessrl proxy, and a
-forwarder on the same stack that does nothing else (uvicorn on uvloop + httptools, a Starlette route, one aiohttp
-client session: it reads the body, posts it to the engine and relays the answer or its stream unparsed). The
+forwarder on the proxy's own stack that does nothing else (uvicorn on uvloop + httptools, a plain ASGI function,
+the proxy's upstream client: it reads the body, posts it to the engine and relays the answer or its stream
+unparsed). The
 forwarder's CPU per call is the floor of that stack on this machine; the difference is what capturing costs.
 With one call in flight, contention and queueing stay out of the figure, so two runs compare well (e.g. a
 git revision's package through PYTHONPATH, as compare.sh does, against the working tree's).
@@ -17,75 +18,69 @@ import argparse
 import asyncio
 import sys
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import aiohttp
 import psutil
+from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool
+from loadgen import post_whole
 from run import MODEL, engine_script
 from servers import ProcessGroup, Server, create_sessions, free_port, start_engine, start_harnessrl
 from workload import SessionWorkload, output_seed, tool_output
 
 
 def serve_forwarder(port: int, engine_url: str) -> None:
-    """The do-nothing forwarder (runs in its own process)."""
+    """The do-nothing forwarder (runs in its own process): the proxy's own HTTP stack, nothing else."""
     import uvicorn
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response, StreamingResponse
-    from starlette.routing import Route
+    from harnessrl.runtime.proxy.asgi import Answer, read_body
 
-    clients: list[aiohttp.ClientSession] = []
+    pools: list[UpstreamPool] = []
 
-    async def forward(request: Request) -> Response:
-        if not clients:
-            clients.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0)))
-        body = await request.body()
-        upstream = await clients[0].post(f"{engine_url}/v1/chat/completions", data=body,
-                                         headers={"content-type": "application/json"})
-        if upstream.headers.get("content-type", "").startswith("text/event-stream"):
-
-            async def relay() -> AsyncIterator[bytes]:
-                try:
-                    async for data in upstream.content.iter_any():
-                        yield data
-                finally:
-                    upstream.release()
-
-            return StreamingResponse(relay(), media_type="text/event-stream")
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/health":
+            await Answer(b"ok").send(send, receive)
+            return
+        if not pools:
+            pools.append(UpstreamPool(Limits()))
+        body = await read_body(scope, receive, 1 << 26)
+        upstream = await pools[0].request("POST", f"{engine_url}/v1/chat/completions", body,
+                                          {"content-type": "application/json"})
         try:
-            return Response(await upstream.read(), media_type="application/json")
+            content_type = upstream.headers.get("content-type", "")
+            if not content_type.startswith("text/event-stream"):
+                await Answer(await upstream.read()).send(send, receive)
+                return
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", content_type.encode())]})
+            while data := await upstream.readany():
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
         finally:
             upstream.release()
 
-    async def health(_: Request) -> Response:
-        return Response(b"ok")
-
-    app = Starlette(routes=[Route("/v1/chat/completions", forward, methods=["POST"]), Route("/health", health)])
     uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning",
                 access_log=False)
 
 
 async def play(url: str, keys: list[str], stream: bool, turns: int) -> None:
     """One session per key, one after the other, one call at a time."""
-    async with aiohttp.ClientSession() as http:
+    http = UpstreamPool(Limits())
+    try:
         for s, key in enumerate(keys):
             work = SessionWorkload("openai_chat", stream, key, MODEL)
             for t in range(turns):
                 request = work.request()
-                async with http.post(url + request.path, data=request.body, headers=request.headers) as response:
-                    if response.status != 200:
-                        raise RuntimeError(f"{url}: HTTP {response.status}: {(await response.text())[:300]}")
-                    if stream:
-                        reader = work.stream_reader()
-                        async for line in response.content:
-                            reader.feed(line.rstrip(b"\n"))
-                        reply = reader.finish()
-                    else:
-                        reply = work.parse(await response.read())
+                status, raw = await post_whole(http, url + request.path, request.headers, request.body, 60)
+                if status != 200:
+                    raise RuntimeError(f"{url}: HTTP {status}: {raw[:300].decode(errors='replace')}")
+                reply = work.parse_stream(raw) if stream else work.parse(raw)
                 work.record_turn(reply, tool_output(output_seed(s, t), 500))
+    finally:
+        await http.close()
 
 
 def cpu_ms_per_call(server: Server, keys: list[str], stream: bool, turns: int) -> float:

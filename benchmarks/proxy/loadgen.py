@@ -1,9 +1,10 @@
 """The load generator: plays concurrent multi-turn agent sessions against one target and times every call.
 
-One asyncio loop (uvloop) with one aiohttp connection pool per client process; `run_clients` spreads the sessions
-over several processes so the client is not what saturates, and each process reports its own CPU time and event
-loop lag so the report can show that. Sessions start spread over the first pause (no thundering herd), then each
-one waits `pause_s` between the end of a call and the next call, as a harness running a tool would.
+One asyncio loop (uvloop) with one pool of keep-alive HTTP/1.1 connections per client process (the proxy's own
+upstream client, runtime/proxy/upstream_http.py); `run_clients` spreads the sessions over several processes so the client is not what saturates, and
+each process reports its own CPU time and event loop lag so the report can show that. Sessions start spread over
+the first pause (no thundering herd), then each one waits `pause_s` between the end of a call and the next call,
+as a harness running a tool would.
 
 A session ends at its first failed call (as a harness that gives up would); it has *finished* when all its turns
 succeeded. Calls still in flight at the level's deadline are cut and counted apart from errors.
@@ -16,13 +17,12 @@ import contextlib
 import multiprocessing
 import resource
 import time
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-from workload import DIALECTS, ReplyError, SessionPlan, SessionWorkload, output_seed, tool_output
+from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool
+from workload import DIALECTS, Reply, ReplyError, SessionPlan, SessionWorkload, output_seed, tool_output
 
 OUTPUT_POOL = 61  # distinct tool outputs per client process, picked per (session, turn)
 
@@ -75,46 +75,32 @@ class WorkerResult:
     client: ClientStats
 
 
+# --------------------------------------------------------------------------------------------- HTTP/1.1
+
+
+async def post_whole(http: UpstreamPool, url: str, headers: dict[str, str], body: bytes, timeout_s: float) -> tuple[int, bytes]:
+    """The answer's status and whole body (a stream read to its end), within `timeout_s` for the whole call."""
+    async with asyncio.timeout(timeout_s):
+        response = await http.request("POST", url, body, headers)
+        try:
+            return response.status, await response.read()
+        finally:
+            response.release()
+
+
 # --------------------------------------------------------------------------------------------- one session
 
 
-class _Cut(Exception):
-    pass
-
-
-def _lines(buffer: bytearray, chunk: bytes) -> Iterator[bytes]:
-    """Complete lines of an SSE body, fed chunk by chunk (lines may be longer than aiohttp's readline limit:
-    the engine's first streamed chunk carries the whole prompt's token ids)."""
-    buffer.extend(chunk)
-    while True:
-        end = buffer.find(b"\n")
-        if end < 0:
-            return
-        line = bytes(buffer[:end]).rstrip(b"\r")
-        del buffer[: end + 1]
-        yield line
-
-
-async def _call(http: aiohttp.ClientSession, target: TargetSpec, work: SessionWorkload) -> Any:
+async def _call(http: UpstreamPool, target: TargetSpec, work: SessionWorkload, timeout_s: float) -> Reply:
     request = work.request()
-    async with http.post(target.base_url + request.path, data=request.body, headers=request.headers) as resp:
-        if resp.status != 200:
-            text = (await resp.read())[:200].decode("utf-8", "replace")
-            raise ReplyError(f"HTTP {resp.status}: {text}")
-        if not work.stream:
-            return work.parse(await resp.read())
-        reader = work.stream_reader()
-        buffer = bytearray()
-        async for chunk in resp.content.iter_any():
-            for line in _lines(buffer, chunk):
-                reader.feed(line)
-        if buffer:
-            reader.feed(bytes(buffer))
-        return reader.finish()
+    status, raw = await post_whole(http, target.base_url + request.path, request.headers, request.body, timeout_s)
+    if status != 200:
+        raise ReplyError(f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
+    return work.parse_stream(raw) if work.stream else work.parse(raw)
 
 
 async def _session(
-    http: aiohttp.ClientSession,
+    http: UpstreamPool,
     target: TargetSpec,
     spec: LoadSpec,
     index: int,
@@ -134,7 +120,7 @@ async def _session(
     for turn in range(spec.turns):
         began = time.perf_counter()
         try:
-            reply = await _call(http, target, work)
+            reply = await _call(http, target, work, spec.call_timeout_s)
             outcome = "ok"
         except asyncio.CancelledError:
             records.append(
@@ -175,9 +161,12 @@ async def run_sessions(
     outputs = [tool_output(seed, spec.tool_tokens) for seed in range(OUTPUT_POOL)]
     records: list[CallRecord] = []
     stats = ClientStats()
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0, ttl_dns_cache=None)
-    timeout = aiohttp.ClientTimeout(total=spec.call_timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as http:
+    # The proxy's own HTTP/1.1 client (a keep-alive pool on httptools): aiohttp's per-chunk stream machinery
+    # was most of the client's CPU per streamed call. Idle connections are dropped before the server's own
+    # keep-alive timeout (uvicorn: 5 s) could close one under a request.
+    http = UpstreamPool(Limits(max_connections=1 << 20, keepalive_expiry_s=4.0, connect_timeout_s=spec.call_timeout_s,
+                               read_timeout_s=spec.call_timeout_s, pool_timeout_s=spec.call_timeout_s))
+    try:
         await asyncio.sleep(max(0.0, start_wall - time.time()))
         start = time.perf_counter()
         cpu0 = time.process_time()
@@ -197,6 +186,8 @@ async def run_sessions(
             await lag
         stats.cpu_s = time.process_time() - cpu0
         stats.wall_s = time.perf_counter() - start
+    finally:
+        await http.close()
     finished = sum(1 for t in done if not t.cancelled() and t.exception() is None and t.result())
     return WorkerResult(records, finished, stats)
 

@@ -44,6 +44,7 @@ class TargetResult(BaseModel):
     cpu_per_call_ms: float | None = None
     client_procs: int
     client_cpu_pct_max: float  # busiest client process, % of one core
+    client_cpu_per_call_ms: float | None = None  # all client processes' CPU time / calls answered
     client_lag_p99_ms: float
     note: str = ""
 
@@ -118,6 +119,7 @@ def target_result(
         engine_cpu_per_call_ms=engine_cpu_s / len(ok) * 1000 if engine_cpu_s is not None and ok else None,
         client_procs=len(clients),
         client_cpu_pct_max=max((c.cpu_s / c.wall_s * 100 for c in clients if c.wall_s > 0), default=0.0),
+        client_cpu_per_call_ms=sum(c.cpu_s for c in clients) / len(ok) * 1000 if ok else None,
         client_lag_p99_ms=(lag99 or 0.0) * 1000,
         note=note,
     )
@@ -167,7 +169,8 @@ def render_markdown(run: RunResults) -> str:
         "last byte read (streams included); *added* = the target's percentile minus the baseline's in the same "
         "level; *RSS/session* = (server RSS with all sessions live at the end − idle RSS) / sessions; *CPU/call* "
         "= server process CPU time over the level / calls answered; *client* = busiest load-generator process "
-        "(% of one core) and its event-loop lag p99.",
+        "(% of one core) and its event-loop lag p99; *client CPU/call* = all load-generator processes' CPU time "
+        "/ calls answered.",
         "",
     ]
     for level in run.levels:
@@ -175,15 +178,16 @@ def render_markdown(run: RunResults) -> str:
             f"## {level.sessions:,} sessions, {level.pause_s:g} s between calls, {level.turns} turns",
             "",
             "| target | finished | errors | cut | calls/s | p50 ms | p99 ms | p50 added ms | p99 added ms "
-            "| RSS/session MB | CPU/call ms | engine CPU/call ms | client CPU % / lag p99 ms |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| RSS/session MB | CPU/call ms | engine CPU/call ms | client CPU % / lag p99 ms | client CPU/call ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for t in level.targets:
             out.append(
                 f"| {t.target} | {t.sessions_finished:,}/{t.sessions:,} | {t.errors:,} | {t.cut_at_deadline:,} "
                 f"| {t.calls_per_s:.0f} | {_ms(t.p50_ms)} | {_ms(t.p99_ms)} | {_ms(t.p50_added_ms)} "
                 f"| {_ms(t.p99_added_ms)} | {_cell(t.rss_per_session_mb, 3)} | {_cell(t.cpu_per_call_ms, 2)} "
-                f"| {_cell(t.engine_cpu_per_call_ms, 2)} | {t.client_cpu_pct_max:.0f} / {t.client_lag_p99_ms:.0f} |"
+                f"| {_cell(t.engine_cpu_per_call_ms, 2)} | {t.client_cpu_pct_max:.0f} / {t.client_lag_p99_ms:.0f} "
+                f"| {_cell(t.client_cpu_per_call_ms, 2)} |"
             )
         notes = [t for t in level.targets if t.note or t.error_kinds]
         if notes:

@@ -11,14 +11,14 @@ whole-server figure (run.py) adds the HTTP server, the upstream client and the e
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,9 +31,10 @@ from harnessrl.runtime.engine.scripted import (
     make_tokenizer,
     stream_chunks,
 )
+from harnessrl.runtime.engine.vllm_wire import COMPACT
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
-from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
 from harnessrl.runtime.proxy.engines import upstream_body
 from harnessrl.runtime.proxy.journal import Journal
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest
@@ -69,7 +70,18 @@ async def _drain(stream: AsyncIterator[bytes]) -> int:
     return sum([len(b) async for b in stream])
 
 
-def play(clock: Clock, loop: asyncio.AbstractEventLoop, turns: int, model: str = "tiny") -> int:
+def _run(coroutine: Coroutine[Any, Any, int]) -> int:
+    """Run a coroutine that never waits (its chunks are all in memory) without an event loop run per call: the
+    server's renderer runs inside its one loop, so what counts is the renderer's work, not asyncio's setup."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return int(done.value)
+    coroutine.close()
+    raise RuntimeError("the renderer waited on something")
+
+
+def play(clock: Clock, turns: int, model: str = "tiny") -> int:
     """One session per dialect x streaming mode; returns the number of calls."""
     engine = ScriptedEngine(make_tokenizer("fast"), model=model, record_calls=False)
     call = ScriptedToolCall(name=TOOL_NAME, arguments={"command": TOOL_COMMAND})
@@ -95,31 +107,28 @@ def play(clock: Clock, loop: asyncio.AbstractEventLoop, turns: int, model: str =
                     body = to_json(upstream_body(parsed.canonical, model, training=True, stream=stream))
                 upstream = json.loads(body)
                 completion = engine.complete(upstream)
+                # The answer's bytes as vLLM (and the stand-in) write them: compact JSON.
+                capture = CallCapture(known=session.prompt_prefix)
                 if stream:
-                    lines = [json.dumps(c).encode() for c in stream_chunks(completion, upstream, "id", 0)]
-                    with clock("3 parse upstream answer"):
-                        chunks = [CompletionChunk.model_validate_json(line) for line in lines]
-                    with clock("4 capture"):
-                        capture = CallCapture()
-                        for chunk in chunks:
-                            capture.feed(chunk)
+                    lines = [json.dumps(c, separators=COMPACT).encode()
+                             for c in stream_chunks(completion, upstream, "id", 0)]
+                    with clock("3-4 parse + capture upstream answer"):
+                        chunks = [capture.read_chunk(line) for line in lines]
                 else:
-                    raw = json.dumps(chat_response(completion, upstream, "id", 0)).encode()
-                    with clock("3 parse upstream answer"):
-                        whole = Completion.model_validate_json(raw)
-                    with clock("4 capture"):
-                        capture = CallCapture.from_completion(whole)
+                    raw = json.dumps(chat_response(completion, upstream, "id", 0), separators=COMPACT).encode()
+                    with clock("3-4 parse + capture upstream answer"):
+                        whole = capture.read_completion(raw)
                 with clock("5 make turn"):
                     turn = capture.to_turn(model=model, policy_version=0, started_at=0.0, finished_at=0.0)
                 with clock("6 link turn + journal delta"):
-                    record = session.record_call(answered=True, turn=turn)
+                    record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text)
                 with clock("7 encode journal record"):
                     Journal.encode(record)
                 with clock("8 render answer"):
                     if stream:
-                        size = loop.run_until_complete(_drain(dialect.render_stream(_aiter(chunks), parsed)))
-                    else:
-                        size = len(json.dumps(dialect.render_response(whole, parsed)))
+                        size = _run(_drain(dialect.render_stream(_aiter(chunks), parsed)))
+                    else:  # encoded as the server's JSON answers are
+                        size = len(to_json(dialect.render_response(whole, parsed)))
                 assert size > 0
                 made = [
                     ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
@@ -140,9 +149,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     clock = Clock()
-    loop = asyncio.new_event_loop()
-    calls = sum(play(clock, loop, args.turns) for _ in range(args.repeat))
-    loop.close()
+    calls = sum(play(clock, args.turns) for _ in range(args.repeat))
     total = sum(clock.ms.values())
     print(
         f"harnessrl proxy stages, CPU ms per call (mean over {calls} calls, {args.turns}-turn sessions, "

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+
+import msgspec
+
+_KEY_ENCODER = msgspec.json.Encoder()
 
 
 class ChatTokenizer(Protocol):
@@ -60,12 +65,19 @@ def normalized_arguments(raw: Any) -> dict[str, Any] | str:
     return raw if isinstance(raw, dict) else {}
 
 
+def _call_functions(message: dict[str, Any]) -> list[Any]:
+    """The `function` part of each of a message's tool calls: all the template reads of them (not their ids)."""
+    return [
+        call.get("function", call) if isinstance(call, dict) else {}
+        for call in message.get("tool_calls") or []
+    ]
+
+
 def history_calls(message: dict[str, Any]) -> list[tuple[str, dict[str, Any] | str]]:
-    calls = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", call) if isinstance(call, dict) else {}
-        calls.append((str(fn.get("name", "")), normalized_arguments(fn.get("arguments"))))
-    return calls
+    return [
+        (str(fn.get("name", "")), normalized_arguments(fn.get("arguments")))
+        for fn in _call_functions(message)
+    ]
 
 
 def vllm_tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -82,6 +94,19 @@ def vllm_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("defer_loading") is not None:
         out["defer_loading"] = tool["defer_loading"]
     return out
+
+
+def _message_key(m: dict[str, Any]) -> Hashable:
+    """All a message's segment renders from: (role, text) for a plain message (hashing the text is all a lookup
+    costs), else the JSON of its role, content and tool calls' functions (bytes: never equal to a tuple)."""
+    role, content = m.get("role"), m.get("content")
+    if type(role) is str and type(content) is str and not m.get("tool_calls"):
+        return (role, content)
+    return _KEY_ENCODER.encode([role, content, _call_functions(m)])
+
+
+def _tools_key(tools: list[dict[str, Any]]) -> Hashable:
+    return _KEY_ENCODER.encode(["tools", tools])
 
 
 class HfChatTokenizer:
@@ -126,7 +151,11 @@ class ByteChatTokenizer:
     """Byte-level stand-in without a model: one id per `stride` UTF-8 bytes (id = first byte). stride=1 is exact
     byte tokenisation; stride=4 ("fast") gives ~real BPE token counts at C speed, for the load benchmark.
 
-    A message is [role id] + its bytes + [end id]; tools are one leading segment. Ids 256+ are the markers."""
+    A message is [role id] + its bytes + [end id]; tools are one leading segment. Ids 256+ are the markers.
+
+    Segments are memoised by what they render from (a message's role, content and tool calls' functions; the tools
+    list), as a prefix cache would: a harness replays its whole history every turn, so only the new messages of a
+    call are tokenised. The memo keeps the `memo_size` latest segments (tool results recur across sessions too)."""
 
     ROLE_IDS: ClassVar[dict[str, int]] = {
         "system": 256,
@@ -137,9 +166,11 @@ class ByteChatTokenizer:
     }
     END = 261
 
-    def __init__(self, stride: int = 1) -> None:
+    def __init__(self, stride: int = 1, memo_size: int = 8192) -> None:
         self.stride = stride
         self.eos_id = self.END
+        self.memo_size = memo_size
+        self._memo: dict[Hashable, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8")[:: self.stride])
@@ -147,15 +178,35 @@ class ByteChatTokenizer:
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         ids: list[int] = []
         if tools:
-            ids += [self.ROLE_IDS["tools"], *self.encode(json.dumps(tools, sort_keys=True)), self.END]
+            ids += self._memoised(_tools_key, self._tools_segment, tools)
         for m in messages:
-            role = str(m.get("role"))
-            text = message_text(m.get("content"))
-            if role == "assistant":
-                text = assistant_text(text, history_calls(m))
-            ids += [self.ROLE_IDS.get(role, self.ROLE_IDS["user"]), *self.encode(text), self.END]
+            ids += self._memoised(_message_key, self._message_segment, m)
         ids.append(self.ROLE_IDS["assistant"])
         return ids
+
+    def _memoised(
+        self, key_of: Callable[[Any], Hashable], segment: Callable[[Any], list[int]], source: Any
+    ) -> list[int]:
+        try:
+            key = key_of(source)
+        except TypeError:  # not JSON (only possible in process): rendering reports it in its own terms
+            return segment(source)
+        ids = self._memo.get(key)
+        if ids is None:
+            ids = self._memo[key] = segment(source)
+            if len(self._memo) > self.memo_size:
+                del self._memo[next(iter(self._memo))]
+        return ids
+
+    def _tools_segment(self, tools: list[dict[str, Any]]) -> list[int]:
+        return [self.ROLE_IDS["tools"], *self.encode(json.dumps(tools, sort_keys=True)), self.END]
+
+    def _message_segment(self, m: dict[str, Any]) -> list[int]:
+        role = str(m.get("role"))
+        text = message_text(m.get("content"))
+        if role == "assistant":
+            text = assistant_text(text, history_calls(m))
+        return [self.ROLE_IDS.get(role, self.ROLE_IDS["user"]), *self.encode(text), self.END]
 
     def pieces(self, text: str, ids: list[int]) -> list[str]:
         data = text.encode("utf-8")

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
-import secrets
+import random
 import socket
 import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from harnessrl.runtime.engine.chat_tokenizers import (
     ByteChatTokenizer,
     ChatTokenizer,
@@ -40,8 +41,17 @@ from harnessrl.runtime.engine.chat_tokenizers import (
     message_text,
     normalized_arguments,
 )
-from harnessrl.runtime.engine.vllm_wire import COMPACT, Completion, VllmError, chat_response, stream_chunks
+from harnessrl.runtime.engine.vllm_wire import (
+    Completion,
+    VllmError,
+    chat_response,
+    decode_json,
+    encode_json,
+    sse_events,
+    stream_chunks,
+)
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
 
 # Re-exported: tests and the benchmark import these from here.
 __all__ = [
@@ -114,9 +124,18 @@ class ScriptedCall(BaseModel):
     finish_reason: str
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a reply's tokens recur call after call
 def token_logprob(prev: int, token: int) -> float:
     """A deterministic 'sampled logprob' in [-3, -0.01]: stable across runs, prefix-independent."""
     return -0.01 - (zlib.crc32(f"{prev}:{token}".encode()) % 300) / 100.0
+
+
+_ID_SOURCE = random.Random()  # seeded from os.urandom; ids only need to be unique, not secret
+
+
+def random_id() -> str:
+    """16 hex digits, as vLLM's request and tool call ids carry (without a getrandom syscall per id)."""
+    return f"{_ID_SOURCE.getrandbits(64):016x}"
 
 
 class ScriptedEngine:
@@ -138,6 +157,7 @@ class ScriptedEngine:
         self._lock = threading.Lock()
         self._script = Script()
         self._uses: list[int] = []
+        self._reply_memo: dict[str, tuple[list[int], list[str]]] = {}
 
     def set_script(self, script: Script | list[ScriptedReply]) -> None:
         script = script if isinstance(script, Script) else Script(replies=script)
@@ -199,8 +219,7 @@ class ScriptedEngine:
         # Arguments come back as vLLM's hermes parser re-serialises them (and as the template replays them).
         calls = [(self._tool_name(c, tools), normalized_arguments(c.arguments)) for c in reply.tool_calls]
         text = assistant_text(reply.content, calls)
-        ids = self.tokenizer.encode(text)
-        pieces = self.tokenizer.pieces(text, ids)
+        ids, pieces = self._reply_tokens(text)
         max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
         budget = min(self.max_model_len - len(prompt_ids), max_tokens or self.max_model_len)
         if len(ids) + 1 > budget:
@@ -216,7 +235,7 @@ class ScriptedEngine:
             content = reply.content if calls else text
             tool_calls = [
                 {
-                    "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
+                    "id": f"chatcmpl-tool-{random_id()}",
                     "type": "function",
                     "function": {
                         "name": name,
@@ -254,6 +273,16 @@ class ScriptedEngine:
             )
         return completion
 
+    def _reply_tokens(self, text: str) -> tuple[list[int], list[str]]:
+        """A reply's ids and their texts, memoised: the script's replies recur (the lists are never mutated)."""
+        tokens = self._reply_memo.get(text)
+        if tokens is None:
+            if len(self._reply_memo) >= 1024:
+                self._reply_memo.clear()
+            ids = self.tokenizer.encode(text)
+            tokens = self._reply_memo[text] = (ids, self.tokenizer.pieces(text, ids))
+        return tokens
+
     @staticmethod
     def _tool_name(call: ScriptedToolCall, tools: list[dict[str, Any]] | None) -> str:
         wanted = [call.name] if isinstance(call.name, str) else call.name
@@ -264,6 +293,29 @@ class ScriptedEngine:
             if name in offered:
                 return name
         raise ScriptError(f"scripted tool call wants one of {wanted} but the request offers {offered}")
+
+
+class EventStream(Response):
+    """An SSE answer written event by event (one HTTP chunk and one socket write each, as vLLM streams tokens),
+    without StreamingResponse's per-stream task group that watches for a disconnect: the stand-in's stream is
+    ready at once and written in one pass, and uvicorn drops what is sent after a client has left."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: Iterator[bytes]) -> None:
+        self.events = events
+        self.status_code = 200
+        self.background = None
+        self.init_headers(None)  # no body: no content-length, so uvicorn frames it chunked as vLLM's
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        event = next(self.events)
+        for following in self.events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            event = following
+        # The last event and the end of the chunked body go out in one write.
+        await send({"type": "http.response.body", "body": event, "more_body": False})
 
 
 def create_app(engine: ScriptedEngine) -> FastAPI:
@@ -332,10 +384,11 @@ def create_app(engine: ScriptedEngine) -> FastAPI:
         engine.set_script(script)
         return {"replies": len(script.replies)}
 
-    @app.post("/v1/chat/completions")
+    # A plain Starlette route on the FastAPI app: FastAPI's per-request dependency solving and exit stacks are
+    # not needed for a handler that takes the raw Request.
     async def chat(request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
+            body = decode_json(await request.body())
             if not isinstance(body, dict):
                 raise VllmError(400, "the request body must be a JSON object", "BadRequestError")
             completion = engine.complete(body)
@@ -347,20 +400,15 @@ def create_app(engine: ScriptedEngine) -> FastAPI:
             return error(VllmError(400, f"scripted engine: {exc}", "BadRequestError"))
         if completion.delay_s:
             await asyncio.sleep(completion.delay_s)
-        request_id, created = f"chatcmpl-{secrets.token_hex(8)}", int(time.time())
+        request_id, created = f"chatcmpl-{random_id()}", int(time.time())
         if not body.get("stream"):
             return Response(
-                json.dumps(chat_response(completion, body, request_id, created), separators=COMPACT),
+                encode_json(chat_response(completion, body, request_id, created)),
                 media_type="application/json",
             )
+        return EventStream(sse_events(completion, body, request_id, created))
 
-        async def sse() -> AsyncIterator[bytes]:
-            for chunk in stream_chunks(completion, body, request_id, created):
-                yield f"data: {json.dumps(chunk, separators=COMPACT)}\n\n".encode()
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(sse(), media_type="text/event-stream")
-
+    app.add_route("/v1/chat/completions", chat, methods=["POST"])
     return app
 
 

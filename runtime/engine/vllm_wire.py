@@ -5,12 +5,38 @@ Used by the scripted engine; the shapes are checked against a live vLLM in tests
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 SYSTEM_FINGERPRINT = "vllm-0.32.0-scripted"
 COMPACT = (",", ":")  # vLLM serialises with pydantic: no spaces
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
+
+
+def encode_json(obj: Any) -> bytes:
+    """`json.dumps(obj, separators=COMPACT).encode()`, byte for byte, at C speed (a body carries up to ~10k prompt
+    ids: json.dumps alone took ~1 ms for them). msgspec writes the same JSON for ASCII text, ints, bools, None and
+    floats in plain notation (1e-4 <= |x| < 1e16; this engine's only floats are logprobs in [-3.01, -0.01]); text
+    that json.dumps would escape (non-ASCII, DEL) comes out differently, so such a body takes json.dumps."""
+    out = _ENCODER.encode(obj)
+    if out.isascii() and b"\x7f" not in out:
+        return out
+    return json.dumps(obj, separators=COMPACT).encode()
+
+
+def decode_json(raw: bytes) -> Any:
+    """`json.loads(raw)` at C speed; what msgspec refuses (malformed JSON, NaN, lone surrogates) goes to json.loads,
+    which parses it the same way or raises its usual JSONDecodeError."""
+    try:
+        return _DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,3 +216,10 @@ def stream_chunks(
             "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n},
             "system_fingerprint": SYSTEM_FINGERPRINT,
         }
+
+
+def sse_events(c: Completion, request: dict[str, Any], request_id: str, created: int) -> Iterator[bytes]:
+    """The stream's bytes, one SSE event per chunk of `stream_chunks`, then `data: [DONE]`."""
+    for chunk in stream_chunks(c, request, request_id, created):
+        yield b"data: " + encode_json(chunk) + b"\n\n"
+    yield b"data: [DONE]\n\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import logging
 import time
@@ -16,10 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
-import aiohttp
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
+from harnessrl.runtime.proxy.asgi import Answer, Flusher, StreamAnswer, json_answer, read_body
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.dialects.base import (
@@ -51,8 +53,13 @@ from harnessrl.runtime.proxy.protocol import (
     SessionStatus,
 )
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
+from harnessrl.runtime.proxy.upstream_http import (
+    UpstreamBroken,
+    UpstreamConnectError,
+    UpstreamPool,
+    UpstreamResponse,
+)
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic_core import to_json
 from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("harnessrl.proxy")
@@ -76,7 +83,7 @@ class ProxyState:
     store: SessionStore
     journal: Journal
     pool: EnginePool
-    http: aiohttp.ClientSession
+    http: UpstreamPool
     client: EngineClient
     metrics: ProxyMetrics
     inflight: int = 0
@@ -125,68 +132,6 @@ def build_state(config: ProxyConfig) -> ProxyState:
     return state
 
 
-# --------------------------------------------------------------------------- streaming
-
-
-class Flusher:
-    """Holds a stream's rendered events until `flush` sends them as one ASGI body message."""
-
-    def __init__(self) -> None:
-        self.pieces: list[bytes] = []
-        self.send: Send | None = None
-
-    async def flush(self, more_body: bool = True) -> None:
-        if self.send is None or (more_body and not self.pieces):
-            return
-        body = b"".join(self.pieces)
-        self.pieces.clear()
-        await self.send({"type": "http.response.body", "body": body, "more_body": more_body})
-
-
-class CoalescingStream(StreamingResponse):
-    """A stream that sends, in one message, all the events rendered from one read of the engine's stream.
-
-    Under load one read carries many of vLLM's per-token chunks, and each ASGI send costs far more than its
-    bytes; with an engine that is not ahead of the proxy, every read still goes out at once."""
-
-    def __init__(self, flusher: Flusher, content: AsyncIterator[bytes], on_close: Callable[[], None],
-                 **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self.flusher = flusher
-        self.on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Stream, and stop when the client disconnects. Starlette's own version watches for the disconnect in
-        an anyio task group, which cost ~0.18 ms of CPU per stream here, more than a short stream's own work;
-        one plain watcher task does the same. (uvicorn speaks ASGI spec 2.3: a disconnect arrives through
-        `receive`, and `send` after it is a no-op.) The call's claims are released however the stream ends,
-        also when the disconnect cancels it before the body generator ever ran."""
-        streaming = asyncio.ensure_future(self.stream_response(send))
-        watcher = asyncio.ensure_future(_until_disconnect(receive))
-        watcher.add_done_callback(lambda _: streaming.cancel())
-        try:
-            await streaming
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():  # cancelled from outside, not by the watcher
-                raise
-        finally:
-            watcher.cancel()
-            self.on_close()
-
-    async def stream_response(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        self.flusher.send = send
-        async for piece in self.body_iterator:
-            self.flusher.pieces.append(piece.encode() if isinstance(piece, str) else bytes(piece))
-        await self.flusher.flush(more_body=False)
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -198,40 +143,24 @@ def require_admin(state: ProxyState, request: Request) -> None:
         raise AdminAuthError(403, "wrong admin token")
 
 
-class CompactJSON(JSONResponse):
-    """A dialect answer, encoded by pydantic-core (~4x faster than the standard library's encoder)."""
-
-    def render(self, content: Any) -> bytes:
-        return to_json(content)
-
-
-def error_response(dialect: Dialect, error: DialectError) -> JSONResponse:
+def error_answer(dialect: Dialect, error: DialectError) -> Answer:
     rendered = dialect.render_error(error)
-    return CompactJSON(rendered.body, status_code=rendered.status, headers=rendered.headers)
+    return json_answer(rendered.body, rendered.status, rendered.headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise DialectError(f"request body of {declared} bytes is over the limit of {limit} bytes", "too_large")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise DialectError(f"request body is over the limit of {limit} bytes", "too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def session_for(state: ProxyState, request: Request) -> Session:
-    key = session_key(request.headers, request.query_params)
+def session_for(state: ProxyState, scope: Scope) -> Session:
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    key = session_key(headers, query_params(scope))
     if key is None:
         raise DialectError("missing API key: send the session id as the API key", "authentication")
     session = state.store.get(key)
     if session is None:
         raise DialectError("invalid API key: no such session on this proxy", "authentication")
     return session
+
+
+def query_params(scope: Scope) -> dict[str, str]:
+    return dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
 
 
 def dialect_urls(base: str) -> DialectBaseUrls:
@@ -241,7 +170,7 @@ def dialect_urls(base: str) -> DialectBaseUrls:
 # --------------------------------------------------------------------------- the app
 
 
-def create_app(config: ProxyConfig) -> FastAPI:
+def create_app(config: ProxyConfig) -> ProxyApp:
     holder: dict[str, ProxyState] = {}
 
     @asynccontextmanager
@@ -250,6 +179,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         holder["state"] = state
         app.state.proxy = state
         await state.journal.compact(state.store.keeps)
+        gc.freeze()  # what startup built (modules, rebuilt sessions) lives on: keep it out of every collection
         sweeper = asyncio.create_task(_sweep(state))
         log.info("proxy %s up: %d sessions rebuilt, engines %s", config.replica_id, len(state.store),
                  [e.url for e in state.pool.engines])
@@ -287,7 +217,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         state = st()
         require_admin(state, request)
         try:
-            body = CreateSessionRequest.model_validate_json(await read_body(request, 1 << 20))
+            body = CreateSessionRequest.model_validate_json(await read_body(request.scope, request.receive, 1 << 20))
         except DialectError as exc:
             return JSONResponse({"detail": exc.message}, status_code=exc.status)
         except ValueError as exc:
@@ -426,36 +356,53 @@ def create_app(config: ProxyConfig) -> FastAPI:
     async def get_any(path: str, request: Request) -> Any:
         if path.endswith("v1/models") or path == "v1/models":
             return models_list(st().policy.model)
-        return error_response(dialect_for_path("/" + path), DialectError(f"no route GET /{path}", "not_found"))
+        answer = error_answer(dialect_for_path("/" + path), DialectError(f"no route GET /{path}", "not_found"))
+        return Response(answer.body, answer.status, answer.headers, media_type="application/json")
 
-    async def dialect_call(request: Request) -> Response:
-        path = request.path_params["path"]
-        route = match_route("/" + path, request.query_params)
-        dialect = dialect_for(route)
-        if route is None:
-            return error_response(dialect, DialectError(f"no dialect serves POST /{path}", "not_found"))
-        state = st()
-        try:
-            session = session_for(state, request)
-        except DialectError as exc:
-            state.metrics.requests.labels(dialect.name, "unauthorized").inc()
-            return error_response(dialect, exc)
-        try:
-            return await handle_call(state, dialect, route, session, request)
-        except DialectError as exc:
-            error = exc
-        except Exception as exc:  # a bug, or an error no layer classified: still answer in the dialect
-            log.exception("unexpected error in a %s call", dialect.name)
-            error = DialectError(f"internal proxy error: {type(exc).__name__}", "internal")
-        state.metrics.requests.labels(dialect.name, error.kind).inc()
-        if error.kind not in ("overloaded", "rate_limit"):
-            await state.durable(session.record_call(answered=False, error=error.message))
-        return error_response(dialect, error)
+    return ProxyApp(app)
 
-    # A plain Starlette route: the hot path reads the request itself, so FastAPI's per-call parameter solving
-    # would be pure overhead.
-    app.router.add_route("/{path:path}", dialect_call, methods=["POST"])
-    return app
+
+# POSTs of the admin API; a POST to any other path is a dialect call.
+ADMIN_POSTS = frozenset({"/sessions", "/engines/drain", "/admin/pause", "/admin/resume"})
+
+
+class ProxyApp:
+    """The proxy's ASGI app. Dialect calls are served by plain ASGI functions (asgi.py says why); everything else
+    goes to the admin FastAPI app, which also runs the lifespan and holds the state (`admin.state.proxy`)."""
+
+    def __init__(self, admin: FastAPI) -> None:
+        self.admin = admin
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] not in ADMIN_POSTS:
+            answer = await dialect_call(self.admin.state.proxy, scope, receive)
+            await answer.send(send, receive)
+        else:
+            await self.admin(scope, receive, send)
+
+
+async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Answer | StreamAnswer:
+    path = scope["path"]
+    route = match_route(path, query_params(scope))
+    dialect = dialect_for(route)
+    if route is None:
+        return error_answer(dialect, DialectError(f"no dialect serves POST {path}", "not_found"))
+    try:
+        session = session_for(state, scope)
+    except DialectError as exc:
+        state.metrics.requests.labels(dialect.name, "unauthorized").inc()
+        return error_answer(dialect, exc)
+    try:
+        return await handle_call(state, dialect, route, session, scope, receive)
+    except DialectError as exc:
+        error = exc
+    except Exception as exc:  # a bug, or an error no layer classified: still answer in the dialect
+        log.exception("unexpected error in a %s call", dialect.name)
+        error = DialectError(f"internal proxy error: {type(exc).__name__}", "internal")
+    state.metrics.requests.labels(dialect.name, error.kind).inc()
+    if error.kind not in ("overloaded", "rate_limit"):
+        await state.durable(session.record_call(answered=False, error=error.message))
+    return error_answer(dialect, error)
 
 
 def models_list(model: str) -> dict[str, Any]:
@@ -484,8 +431,9 @@ async def _sweep(state: ProxyState) -> None:
 # --------------------------------------------------------------------------- one dialect call
 
 
-async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, session: Session, request: Request) -> Response:
-    body = await read_body(request, state.config.max_body_bytes)
+async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, session: Session, scope: Scope,
+                      receive: Receive) -> Answer | StreamAnswer:
+    body = await read_body(scope, receive, state.config.max_body_bytes)
     if len(body) > PARSE_IN_THREAD_BYTES:
         # A long history takes milliseconds to validate; other sessions' streams keep flowing meanwhile.
         parsed = await asyncio.to_thread(dialect.parse_request, body, route, session.history)
@@ -494,7 +442,7 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
     if parsed.operation is Operation.COUNT_TOKENS:
         engine = _pick(state, session)
         count = await state.client.count_tokens(engine, parsed.canonical, state.policy.model)
-        return CompactJSON(dialect.render_count_tokens(count))
+        return json_answer(dialect.render_count_tokens(count))
     if session.request.training:
         reject_constrained_decoding(parsed.canonical)
     if session.ended or session.budget_left <= 0:
@@ -529,22 +477,19 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
                 released = True  # the stream now owns the in-flight slots
                 flusher = Flusher()
                 captured = CapturedStream(state, dialect.name, session, engine, upstream, policy, flusher.flush)
-                return CoalescingStream(
-                    flusher,
-                    dialect.render_stream(captured.chunks(), parsed),
-                    on_close=captured.close,
-                    media_type="text/event-stream",
-                    headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-                )
+                return StreamAnswer(dialect.render_stream(captured.chunks(), parsed), captured.close, flusher)
             started = time.time()
-            engine, completion = await _with_failover(state, session, lambda e: state.client.complete(e, body_json))
+            capture = CallCapture(known=session.prompt_prefix)
+            engine, completion = await _with_failover(
+                state, session, lambda e: state.client.complete(e, body_json, capture.read_completion)
+            )
             _release_engine(state, engine, started)
         except ContextLengthExceeded as exc:
             return await _final(state, dialect, parsed, session, SessionStatus.context_exhausted, CONTEXT_MESSAGE,
                                 error=str(exc))
-        await _record_turn(state, session, CallCapture.from_completion(completion), policy, started)
+        await _record_turn(state, session, capture, policy, started)
         state.metrics.requests.labels(dialect.name, "ok").inc()
-        return CompactJSON(dialect.render_response(completion, parsed))
+        return json_answer(dialect.render_response(completion, parsed))
     finally:
         if not released:
             state.inflight -= 1
@@ -583,20 +528,17 @@ async def _with_failover(state: ProxyState, session: Session, call: Any) -> tupl
             return engine, result
         except TimeoutError:
             raise DialectError("the engine did not answer in time", "timeout") from None
-        except aiohttp.ClientConnectorError as exc:
+        except UpstreamConnectError as exc:
             state.pool.mark_down(engine)
             state.metrics.engine_failures.labels(engine.url).inc()
             log.warning("engine %s unreachable (%s); trying another", engine.url, type(exc).__name__)
             tried.add(engine.url)
-        except aiohttp.ClientConnectionError as exc:
-            # A kept-alive connection the engine closed as we reused it (the pool hands out its oldest idle
-            # one first, and a busy proxy releases a connection late): not a sign the engine is down, so it
-            # is not marked down; the next try takes another connection, or opens a new one.
+        except UpstreamBroken as exc:
+            # A kept-alive connection the engine closed as we reused it, or an answer that broke off: not a sign
+            # the engine is down, so it is not marked down; the next try takes another connection, or opens one.
             broken += 1
             if broken > BROKEN_CONNECTION_RETRIES:
                 raise DialectError(f"the engine connection broke: {type(exc).__name__}", "upstream") from None
-        except aiohttp.ClientError as exc:  # the answer's body broke off
-            raise DialectError(f"the engine's answer broke: {type(exc).__name__}", "upstream") from None
         except DialectError as exc:
             if exc.kind == "overloaded":  # busy, or restarted and not serving the policy yet
                 session.engine_failures += 1
@@ -615,21 +557,21 @@ async def _record_turn(state: ProxyState, session: Session, capture: CallCapture
                        started: float) -> None:
     turn = capture.to_turn(model=policy.model, policy_version=policy.version, started_at=started,
                            finished_at=time.time())
-    record = session.record_call(answered=True, turn=turn)
+    record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text)
     await state.durable(record)
     state.metrics.turns.labels("true" if record["turn"]["trainable"] else "false").inc()
     state.metrics.tokens.labels("completion").inc(len(turn.completion_ids))
 
 
 async def _final(state: ProxyState, dialect: Dialect, parsed: ParsedRequest, session: Session,
-                 status: SessionStatus, message: str, error: str | None = None) -> Response:
+                 status: SessionStatus, message: str, error: str | None = None) -> Answer | StreamAnswer:
     """End the episode gracefully: a plain final message in the caller's dialect, no engine call."""
     await state.durable(session.record_call(status=status, answered=True, error=error))
     state.metrics.requests.labels(dialect.name, status.value).inc()
     rendered = dialect.render_final(message, parsed)
     if isinstance(rendered, dict):
-        return CompactJSON(rendered)
-    return StreamingResponse(rendered, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+        return json_answer(rendered)
+    return StreamAnswer(rendered)
 
 
 class CapturedStream:
@@ -639,7 +581,7 @@ class CapturedStream:
     harness that disconnects before the body starts (the chunk generator then never runs) leaks nothing."""
 
     def __init__(self, state: ProxyState, dialect_name: str, session: Session, engine: Engine,
-                 upstream: aiohttp.ClientResponse, policy: PolicyState,
+                 upstream: UpstreamResponse, policy: PolicyState,
                  before_read: Callable[[], Awaitable[None]]) -> None:
         self.state, self.dialect_name, self.session, self.policy = state, dialect_name, session, policy
         self.engine, self.upstream, self.before_read = engine, upstream, before_read
@@ -666,17 +608,16 @@ class CapturedStream:
         ends in the dialect's in-stream error. `before_read` sends what was rendered so far, before waiting on
         the engine again."""
         state, session = self.state, self.session
-        capture = CallCapture()
+        capture = CallCapture(known=session.prompt_prefix)
         held: list[CompletionChunk] = []
         try:
             try:
-                async for chunk in EngineClient.chunks(self.upstream, self.before_read):
-                    capture.feed(chunk)
+                async for chunk in EngineClient.chunks(self.upstream, self.before_read, capture.read_chunk):
                     if held or capture.finish_reason is not None or not chunk.choices:
                         held.append(chunk)
                     else:
                         yield chunk
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (UpstreamBroken, TimeoutError) as exc:
                 session.engine_failures += 1
                 raise DialectError(f"the engine stream broke: {type(exc).__name__}", "upstream") from None
             finally:

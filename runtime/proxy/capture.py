@@ -1,21 +1,28 @@
 """What the proxy records of one engine call: token ids, sampled logprobs, finish reason, tool calls.
 
-`CallCapture` accumulates a stream chunk by chunk (work proportional to the new tokens) or reads a whole
-completion; `to_turn` makes the Turn. An invalid capture (logprobs not finite and <= 0, or not one per token) is still
-recorded, as context only (`trainable=False`, decided by the call graph), so later turns keep linking to it.
+`CallCapture` reads the engine's answer (a whole completion, or a stream chunk by chunk with work proportional to
+the new tokens), parsing the prompt's ids beyond the session's known prefix only (see prompt_prefix.py); `to_turn`
+makes the Turn. An invalid capture (logprobs not finite and <= 0, or not one per token) is still recorded, as
+context only (`trainable=False`, decided by the call graph), so later turns keep linking to it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix, read_answer
 from harnessrl.runtime.proxy.dialects.upstream import ChoiceLogprobs, Completion, CompletionChunk
 from harnessrl.runtime.trajectory.models import Turn
 
 
 @dataclass
 class CallCapture:
-    prompt_ids: list[int] = field(default_factory=list)
+    # The session's latest sequence when the call began: the prompt most likely starts with it.
+    known: KnownPrefix | None = None
+    prompt_ids: Sequence[int] = field(default_factory=list)
+    # The prompt ids' JSON text as the engine wrote it (between the brackets): the session's next known prefix.
+    prompt_text: bytes | None = None
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
@@ -26,6 +33,20 @@ class CallCapture:
     def _add_logprobs(self, logprobs: ChoiceLogprobs | None) -> None:
         if logprobs is not None and logprobs.content:
             self.logprobs.extend(entry.logprob for entry in logprobs.content)
+
+    def read_chunk(self, data: bytes) -> CompletionChunk:
+        """Parse one stream chunk's JSON and capture it."""
+        chunk, text = read_answer(CompletionChunk, data, self.known)
+        if text is not None:
+            self.prompt_text = text
+        self.feed(chunk)
+        return chunk
+
+    def read_completion(self, raw: bytes) -> Completion:
+        """Parse a whole completion's JSON and capture it."""
+        completion, self.prompt_text = read_answer(Completion, raw, self.known)
+        self._take(completion)
+        return completion
 
     def feed(self, chunk: CompletionChunk) -> None:
         self.chunks += 1
@@ -45,14 +66,19 @@ class CallCapture:
 
     @classmethod
     def from_completion(cls, completion: Completion) -> CallCapture:
-        capture = cls(prompt_ids=completion.prompt_token_ids or [], saw_prompt_ids=completion.prompt_token_ids is not None)
+        capture = cls()
+        capture._take(completion)
+        return capture
+
+    def _take(self, completion: Completion) -> None:
+        self.prompt_ids = completion.prompt_token_ids or []
+        self.saw_prompt_ids = completion.prompt_token_ids is not None
         if completion.choices:
             choice = completion.choices[0]
-            capture.completion_ids = list(choice.token_ids or [])
-            capture._add_logprobs(choice.logprobs)
-            capture.finish_reason = choice.finish_reason
-            capture.tool_call_indices = set(range(len(choice.message.tool_calls or [])))
-        return capture
+            self.completion_ids = list(choice.token_ids or [])
+            self._add_logprobs(choice.logprobs)
+            self.finish_reason = choice.finish_reason
+            self.tool_call_indices = set(range(len(choice.message.tool_calls or [])))
 
     @property
     def tool_calls(self) -> int:
@@ -61,7 +87,8 @@ class CallCapture:
     def to_turn(self, *, model: str, policy_version: int, started_at: float, finished_at: float) -> Turn:
         """The turn to record. Not validated here: the ids and logprobs were typed when the engine's answer was
         parsed, and the call graph checks `capture_problems` once when it links the turn (a turn that fails is
-        kept as context only)."""
+        kept as context only). The prompt ids may be the int32 array they were read into: the call graph links
+        them as they are and stores only the new part."""
         return Turn.model_construct(
             prompt_ids=self.prompt_ids,
             completion_ids=self.completion_ids,

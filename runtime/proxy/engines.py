@@ -1,6 +1,6 @@
 """Upstream to vLLM: the request the engine gets, the pooled HTTP client, and routing across engine replicas.
 
-One `aiohttp.ClientSession` (HTTP/1.1, keep-alive, limits from config) serves every call. A session sticks to one
+One `UpstreamPool` (HTTP/1.1, keep-alive, limits from config; upstream_http.py) serves every call. A session sticks to one
 engine (rendezvous hashing over the healthy, non-draining engines) so its growing prefix stays in that engine's
 prefix cache; an engine that refuses connections is skipped for `unhealthy_for_s` and the call moves on.
 """
@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from harnessrl.runtime.proxy.config import UpstreamLimits
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, DialectError
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool, UpstreamResponse
 from pydantic_core import to_json
 
 # Sampling knobs reset so samples (and their logprobs) come from the full policy distribution.
@@ -147,41 +147,34 @@ class EnginePool:
         engine.unhealthy_until = time.monotonic() + self.unhealthy_for_s
 
 
-def make_client(limits: UpstreamLimits) -> aiohttp.ClientSession:
-    """The one upstream client; call it inside the running event loop.
-
-    aiohttp, not httpx: httpcore's pool scans every connection on each request and release (encode/httpcore#1035),
-    which cost a third of the proxy's CPU at a few hundred sessions; aiohttp's pool is a per-host deque."""
-    connector = aiohttp.TCPConnector(
-        limit=limits.max_connections,
-        limit_per_host=0,
-        keepalive_timeout=limits.keepalive_expiry_s,
-        ttl_dns_cache=300,
-    )
-    timeout = aiohttp.ClientTimeout(
-        total=None,
-        connect=limits.pool_timeout_s,  # waiting for a pooled connection, connecting included
-        sock_connect=limits.connect_timeout_s,
-        sock_read=limits.read_timeout_s,
-    )
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+def make_client(limits: UpstreamLimits) -> UpstreamPool:
+    """The one upstream client (not httpx: httpcore's pool scans every connection on each request and release,
+    encode/httpcore#1035, a third of the proxy's CPU at a few hundred sessions; not aiohttp: its per-request
+    machinery cost ~0.3 ms per call, `benchmarks/proxy/floor.py`)."""
+    return UpstreamPool(Limits(
+        max_connections=limits.max_connections,
+        keepalive_expiry_s=limits.keepalive_expiry_s,
+        connect_timeout_s=limits.connect_timeout_s,
+        read_timeout_s=limits.read_timeout_s,
+        pool_timeout_s=limits.pool_timeout_s,
+    ))
 
 
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
 class EngineClient:
-    """Calls one engine. Connection failures raise `aiohttp.ClientConnectionError` (the caller may move to another
-    engine only before anything was sent to the harness); silence past a timeout raises `TimeoutError`; engine
-    error answers raise via `classify_upstream_error`."""
+    """Calls one engine. Transport failures raise `UpstreamError` (`UpstreamConnectError`: the engine cannot be
+    reached; the caller may move to another engine only before anything was sent to the harness); silence past a
+    timeout raises `TimeoutError`; engine error answers raise via `classify_upstream_error`."""
 
-    def __init__(self, client: aiohttp.ClientSession, retry_after_s: float) -> None:
+    def __init__(self, client: UpstreamPool, retry_after_s: float) -> None:
         self._client = client
         self._retry_after_s = retry_after_s
 
-    async def _post(self, url: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
+    async def _post(self, url: str, body: dict[str, Any]) -> UpstreamResponse:
         """POST a JSON body; the response is open (status checked) and must be released by the caller."""
-        response = await self._client.post(url, data=to_json(body), headers=_JSON_HEADERS)
+        response = await self._client.request("POST", url, to_json(body), _JSON_HEADERS)
         if response.status != 200:
             try:
                 raw = await response.read()
@@ -197,30 +190,35 @@ class EngineClient:
         finally:
             response.release()
 
-    async def complete(self, engine: Engine, body: dict[str, Any]) -> Completion:
+    async def complete(
+        self, engine: Engine, body: dict[str, Any], parse: Callable[[bytes], Completion] = Completion.model_validate_json
+    ) -> Completion:
+        """`parse` reads the answer's JSON (the proxy's reads the prompt ids knowing the session's prefix)."""
         raw = await self._post_read(f"{engine.url}/v1/chat/completions", body)
         try:
-            return Completion.model_validate_json(raw)
+            return parse(raw)
         except ValueError as exc:
             raise DialectError(f"engine answered with an unreadable completion: {exc}", "upstream") from None
 
-    async def open_stream(self, engine: Engine, body: dict[str, Any]) -> aiohttp.ClientResponse:
+    async def open_stream(self, engine: Engine, body: dict[str, Any]) -> UpstreamResponse:
         """Send a streaming call; the response is open (status checked) and must be released by the caller."""
         return await self._post(f"{engine.url}/v1/chat/completions", body)
 
     @staticmethod
     async def chunks(
-        response: aiohttp.ClientResponse, before_read: Callable[[], Awaitable[None]] | None = None
+        response: UpstreamResponse,
+        before_read: Callable[[], Awaitable[None]] | None = None,
+        parse: Callable[[bytes], CompletionChunk] = CompletionChunk.model_validate_json,
     ) -> AsyncIterator[CompletionChunk]:
         """Parse vLLM's SSE stream (`data: {...}` events, `data: [DONE]`), read to the end of the body so the
-        connection goes back to the pool. Lines are split here, not by aiohttp's readline: the first chunk
-        carries the whole prompt's token ids, longer than its line limit. `before_read` is awaited each time
-        every chunk read so far has been consumed and the next read from the socket is due."""
+        connection goes back to the pool. `before_read` is awaited each time
+        every chunk read so far has been consumed and the next read from the socket is due; `parse` reads one
+        event's JSON (the proxy's reads the prompt ids knowing the session's prefix)."""
         partial: list[bytes] = []  # the pieces of a line not yet ended, so each read is split once
         while True:
             if before_read is not None:
                 await before_read()
-            data = await response.content.readany()
+            data = await response.readany()
             if not data:
                 break
             *lines, rest = data.split(b"\n")
@@ -230,10 +228,10 @@ class EngineClient:
             if rest:
                 partial.append(rest)
             for line in lines:
-                chunk = _sse_chunk(line)
+                chunk = _sse_chunk(line, parse)
                 if chunk is not None:
                     yield chunk
-        chunk = _sse_chunk(b"".join(partial))
+        chunk = _sse_chunk(b"".join(partial), parse)
         if chunk is not None:
             yield chunk
 
@@ -245,15 +243,9 @@ class EngineClient:
         raw = await self._post_read(f"{engine.url}/tokenize", body)
         return int(json.loads(raw)["count"])
 
-    async def healthy(self, engine: Engine) -> bool:
-        try:
-            async with self._client.get(f"{engine.url}/health", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
-                return r.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            return False
 
 
-def _sse_chunk(line: bytes) -> CompletionChunk | None:
+def _sse_chunk(line: bytes, parse: Callable[[bytes], CompletionChunk]) -> CompletionChunk | None:
     """One SSE line as a chunk; None for blank lines, comments, other fields and the `[DONE]` marker."""
     if not line.startswith(b"data:"):
         return None
@@ -261,6 +253,6 @@ def _sse_chunk(line: bytes) -> CompletionChunk | None:
     if data == b"[DONE]":
         return None
     try:
-        return CompletionChunk.model_validate_json(data)
+        return parse(data)
     except ValueError as exc:
         raise DialectError(f"engine sent an unreadable stream chunk: {exc}", "upstream") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -29,6 +30,11 @@ def main(argv: list[str]) -> int:
         print(f"harnessrl proxy: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A call allocates thousands of short-lived containers (parsed bodies, stream chunks) while live sessions hold
+    # many long-lived ones; with the default thresholds the collector ran so often, over so large a heap, that
+    # it took ~28% of the proxy's CPU at 1,000 sessions (perf). Fewer, larger young collections and rarer full
+    # ones cut CPU per call by ~15% there (benchmarks/proxy/results-before-after.md, session 4).
+    gc.set_threshold(50_000, 20, 100)
     uvicorn.run(
         create_app(config),
         host=config.host,

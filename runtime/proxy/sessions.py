@@ -15,9 +15,11 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from harnessrl.runtime.proxy.dialects.base import HistoryMemo
+from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.trajectory.graph import SessionGraph
 from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta, capture_problems
@@ -45,6 +47,9 @@ class Session:
     policy_versions: set[int] = field(default_factory=set)
     # The last request's history as parsed, so the next call parses only what it appends. Not journaled.
     history: HistoryMemo = field(default_factory=HistoryMemo)
+    # The latest turn's prompt + completion as JSON text, so the next answer parses only its new prompt ids. Not
+    # journaled; one per session, not per turn.
+    prompt_prefix: KnownPrefix | None = None
     graph: SessionGraph = field(init=False)
 
     def __post_init__(self) -> None:
@@ -108,18 +113,24 @@ class Session:
         answered: bool,
         error: str | None = None,
         turn: Turn | None = None,
+        prompt_text: bytes | None = None,
         at: float | None = None,
     ) -> dict[str, Any]:
         """Apply one call to the live session and return the journal record that replays it.
 
         Linking happens here (O(prompt length)); the record stores only the prompt tokens beyond the parent.
         A turn the call graph refuses to train on (see `capture_problems`) is kept as context, and why is
-        recorded as the call's error."""
+        recorded as the call's error. `prompt_text` is the turn's prompt ids as the engine wrote them (see
+        `CallCapture.prompt_text`)."""
         at = time.time() if at is None else at
         new_status = self.status if status is None else status
         delta: TurnDelta | None = None
         if turn is not None:
-            delta = self.graph.delta(self.graph.add(turn).id)
+            turn_id = self.graph.add(turn).id
+            delta = self.graph.delta(turn_id)
+            if prompt_text is not None:
+                tokens = partial(self.graph.sequence_tokens, turn_id)
+                self.prompt_prefix = KnownPrefix.of(prompt_text, turn.completion_ids, tokens)
             if not delta.trainable:
                 problems = "; ".join(capture_problems(turn)) or "marked untrainable"
                 error = f"turn {delta.id} kept as context only: {problems}"

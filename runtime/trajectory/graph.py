@@ -29,6 +29,7 @@ from harnessrl.runtime.trajectory.models import (
     Turn,
     TurnDelta,
     capture_problems,
+    has_negative,
 )
 
 TOKEN_TYPE: Final = "i"  # int32 token ids
@@ -72,21 +73,24 @@ class PrefixIndex:
 
     def longest(self, query: array[int]) -> Match:
         """The longest inserted sequence that is a prefix of `query` (the most recent turn among equal ones)."""
-        best = Match(self.root.ends[-1] if self.root.ends else None, 0, self.root)
+        best, best_depth = self.root, 0  # the deepest point where a turn ends (a Match is made once, at the end)
         edge, depth, n = self.root, 0, len(query)
+        steps = compared = 0
         while depth < n:
             child = edge.children.get(query[depth])
-            self.steps += 1
+            steps += 1
             if child is None:
                 break
             k = len(child.label)
-            self.compared += min(k, n - depth)
+            compared += min(k, n - depth)
             if depth + k > n or query[depth : depth + k] != child.label:
                 break
             edge, depth = child, depth + k
             if edge.ends:
-                best = Match(edge.ends[-1], depth, edge)
-        return best
+                best, best_depth = edge, depth
+        self.steps += steps
+        self.compared += compared
+        return Match(best.ends[-1] if best.ends else None, best_depth, best)
 
     def insert(self, seq: array[int], turn: int, start: Match) -> None:
         """Insert `seq` (which starts with the sequence `start` matched) as the sequence of `turn`."""
@@ -177,7 +181,7 @@ class SessionGraph:
             completion=completion,
             logprobs=array(LOGPROB_TYPE, turn.logprobs) if trainable else array(LOGPROB_TYPE),
             meta=turn.model_copy(update={**_EMPTY_LISTS, "trainable": trainable}),
-            valid_ids=(parent_valid or match.length == 0) and min(tail, default=0) >= 0 and min(completion, default=0) >= 0,
+            valid_ids=(parent_valid or match.length == 0) and not has_negative(tail) and not has_negative(completion),
         )
         self._records.append(record)
         if match.turn is not None:
@@ -247,16 +251,27 @@ class SessionGraph:
             current = self._record(current).parent
         return ids[::-1]
 
-    def prompt_ids(self, turn_id: int) -> list[int]:
+    def prompt_tokens(self, turn_id: int) -> array[int]:
         out = array(TOKEN_TYPE)
         *ancestors, last = self.path(turn_id)
         for i in ancestors:
-            out += self._records[i].tail + self._records[i].completion
-        return (out + self._records[last].tail).tolist()
+            out += self._records[i].tail
+            out += self._records[i].completion
+        out += self._records[last].tail
+        return out
+
+    def sequence_tokens(self, turn_id: int) -> array[int]:
+        """prompt + completion of a turn, as an int32 array (no Python int per token)."""
+        out = self.prompt_tokens(turn_id)
+        out += self._records[turn_id].completion
+        return out
+
+    def prompt_ids(self, turn_id: int) -> list[int]:
+        return self.prompt_tokens(turn_id).tolist()
 
     def sequence_ids(self, turn_id: int) -> list[int]:
         """prompt + completion of a turn."""
-        return self.prompt_ids(turn_id) + self._record(turn_id).completion.tolist()
+        return self.sequence_tokens(turn_id).tolist()
 
     def node(self, turn_id: int) -> Node:
         r = self._record(turn_id)

@@ -9,8 +9,12 @@ Token ids and logprobs are the engine's own (vLLM's `prompt_token_ids`, `choices
 from __future__ import annotations
 
 import math
+import sys
+from array import array
+from collections.abc import Sequence
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, model_validator
 
 
 class Turn(BaseModel):
@@ -18,7 +22,8 @@ class Turn(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    prompt_ids: list[int]
+    # A list once validated; the proxy links its captures with the ids in the int32 array it read them into.
+    prompt_ids: Annotated[Sequence[int], AfterValidator(list)]
     completion_ids: list[int]
     # Sampled-token logprobs, aligned with completion_ids.
     logprobs: list[float]
@@ -43,10 +48,21 @@ def capture_problems(turn: Turn, checked_prompt: int = 0) -> list[str]:
         problems.append(f"{len(turn.logprobs)} logprobs for {len(turn.completion_ids)} completion tokens")
     elif not all(math.isfinite(lp) and lp <= 0.0 for lp in turn.logprobs):
         problems.append("logprobs must be finite and <= 0")
-    # min() runs in C over the list: this check must stay cheap for long prompts.
-    if min(turn.prompt_ids[checked_prompt:], default=0) < 0 or min(turn.completion_ids, default=0) < 0:
+    if has_negative(turn.prompt_ids[checked_prompt:]) or has_negative(turn.completion_ids):
         problems.append("negative token id")
     return problems
+
+
+_SIGN_BYTE = 3 if sys.byteorder == "little" else 0
+
+
+def has_negative(ids: Sequence[int]) -> bool:
+    """Whether any id is negative, in C either way: this runs on every turn's new tokens. On an int32 array (what
+    the proxy links) it reads only the sign bytes (`isascii`: no byte has its top bit set) instead of making a
+    Python int per id, which `min` over an array does."""
+    if isinstance(ids, array) and ids.typecode == "i" and ids.itemsize == 4:
+        return not memoryview(ids).cast("B")[_SIGN_BYTE::4].tobytes().isascii()
+    return min(ids, default=0) < 0
 
 
 class Node(BaseModel):

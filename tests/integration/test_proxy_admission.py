@@ -85,7 +85,7 @@ async def test_a_stream_whose_harness_left_before_the_body_releases_its_inflight
     tmp_path: Path, slow_engine: Any, dialect: str
 ) -> None:
     """The harness is gone by the time the stream's headers are being written (its socket was slow, then it
-    hung up): Starlette cancels the response before the body generator ever runs, and the proxy's and the
+    hung up): the disconnect cancels the response before the body generator ever runs, and the proxy's and the
     engine's in-flight counts must still return to 0. The app runs in-process, driven over ASGI by this test
     in the role of the server (a real server cannot be made to pause in exactly that spot); the engine is the
     scripted stand-in over loopback."""
@@ -96,8 +96,8 @@ async def test_a_stream_whose_harness_left_before_the_body_releases_its_inflight
     app = create_app(ProxyConfig(upstream_urls=[slow_engine.root_url], served_model="tiny",
                                  admin_token_file=tmp_path / "token", journal_dir=tmp_path / "journal"))
     call = BY_NAME[dialect]
-    async with app.router.lifespan_context(app):
-        state = app.state.proxy
+    async with app.admin.router.lifespan_context(app.admin):
+        state = app.admin.state.proxy
         session, _ = state.store.create(CreateSessionRequest(rollout_id="r", task_id="t", harness="h", group_id="g"))
         body = json.dumps(call.body("hi", stream=True)).encode()
         incoming = [{"type": "http.request", "body": body, "more_body": False}, {"type": "http.disconnect"}]

@@ -182,3 +182,35 @@ def test_count_tokens_matches_the_engines_prompt_length(proxy: ProxyProcess, tee
     client.messages.create(max_tokens=2, **kwargs)
     prompt, _, _ = engine_truth(bytes(tee.calls[before][1]))
     assert counted.input_tokens == len(prompt)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_follow_up_calls_are_captured_as_the_engine_sent_them(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+    """A session's later calls extend its earlier ones, so the proxy reads their prompt ids knowing the previous
+    call's prompt + completion (runtime/proxy/dialects/prompt_prefix.py) and parses only what follows: every
+    call's captured ids must still be exactly what vLLM sent."""
+    import openai
+
+    sid = _session(proxy, "openai-chat-follow-up")
+    before = len(tee.calls)
+    client = openai.OpenAI(api_key=sid, base_url=f"{proxy.url}/v1", max_retries=0)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."},
+                                      {"role": "user", "content": "List files."}]
+    for i in range(3):
+        kwargs: dict[str, Any] = {"model": "any-name", "messages": messages, "max_tokens": MAX_TOKENS}
+        if stream:
+            chunks = client.chat.completions.create(stream=True, **kwargs)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            text = client.chat.completions.create(**kwargs).choices[0].message.content or ""
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"And step {i}?"}]
+    nodes = httpx.get(f"{proxy.url}/sessions/{sid}/turns", headers=proxy.admin_headers).json()
+    engine_calls = tee.calls[before:]
+    assert len(nodes) == len(engine_calls) == 3
+    prompts = []
+    for node, (_, raw) in zip(nodes, engine_calls, strict=True):
+        prompt, ids, logprobs = engine_truth(bytes(raw))
+        assert (node["turn"]["prompt_ids"], node["turn"]["completion_ids"], node["turn"]["logprobs"]) == (
+            prompt, ids, logprobs)
+        prompts.append(prompt)
+    assert prompts[1][: len(prompts[0])] == prompts[0]  # the later prompts do start with the earlier ones

