@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from harnessrl.runtime.proxy.asgi import Answer, Flusher, StreamAnswer, json_answer, read_body
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.config import ProxyConfig
@@ -362,19 +363,17 @@ def create_app(config: ProxyConfig) -> ProxyApp:
     return ProxyApp(app)
 
 
-# POSTs of the admin API; a POST to any other path is a dialect call.
-ADMIN_POSTS = frozenset({"/sessions", "/engines/drain", "/admin/pause", "/admin/resume"})
-
-
 class ProxyApp:
     """The proxy's ASGI app. Dialect calls are served by plain ASGI functions (asgi.py says why); everything else
     goes to the admin FastAPI app, which also runs the lifespan and holds the state (`admin.state.proxy`)."""
 
     def __init__(self, admin: FastAPI) -> None:
         self.admin = admin
+        # The admin API's POST paths, as its routes declare them; a POST to any other path is a dialect call.
+        self.admin_posts = frozenset(r.path for r in admin.routes if isinstance(r, APIRoute) and "POST" in r.methods)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] not in ADMIN_POSTS:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] not in self.admin_posts:
             answer = await dialect_call(self.admin.state.proxy, scope, receive)
             await answer.send(send, receive)
         else:
@@ -613,7 +612,7 @@ class CapturedStream:
         try:
             try:
                 async for chunk in EngineClient.chunks(self.upstream, self.before_read, capture.read_chunk):
-                    if held or capture.finish_reason is not None or not chunk.choices:
+                    if held or capture.finish_reason is not None or not chunk.get("choices"):
                         held.append(chunk)
                     else:
                         yield chunk

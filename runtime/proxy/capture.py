@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix, read_answer
-from harnessrl.runtime.proxy.dialects.upstream import ChoiceLogprobs, Completion, CompletionChunk
+from harnessrl.runtime.proxy.dialects.prompt_prefix import CHUNK, COMPLETION, KnownPrefix, read_answer
+from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
 from harnessrl.runtime.trajectory.models import Turn
 
 
@@ -30,13 +30,9 @@ class CallCapture:
     chunks: int = 0
     saw_prompt_ids: bool = False
 
-    def _add_logprobs(self, logprobs: ChoiceLogprobs | None) -> None:
-        if logprobs is not None and logprobs.content:
-            self.logprobs.extend(entry.logprob for entry in logprobs.content)
-
     def read_chunk(self, data: bytes) -> CompletionChunk:
         """Parse one stream chunk's JSON and capture it."""
-        chunk, text = read_answer(CompletionChunk, data, self.known)
+        chunk, text = read_answer(CHUNK, data, self.known)
         if text is not None:
             self.prompt_text = text
         self.feed(chunk)
@@ -44,25 +40,32 @@ class CallCapture:
 
     def read_completion(self, raw: bytes) -> Completion:
         """Parse a whole completion's JSON and capture it."""
-        completion, self.prompt_text = read_answer(Completion, raw, self.known)
+        completion, self.prompt_text = read_answer(COMPLETION, raw, self.known)
         self._take(completion)
         return completion
 
     def feed(self, chunk: CompletionChunk) -> None:
         self.chunks += 1
-        if chunk.prompt_token_ids is not None:
-            self.prompt_ids = chunk.prompt_token_ids
+        prompt_ids = chunk.get("prompt_token_ids")
+        if prompt_ids is not None:
+            self.prompt_ids = prompt_ids
             self.saw_prompt_ids = True
-        for choice in chunk.choices:
-            if choice.index != 0:  # n is always 1 upstream
+        for choice in chunk.get("choices", ()):
+            if choice.get("index", 0) != 0:  # n is always 1 upstream
                 continue
-            if choice.token_ids:
-                self.completion_ids.extend(choice.token_ids)
-            self._add_logprobs(choice.logprobs)
-            for call in choice.delta.tool_calls or ():
-                self.tool_call_indices.add(call.index if call.index is not None else len(self.tool_call_indices))
-            if choice.finish_reason is not None:
-                self.finish_reason = choice.finish_reason
+            token_ids = choice.get("token_ids")
+            if token_ids:
+                self.completion_ids.extend(token_ids)
+            logprobs = choice.get("logprobs")
+            if logprobs and logprobs.get("content"):
+                self.logprobs.extend(entry.get("logprob", 0.0) for entry in logprobs["content"] or ())
+            delta = choice.get("delta")
+            for call in (delta and delta.get("tool_calls")) or ():
+                index = call.get("index")
+                self.tool_call_indices.add(index if index is not None else len(self.tool_call_indices))
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                self.finish_reason = finish
 
     @classmethod
     def from_completion(cls, completion: Completion) -> CallCapture:
@@ -76,7 +79,8 @@ class CallCapture:
         if completion.choices:
             choice = completion.choices[0]
             self.completion_ids = list(choice.token_ids or [])
-            self._add_logprobs(choice.logprobs)
+            if choice.logprobs is not None and choice.logprobs.content:
+                self.logprobs.extend(entry.logprob for entry in choice.logprobs.content)
             self.finish_reason = choice.finish_reason
             self.tool_call_indices = set(range(len(choice.message.tool_calls or [])))
 

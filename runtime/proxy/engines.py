@@ -16,7 +16,7 @@ from typing import Any
 
 from harnessrl.runtime.proxy.config import UpstreamLimits
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, DialectError
-from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, Completion, CompletionChunk
 from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool, UpstreamResponse
 from pydantic_core import to_json
 
@@ -208,7 +208,7 @@ class EngineClient:
     async def chunks(
         response: UpstreamResponse,
         before_read: Callable[[], Awaitable[None]] | None = None,
-        parse: Callable[[bytes], CompletionChunk] = CompletionChunk.model_validate_json,
+        parse: Callable[[bytes], CompletionChunk] = STREAM_CHUNK.validate_json,
     ) -> AsyncIterator[CompletionChunk]:
         """Parse vLLM's SSE stream (`data: {...}` events, `data: [DONE]`), read to the end of the body so the
         connection goes back to the pool. `before_read` is awaited each time

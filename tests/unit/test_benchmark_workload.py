@@ -105,6 +105,18 @@ def test_stage_breakdown_times_every_stage_of_every_session_mix() -> None:
     assert set(clock.calls_by_mix.values()) == {2} and len(clock.calls_by_mix) == 8
 
 
+def test_stage_report_keeps_each_figures_lowest_over_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from stages import main
+
+    assert main(["--turns", "2", "--repeat", "1", "--best-of", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "lowest of 2 runs" in out
+    rows = dict(line.strip("| ").split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line)
+    stages = {name: float(ms) for name, ms in rows.items() if name[0].isdigit()}
+    assert len(stages) == 7 and all(ms > 0 for ms in stages.values())
+    assert float(rows["total"]) >= max(stages.values())
+
+
 ANSWERS = {
     "openai_chat": {
         "id": "x",

@@ -36,7 +36,7 @@ from harnessrl.runtime.proxy.dialects.stream import (
     ToolCallStart,
     stream_events,
 )
-from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
+from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, CompletionChunk
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_load_json_object_refuses_deep_nesting() -> None:
 
 async def _chunks(*bodies: dict[str, Any]) -> AsyncIterator[CompletionChunk]:
     for body in bodies:
-        yield CompletionChunk.model_validate(body)
+        yield STREAM_CHUNK.validate_python(body)
 
 
 async def test_stream_events_handles_arguments_before_the_name_and_stop_strings() -> None:

@@ -17,7 +17,7 @@ import openai
 from google import genai
 from google.genai import types as gtypes
 from harnessrl.runtime.proxy.dialects.routes import DIALECTS, match_route
-from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, Completion, CompletionChunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
@@ -72,9 +72,9 @@ async def _chunks(completion: Completion, sizes: list[int]) -> AsyncIterator[Com
     msg = choice.message
 
     def chunk(delta: dict[str, Any], **extra: Any) -> CompletionChunk:
-        return CompletionChunk.model_validate({**head, "choices": [{"index": 0, "delta": delta, **extra}], **extra.pop("top", {})})
+        return STREAM_CHUNK.validate_python({**head, "choices": [{"index": 0, "delta": delta, **extra}], **extra.pop("top", {})})
 
-    yield CompletionChunk.model_validate({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": completion.prompt_token_ids})
+    yield STREAM_CHUNK.validate_python({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": completion.prompt_token_ids})
     for piece in _cut(msg.reasoning_text or "", sizes):
         yield chunk({"reasoning": piece})
     for piece in _cut(msg.content or "", sizes):
@@ -85,7 +85,7 @@ async def _chunks(completion: Completion, sizes: list[int]) -> AsyncIterator[Com
         for piece in _cut(call.function.arguments or "", sizes):
             yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
     yield chunk({}, finish_reason=choice.finish_reason)
-    yield CompletionChunk.model_validate({**head, "choices": [], "usage": completion.usage.model_dump() if completion.usage else None})
+    yield STREAM_CHUNK.validate_python({**head, "choices": [], "usage": completion.usage.model_dump() if completion.usage else None})
 
 
 def _serve(name: str, completion: Completion, sizes: list[int]) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from pathlib import Path
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.base import completion_as_chunks
 from harnessrl.runtime.proxy.dialects.upstream import (
+    STREAM_CHUNK,
     Choice,
     ChoiceLogprobs,
-    ChunkChoice,
     Completion,
     CompletionChunk,
     FunctionCallDelta,
@@ -43,17 +43,18 @@ def _completion(logprobs: list[float]) -> Completion:
 
 
 def _chunks(completion: Completion) -> list[CompletionChunk]:
-    """vLLM-style stream of a completion: prompt ids first, one token (id + logprob) per chunk."""
+    """vLLM-style stream of a completion, as the proxy parses it off the wire: prompt ids first, one token
+    (id + logprob) per chunk."""
     choice = completion.choices[0]
-    chunks = [CompletionChunk(prompt_token_ids=completion.prompt_token_ids,
-                              choices=[ChunkChoice(delta=UpstreamMessage(role="assistant", content=""))])]
+    assert choice.logprobs is not None
+    chunks = [{"prompt_token_ids": completion.prompt_token_ids,
+               "choices": [{"delta": {"role": "assistant", "content": ""}}]}]
     for i, (tid, lp) in enumerate(zip(choice.token_ids or [], choice.logprobs.content or [], strict=True)):
-        delta = UpstreamMessage(tool_calls=choice.message.tool_calls) if i == 0 else UpstreamMessage(content="x")
-        chunks.append(CompletionChunk(choices=[ChunkChoice(delta=delta, token_ids=[tid],
-                                                           logprobs=ChoiceLogprobs(content=[lp]))]))
-    chunks.append(CompletionChunk(choices=[ChunkChoice(finish_reason=choice.finish_reason)]))
-    chunks.append(CompletionChunk(choices=[]))
-    return chunks
+        delta = choice.message.model_dump(include={"tool_calls"}) if i == 0 else {"content": "x"}
+        chunks.append({"choices": [{"delta": delta, "token_ids": [tid], "logprobs": {"content": [lp.model_dump()]}}]})
+    chunks.append({"choices": [{"finish_reason": choice.finish_reason}]})
+    chunks.append({"choices": []})
+    return [STREAM_CHUNK.validate_python(chunk) for chunk in chunks]
 
 
 def test_stream_capture_equals_whole_capture() -> None:

@@ -11,8 +11,14 @@ from typing import Any
 
 import pytest
 from harnessrl.runtime.proxy.capture import CallCapture
-from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix, read_answer
-from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.dialects.prompt_prefix import (
+    CHUNK,
+    COMPLETION,
+    AnswerShape,
+    KnownPrefix,
+    read_answer,
+)
+from harnessrl.runtime.proxy.dialects.upstream import Completion
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import SessionStore
 from hypothesis import given, settings
@@ -44,32 +50,39 @@ def _answer(prompt: list[int], completion: list[int], separators: tuple[str, str
     return json.dumps(body, separators=separators).encode()
 
 
+def _without_ids(answer: Any) -> Any:
+    if isinstance(answer, dict):  # a stream chunk
+        return {k: v for k, v in answer.items() if k != "prompt_token_ids"}
+    return answer.model_dump(exclude={"prompt_token_ids"})
+
+
 def _known(prompt_text: bytes, prompt: list[int], completion: list[int]) -> KnownPrefix | None:
     return KnownPrefix.of(prompt_text, completion, lambda: array("i", prompt + completion))
 
 
-def _same_as_full_parse(model: type[Any], raw: bytes, known: KnownPrefix | None) -> Any:
-    answer, text = read_answer(model, raw, known)
-    full = model.model_validate_json(raw)
-    assert list(answer.prompt_token_ids or []) == list(full.prompt_token_ids or [])
-    assert (answer.prompt_token_ids is None) == (full.prompt_token_ids is None)
-    assert answer.model_dump(exclude={"prompt_token_ids"}) == full.model_dump(exclude={"prompt_token_ids"})
+def _same_as_full_parse(shape: AnswerShape[Any], raw: bytes, known: KnownPrefix | None) -> Any:
+    answer, text = read_answer(shape, raw, known)
+    full = shape.parse(raw)
+    ids, full_ids = shape.prompt_ids(answer), shape.prompt_ids(full)
+    assert list(ids or []) == list(full_ids or [])
+    assert (ids is None) == (full_ids is None)
+    assert _without_ids(answer) == _without_ids(full)
     if text is not None:  # None leaves the next call to a full parse
         assert Completion.model_validate_json(b'{"prompt_token_ids":[' + text + b"]}") == Completion(
-            prompt_token_ids=full.prompt_token_ids
+            prompt_token_ids=full_ids
         )
     return answer
 
 
 def test_first_turn_is_a_full_parse_and_returns_the_prompt_text() -> None:
     raw = _answer([5, 6, 7], [8, 9])
-    answer = _same_as_full_parse(Completion, raw, None)
+    answer = _same_as_full_parse(COMPLETION, raw, None)
     assert answer.prompt_token_ids == [5, 6, 7]  # a plain list, as the full parse gives
 
 
 def test_fast_path_reuses_the_known_ids_and_parses_only_the_new_ones() -> None:
     prompt, completion = list(range(100, 2100)), [7, 8, 9]
-    _, text = read_answer(Completion, _answer(prompt, completion), None)
+    _, text = read_answer(COMPLETION, _answer(prompt, completion), None)
     assert text is not None
     calls: list[int] = []
 
@@ -80,14 +93,14 @@ def test_fast_path_reuses_the_known_ids_and_parses_only_the_new_ones() -> None:
     known = KnownPrefix.of(text, completion, tokens)
     assert known is not None and known.text == ",".join(map(str, prompt + completion)).encode() + b","
     follow_up = [*prompt, *completion, 11, 12, 13]
-    answer = _same_as_full_parse(Completion, _answer(follow_up, [1]), known)
+    answer = _same_as_full_parse(COMPLETION, _answer(follow_up, [1]), known)
     assert isinstance(answer.prompt_token_ids, array) and calls == [1]
 
 
 def test_prompt_equal_to_the_known_sequence() -> None:
     prompt, completion = [1, 2, 3], [4, 5]
     known = _known(b"1,2,3", prompt, completion)
-    _same_as_full_parse(Completion, _answer([1, 2, 3, 4, 5], [6]), known)
+    _same_as_full_parse(COMPLETION, _answer([1, 2, 3, 4, 5], [6]), known)
 
 
 def test_rewritten_history_reuses_only_the_common_part() -> None:
@@ -96,24 +109,24 @@ def test_rewritten_history_reuses_only_the_common_part() -> None:
     # Compaction or an edited earlier message: the prompt leaves the known sequence at token 300 (and inside a
     # number: 1300 became 13000, which shares the bytes "1300").
     rewritten = [*prompt[:300], 13000, *prompt[301:], 9]
-    answer = _same_as_full_parse(Completion, _answer(rewritten, [3]), known)
+    answer = _same_as_full_parse(COMPLETION, _answer(rewritten, [3]), known)
     assert isinstance(answer.prompt_token_ids, array)
     # A sub-agent's first call shares nothing: a full parse.
-    other = _same_as_full_parse(Completion, _answer([77, 78], [3]), known)
+    other = _same_as_full_parse(COMPLETION, _answer([77, 78], [3]), known)
     assert other.prompt_token_ids == [77, 78]
 
 
 def test_spaced_json_reads_the_same() -> None:
     prompt, completion = list(range(50, 90)), [3, 4]
     first_raw = _answer(prompt, completion, SPACED)
-    _, text = read_answer(Completion, first_raw, None)
+    _, text = read_answer(COMPLETION, first_raw, None)
     assert text is not None
     known = _known(text, prompt, completion)
-    _same_as_full_parse(Completion, _answer([*prompt, *completion, 5], [1], SPACED), known)
-    _same_as_full_parse(Completion, _answer([*prompt, *completion, 5], [1], COMPACT), known)
+    _same_as_full_parse(COMPLETION, _answer([*prompt, *completion, 5], [1], SPACED), known)
+    _same_as_full_parse(COMPLETION, _answer([*prompt, *completion, 5], [1], COMPACT), known)
     # Known text from compact JSON against a spaced answer.
     compact_known = _known(",".join(map(str, prompt)).encode(), prompt, completion)
-    _same_as_full_parse(Completion, _answer([*prompt, *completion, 5], [1], SPACED), compact_known)
+    _same_as_full_parse(COMPLETION, _answer([*prompt, *completion, 5], [1], SPACED), compact_known)
 
 
 @pytest.mark.parametrize(
@@ -131,7 +144,7 @@ def test_invalid_answers_raise_what_the_full_parse_raises(raw: bytes) -> None:
     with pytest.raises(ValueError) as full:
         Completion.model_validate_json(raw)
     with pytest.raises(ValueError) as ours:
-        read_answer(Completion, raw, known)
+        read_answer(COMPLETION, raw, known)
     assert str(ours.value) == str(full.value)
 
 
@@ -150,7 +163,7 @@ def test_invalid_answers_raise_what_the_full_parse_raises(raw: bytes) -> None:
     ],
 )
 def test_unusual_answers_read_as_the_full_parse_reads_them(raw: bytes) -> None:
-    _same_as_full_parse(Completion, raw, _known(b"1,2,3", [1, 2, 3], [4, 5]))
+    _same_as_full_parse(COMPLETION, raw, _known(b"1,2,3", [1, 2, 3], [4, 5]))
 
 
 ids = st.lists(st.integers(0, 2**31 - 1), max_size=40)
@@ -161,11 +174,11 @@ ids = st.lists(st.integers(0, 2**31 - 1), max_size=40)
 def test_any_prompt_reads_as_the_full_parse(
     prompt: list[int], completion: list[int], keep: int, new: list[int], spaced: bool, known_spaced: bool
 ) -> None:
-    _, text = read_answer(Completion, _answer(prompt, completion, SPACED if known_spaced else COMPACT), None)
+    _, text = read_answer(COMPLETION, _answer(prompt, completion, SPACED if known_spaced else COMPACT), None)
     assert text is not None
     known = _known(text, prompt, completion)
     follow_up = [*(prompt + completion)[:keep], *new]
-    _same_as_full_parse(Completion, _answer(follow_up, [1], SPACED if spaced else COMPACT), known)
+    _same_as_full_parse(COMPLETION, _answer(follow_up, [1], SPACED if spaced else COMPACT), known)
 
 
 def test_stream_chunks_read_as_the_full_parse() -> None:
@@ -177,7 +190,7 @@ def test_stream_chunks_read_as_the_full_parse() -> None:
     token = {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}, "token_ids": [9],
                                      "logprobs": {"content": [{"token": "hi", "logprob": -0.1}]}}]}
     for chunk in (first, token):
-        _same_as_full_parse(CompletionChunk, json.dumps(chunk, separators=COMPACT).encode(), known)
+        _same_as_full_parse(CHUNK, json.dumps(chunk, separators=COMPACT).encode(), known)
 
 
 def _records(turns: list[tuple[list[int], list[int]]], known_prefix: bool) -> tuple[list[dict[str, Any]], Any]:

@@ -24,12 +24,11 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from harnessrl.runtime.proxy.dialects.upstream import (
     Choice,
-    ChunkChoice,
     Completion,
     CompletionChunk,
     FunctionCallDelta,
+    ToolCallDelta,
     UpstreamMessage,
-    UpstreamToolCall,
     Usage,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -434,26 +433,21 @@ def final_completion(text: str, model: str, finish_reason: str = "stop") -> Comp
 async def completion_as_chunks(completion: Completion) -> AsyncIterator[CompletionChunk]:
     """Replay a whole completion as a stream (role, content/reasoning, tool calls, finish, usage),
     for streaming callers of a synthetic final message and for tests."""
-    base = {"id": completion.id, "created": completion.created, "model": completion.model}
     for choice in completion.choices:
-        msg = choice.message
-        yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=UpstreamMessage(role="assistant"))])
+        msg, index = choice.message, choice.index
+        yield {"choices": [{"index": index, "delta": {"role": "assistant"}}]}
         if msg.reasoning_text:
-            delta = UpstreamMessage(reasoning=msg.reasoning_text)
-            yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=delta)])
+            yield {"choices": [{"index": index, "delta": {"reasoning": msg.reasoning_text}}]}
         if msg.content:
-            delta = UpstreamMessage(content=msg.content)
-            yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=delta)])
+            yield {"choices": [{"index": index, "delta": {"content": msg.content}}]}
         for i, call in enumerate(msg.tool_calls or []):
             fn = call.function or FunctionCallDelta()
-            tool_delta = UpstreamToolCall(id=call.id, type="function", index=i, function=fn)
-            delta = UpstreamMessage(tool_calls=[tool_delta])
-            yield CompletionChunk(**base, choices=[ChunkChoice(index=choice.index, delta=delta)])
-        yield CompletionChunk(
-            **base, choices=[ChunkChoice(index=choice.index, finish_reason=choice.finish_reason or "stop")]
-        )
+            tool_delta: ToolCallDelta = {"id": call.id, "index": i,
+                                         "function": {"name": fn.name, "arguments": fn.arguments}}
+            yield {"choices": [{"index": index, "delta": {"tool_calls": [tool_delta]}}]}
+        yield {"choices": [{"index": index, "delta": {}, "finish_reason": choice.finish_reason or "stop"}]}
     if completion.usage is not None:
-        yield CompletionChunk(**base, choices=[], usage=completion.usage)
+        yield {"choices": [], "usage": completion.usage}
 
 
 # ------------------------------------------------------------------- the interface

@@ -18,9 +18,9 @@ import re
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, Completion, CompletionChunk
 from pydantic import TypeAdapter
 
 _KEY = b'"prompt_token_ids"'
@@ -28,6 +28,27 @@ _OPEN = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*\[")  # between the key and its array
 _IDS: TypeAdapter[list[int]] = TypeAdapter(list[int])
 
 Answer = TypeVar("Answer", Completion, CompletionChunk)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerShape(Generic[Answer]):
+    """How to parse one kind of answer and reach its `prompt_token_ids` (a model's attribute, a chunk's key)."""
+
+    parse: Callable[[bytes], Answer]
+    prompt_ids: Callable[[Answer], Sequence[int] | None]
+    set_prompt_ids: Callable[[Answer, Sequence[int]], None]
+
+
+def _set_completion_ids(completion: Completion, ids: Sequence[int]) -> None:
+    completion.prompt_token_ids = ids
+
+
+def _set_chunk_ids(chunk: CompletionChunk, ids: Sequence[int]) -> None:
+    chunk["prompt_token_ids"] = ids
+
+
+COMPLETION = AnswerShape(Completion.model_validate_json, lambda c: c.prompt_token_ids, _set_completion_ids)
+CHUNK = AnswerShape(STREAM_CHUNK.validate_json, lambda c: c.get("prompt_token_ids"), _set_chunk_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +70,19 @@ class KnownPrefix:
         return cls(b",".join(parts) + b",", tokens) if parts else None
 
 
-def read_answer(model: type[Answer], raw: bytes, known: KnownPrefix | None) -> tuple[Answer, bytes | None]:
+def read_answer(
+    shape: AnswerShape[Answer], raw: bytes, known: KnownPrefix | None
+) -> tuple[Answer, bytes | None]:
     """Parse a completion or a stream chunk's data, reusing `known`'s ids where the prompt starts with them.
     Also returns the prompt ids' text between the brackets (None when the answer has none), for the next call."""
     if _KEY not in raw:  # a stream's chunks after the first: nothing more to do
-        return model.model_validate_json(raw), None
+        return shape.parse(raw), None
     span = _prompt_span(raw)
     if span is not None:
-        answer = _read_split(model, raw, span, known)
+        answer = _read_split(shape, raw, span, known)
         if answer is not None:
             return answer, raw[span[0] : span[1]]
-    return model.model_validate_json(raw), None
+    return shape.parse(raw), None
 
 
 def _prompt_span(raw: bytes) -> tuple[int, int] | None:
@@ -78,7 +101,9 @@ def _prompt_span(raw: bytes) -> tuple[int, int] | None:
     return start, end
 
 
-def _read_split(model: type[Answer], raw: bytes, span: tuple[int, int], known: KnownPrefix | None) -> Answer | None:
+def _read_split(
+    shape: AnswerShape[Answer], raw: bytes, span: tuple[int, int], known: KnownPrefix | None
+) -> Answer | None:
     """The answer parsed without its prompt ids, which come from `known` where its text matches, and from parsing
     only the rest; None when that cannot be done exactly."""
     start, end = span
@@ -93,12 +118,12 @@ def _read_split(model: type[Answer], raw: bytes, span: tuple[int, int], known: K
                 return None  # `[..., ]`: invalid, the full parse says why
             ids = head + array(head.typecode, _IDS.validate_json(b"[" + rest + b"]"))
         # The array is replaced by an empty one, which the parsed answer must then hold: the cut was its field.
-        answer = model.model_validate_json(b"".join((raw[:start], raw[end:])))
+        answer = shape.parse(b"".join((raw[:start], raw[end:])))
     except (ValueError, OverflowError):  # OverflowError: an id beyond int32, which the full parse lets through
         return None
-    if answer.prompt_token_ids != []:
+    if shape.prompt_ids(answer) != []:
         return None
-    answer.prompt_token_ids = ids
+    shape.set_prompt_ids(answer, ids)
     return answer
 
 

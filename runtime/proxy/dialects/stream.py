@@ -78,34 +78,42 @@ async def stream_events(chunks: AsyncIterator[CompletionChunk]) -> AsyncIterator
         async for chunk in chunks:
             if not started:
                 started = True
-                ids = chunk.prompt_token_ids
+                ids = chunk.get("prompt_token_ids")
                 yield Started(len(ids) if ids is not None else None)
-            if chunk.usage is not None:
-                usage = chunk.usage
-            for choice in chunk.choices[:1]:
-                delta = choice.delta
-                if delta.reasoning_text:
-                    yield ReasoningDelta(delta.reasoning_text)
-                if delta.content:
-                    yield TextDelta(delta.content)
-                for pos, call in enumerate(delta.tool_calls or []):
-                    index = call.index if call.index is not None else pos
-                    fn = call.function
+            chunk_usage = chunk.get("usage")
+            if chunk_usage is not None:
+                usage = chunk_usage
+            for choice in chunk.get("choices", ())[:1]:
+                delta = choice.get("delta") or {}
+                reasoning = delta.get("reasoning")
+                if reasoning is None:
+                    reasoning = delta.get("reasoning_content")
+                if reasoning:
+                    yield ReasoningDelta(reasoning)
+                content = delta.get("content")
+                if content:
+                    yield TextDelta(content)
+                for pos, call in enumerate(delta.get("tool_calls") or ()):
+                    index = call.get("index")
+                    if index is None:
+                        index = pos
+                    fn = call.get("function") or {}
+                    name, arguments = fn.get("name"), fn.get("arguments") or ""
                     if index not in calls:
-                        if fn is None or not fn.name:
-                            pending_args[index] = pending_args.get(index, "") + ((fn.arguments or "") if fn else "")
+                        if not name:
+                            pending_args[index] = pending_args.get(index, "") + arguments
                             continue
-                        calls[index] = call.id or f"call_{index}"
-                        yield ToolCallStart(index, calls[index], fn.name)
-                        args = pending_args.pop(index, "") + (fn.arguments or "")
-                    else:
-                        args = (fn.arguments or "") if fn else ""
-                    if args:
-                        yield ToolArgsDelta(index, args)
-                if choice.finish_reason:
-                    finish = choice.finish_reason
-                if isinstance(choice.stop_reason, str):
-                    stop_sequence = choice.stop_reason
+                        calls[index] = call.get("id") or f"call_{index}"
+                        yield ToolCallStart(index, calls[index], name)
+                        arguments = pending_args.pop(index, "") + arguments
+                    if arguments:
+                        yield ToolArgsDelta(index, arguments)
+                finish_reason = choice.get("finish_reason")
+                if finish_reason:
+                    finish = finish_reason
+                stop_reason = choice.get("stop_reason")
+                if isinstance(stop_reason, str):
+                    stop_sequence = stop_reason
     except DialectError as exc:
         yield Failed(exc)
         return
