@@ -17,6 +17,7 @@ helper thread; records appended meanwhile stay buffered and go to the new file a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -107,28 +108,40 @@ class Journal:
     def _start_disk_work(self) -> None:
         if self._disk_busy:
             return
-        loop = asyncio.get_running_loop()
+        work: Callable[[], None]
         if self._compactions:
             keep, future = self._compactions.pop(0)
             waiters, self._syncing = [*self._syncing, future], []
             self._compacting = True
-            work = loop.run_in_executor(self._disk, self._rewrite, keep)
+            work = functools.partial(self._rewrite, keep)
         elif self._syncing:
             waiters, self._syncing = self._syncing, []
-            work = loop.run_in_executor(self._disk, os.fsync, self._fd)
+            work = functools.partial(os.fsync, self._fd)
         else:
             return
         self._disk_busy = True
-        work.add_done_callback(lambda done: self._disk_done(done, waiters))
+        self._disk.submit(self._run_disk_work, work, waiters, asyncio.get_running_loop())
 
-    def _disk_done(self, done: asyncio.Future[None], waiters: list[asyncio.Future[None]]) -> None:
+    def _disk_done(self, waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
         self._disk_busy = self._compacting = False
         self.commits += 1
-        error = done.exception()
         _settle(waiters, error)
         self._flush()
 
     # -- in the helper thread
+
+    def _run_disk_work(
+        self, work: Callable[[], None], waiters: list[asyncio.Future[None]], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Run an fsync or a compaction and hand the outcome straight back to the loop as one callback. Through
+        `run_in_executor` and a done-callback it took two more loop iterations, and under saturation a response's
+        wait for durability is counted in loop iterations (results-before-after.md, session 5)."""
+        error: BaseException | None = None
+        try:
+            work()
+        except Exception as exc:  # the waiters fail with it, on the loop
+            error = exc
+        loop.call_soon_threadsafe(self._disk_done, waiters, error)
 
     def _rewrite(self, keep: Callable[[dict[str, Any]], bool]) -> None:
         """Everything already written is in the file; the rewrite's fsync also covers it."""
