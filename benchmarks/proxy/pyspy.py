@@ -44,7 +44,8 @@ class PySpy:
         if not self.output.exists():
             err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
             return f"py-spy wrote no samples: {err[-500:]}"
-        return summarize(self.output.read_text())
+        # py-spy writes file paths as the OS gives them, not necessarily UTF-8.
+        return summarize(self.output.read_text(errors="replace"))
 
 
 def _frame(raw: str) -> tuple[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from loadgen import CallRecord, ClientStats
+from proxy_waits import WaitSummary, render_waits
 from pydantic import BaseModel, Field
 
 TARGETS_DOC = {
@@ -46,6 +47,8 @@ class TargetResult(BaseModel):
     client_cpu_pct_max: float  # busiest client process, % of one core
     client_cpu_per_call_ms: float | None = None  # all client processes' CPU time / calls answered
     client_lag_p99_ms: float
+    # The proxy's own histograms over the level (harnessrl only): its waits on the engine and on the journal.
+    proxy_waits: dict[str, WaitSummary] = Field(default_factory=dict)
     note: str = ""
 
 
@@ -153,6 +156,15 @@ def _cell(value: float | None, digits: int) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _target_note(t: TargetResult) -> str:
+    parts = [t.note] if t.note else []
+    if t.error_kinds:
+        parts.append("errors: " + "; ".join(f"{k} ×{n}" for k, n in t.error_kinds.items()))
+    if t.proxy_waits:
+        parts.append(f"its own histograms: {render_waits(t.proxy_waits)}.")
+    return f"- {t.target}: {' '.join(parts)}"
+
+
 def render_markdown(run: RunResults) -> str:
     out = [
         "# Capture proxy load benchmark: results",
@@ -170,7 +182,9 @@ def render_markdown(run: RunResults) -> str:
         "level; *RSS/session* = (server RSS with all sessions live at the end − idle RSS) / sessions; *CPU/call* "
         "= server process CPU time over the level / calls answered; *client* = busiest load-generator process "
         "(% of one core) and its event-loop lag p99; *client CPU/call* = all load-generator processes' CPU time "
-        "/ calls answered.",
+        "/ calls answered. Below a table, the harnessrl proxy's own histograms (its `/metrics`) split its time: "
+        "*engine call* = request to the engine's last byte, *journal* = a record's wait until durable (the "
+        "percentiles are bucket bounds).",
         "",
     ]
     for level in run.levels:
@@ -189,14 +203,8 @@ def render_markdown(run: RunResults) -> str:
                 f"| {_cell(t.engine_cpu_per_call_ms, 2)} | {t.client_cpu_pct_max:.0f} / {t.client_lag_p99_ms:.0f} "
                 f"| {_cell(t.client_cpu_per_call_ms, 2)} |"
             )
-        notes = [t for t in level.targets if t.note or t.error_kinds]
-        if notes:
-            out.append("")
-        for t in notes:
-            kinds = "; ".join(f"{k} ×{n}" for k, n in t.error_kinds.items())
-            out.append(
-                f"- {t.target}: {t.note}{' ' if t.note and kinds else ''}{('errors: ' + kinds) if kinds else ''}"
-            )
+        notes = [_target_note(t) for t in level.targets if t.note or t.error_kinds or t.proxy_waits]
+        out += ["", *notes] if notes else []
         out.append("")
     if run.notes:
         out += ["## Notes", "", *[f"- {n}" for n in run.notes], ""]

@@ -27,11 +27,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import httpx
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loadgen import LoadSpec, TargetSpec, raise_fd_limit, run_clients
+from proxy_waits import summarize_waits
 from pyspy import PySpy
 from results import LevelResult, RunResults, TargetResult, add_baseline, render_markdown, target_result
 from servers import (
@@ -281,6 +283,8 @@ class Bench:
             )
             if target == "baseline":
                 result.server = usage  # the engine's own figures, shown apart from the proxies'
+            if target == "harnessrl" and server is not None and server.proc.poll() is None:
+                result.proxy_waits = summarize_waits(httpx.get(f"{server.url}/metrics", timeout=30).text)
             return result
         finally:
             if spy is not None:

@@ -56,9 +56,9 @@ class CallCapture:
             token_ids = choice.get("token_ids")
             if token_ids:
                 self.completion_ids.extend(token_ids)
-            logprobs = choice.get("logprobs")
-            if logprobs and logprobs.get("content"):
-                self.logprobs.extend(entry.get("logprob", 0.0) for entry in logprobs["content"] or ())
+            sampled = (choice.get("logprobs") or {}).get("content")
+            if sampled:
+                self.logprobs.extend(entry.get("logprob", 0.0) for entry in sampled)
             delta = choice.get("delta")
             for call in (delta and delta.get("tool_calls")) or ():
                 index = call.get("index")

@@ -37,10 +37,15 @@ def test_quick_benchmark_writes_its_tables_with_zero_errors(tmp_path: Path) -> N
     assert proxy["p99_added_ms"] == pytest.approx(proxy["p99_ms"] - by_target["baseline"]["p99_ms"])
     assert proxy["cpu_per_call_ms"] > 0 and proxy["rss_per_session_mb"] is not None
     assert proxy["server"]["rss_end_mb"] > 0
+    # The proxy's own histograms: every call's engine wait; the journal's every record (sessions, then calls).
+    waits = proxy["proxy_waits"]
+    assert waits["engine call"]["count"] == 24 and waits["journal"]["count"] == 8 + 24
+    assert waits["engine call"]["mean_ms"] > 0 and waits["journal"]["mean_ms"] > 0
 
     markdown = (tmp_path / "results.md").read_text()
     assert "## 8 sessions, 0.2 s between calls, 3 turns" in markdown
     assert "| baseline | 8/8 | 0 | 0 |" in markdown and "| harnessrl | 8/8 | 0 | 0 |" in markdown
+    assert "- harnessrl: its own histograms: engine call mean" in markdown
 
     # engine + one proxy, each stopped by PID at the end
     names = sorted(p.split(" pid ")[0] for p in results["processes"])

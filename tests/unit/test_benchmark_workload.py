@@ -12,7 +12,8 @@ from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "proxy"))
 
-from results import LevelResult, TargetResult, add_baseline, percentile
+from proxy_waits import summarize_waits
+from results import LevelResult, RunResults, TargetResult, add_baseline, percentile, render_markdown
 from workload import (
     DIALECTS,
     TOOL_COMMAND,
@@ -93,6 +94,30 @@ def test_percentile_is_nearest_rank_and_added_latency_is_against_the_baseline() 
                         targets=[target("baseline", 10, 100), target("harnessrl", 15, 180)])
     add_baseline(level)
     assert (level.targets[1].p50_added_ms, level.targets[1].p99_added_ms) == (5, 80)
+
+
+def test_the_proxys_own_histograms_are_summarised_by_bucket_bounds_and_shown_under_the_level() -> None:
+    from harnessrl.runtime.proxy.metrics import ProxyMetrics
+    from prometheus_client import generate_latest
+
+    metrics = ProxyMetrics()
+    for seconds in [0.003] * 50 + [0.04] * 40 + [0.2] * 9 + [400.0]:
+        metrics.upstream_latency.observe(seconds)
+    waits = summarize_waits(generate_latest(metrics.registry).decode())
+    assert list(waits) == ["engine call"]  # the journal histogram saw nothing: left out
+    engine = waits["engine call"]
+    assert engine.count == 100 and engine.mean_ms == pytest.approx(4035.5)
+    assert (engine.p50_ms, engine.p90_ms, engine.p99_ms) == (5.0, 50.0, 250.0)
+    metrics.journal_latency.observe(1000.0)  # beyond the top bucket
+    assert summarize_waits(generate_latest(metrics.registry).decode())["journal"].p50_ms is None
+
+    result = TargetResult(target="harnessrl", sessions=1, sessions_finished=1, calls_ok=1, errors=0,
+                          cut_at_deadline=0, p50_ms=1, p99_ms=1, calls_per_s=1, wall_s=1, client_procs=1,
+                          client_cpu_pct_max=0, client_lag_p99_ms=0, proxy_waits=waits)
+    run = RunResults(command="run.py", started_at="t0", machine="m", load_before="0", proxy_config="{}",
+                     levels=[LevelResult(sessions=1, pause_s=2, turns=20, targets=[result])])
+    assert "- harnessrl: its own histograms: engine call mean 4035.5 ms (p50 ≤ 5, p90 ≤ 50, p99 ≤ 250 ms; 100 timed)." \
+        in render_markdown(run)
 
 
 def test_stage_breakdown_times_every_stage_of_every_session_mix() -> None:

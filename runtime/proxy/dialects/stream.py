@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harnessrl.runtime.proxy.dialects.base import DialectError
-from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk, Usage
+from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk, Usage, reasoning_of
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,7 @@ async def stream_events(chunks: AsyncIterator[CompletionChunk]) -> AsyncIterator
                 usage = chunk_usage
             for choice in chunk.get("choices", ())[:1]:
                 delta = choice.get("delta") or {}
-                reasoning = delta.get("reasoning")
-                if reasoning is None:
-                    reasoning = delta.get("reasoning_content")
+                reasoning = reasoning_of(delta)
                 if reasoning:
                     yield ReasoningDelta(reasoning)
                 content = delta.get("content")

@@ -149,3 +149,9 @@ class CompletionChunk(TypedDict, total=False):
 
 
 STREAM_CHUNK: TypeAdapter[CompletionChunk] = TypeAdapter(CompletionChunk)
+
+
+def reasoning_of(delta: ChunkDelta) -> str | None:
+    """A chunk's reasoning text, by the same rule as `UpstreamMessage.reasoning_text`."""
+    reasoning = delta.get("reasoning")
+    return reasoning if reasoning is not None else delta.get("reasoning_content")
