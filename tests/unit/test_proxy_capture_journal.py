@@ -164,16 +164,18 @@ async def test_a_failed_write_fails_the_waiting_calls(tmp_path: Path) -> None:
 async def test_a_failed_fsync_fails_the_calls_it_covered_and_the_journal_goes_on(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
     file_fd = journal._fd
-    read_end, journal._fd = os.pipe()  # writes to a pipe succeed; fsync on it fails (EINVAL)
+    read_end, write_end = os.pipe()
+    journal._fd = write_end  # writes to a pipe succeed; fsync on it fails (EINVAL)
     try:
         results = await asyncio.gather(journal.append({"n": 1}), journal.append({"n": 2}), return_exceptions=True)
         assert all(isinstance(r, OSError) for r in results)
-        os.close(journal._fd)
-        journal._fd = file_fd  # the disk is back: the sync thread fsyncs the next records
+        journal._fd = file_fd  # the disk is back: the helper thread fsyncs the next record
         await journal.append({"n": 3})
         assert list(read_records(journal.path)) == [{"n": 3}]
     finally:
+        journal._fd = file_fd
         os.close(read_end)
+        os.close(write_end)
         journal.close()
 
 
