@@ -14,6 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -93,7 +94,8 @@ class Session:
         return [self.graph.node(i) for i in range(len(self.graph))]
 
     def _apply(self, at: float, status: SessionStatus, answered: bool, error: str | None,
-               turn: TurnDelta | None) -> None:
+               turn: Mapping[str, Any] | None) -> None:
+        """`turn` holds the call's `TurnDelta` fields (at least tool_calls, policy_version and trainable)."""
         self.last_activity_at = at
         self.status = status
         if answered:
@@ -101,9 +103,9 @@ class Session:
         if error:
             self.errors.append(error)
         if turn is not None:
-            self.tool_calls += turn.tool_calls
-            self.policy_versions.add(turn.policy_version)
-            if not turn.trainable:
+            self.tool_calls += turn["tool_calls"]
+            self.policy_versions.add(turn["policy_version"])
+            if not turn["trainable"]:
                 self.bad_turns += 1
 
     def record_call(
@@ -124,16 +126,16 @@ class Session:
         `CallCapture.prompt_text`)."""
         at = time.time() if at is None else at
         new_status = self.status if status is None else status
-        delta: TurnDelta | None = None
+        delta: dict[str, Any] | None = None
         if turn is not None:
             turn_id = self.graph.add(turn).id
             delta = self.graph.delta(turn_id)
             if prompt_text is not None:
                 tokens = partial(self.graph.sequence_tokens, turn_id)
                 self.prompt_prefix = KnownPrefix.of(prompt_text, turn.completion_ids, tokens)
-            if not delta.trainable:
+            if not delta["trainable"]:
                 problems = "; ".join(capture_problems(turn)) or "marked untrainable"
-                error = f"turn {delta.id} kept as context only: {problems}"
+                error = f"turn {turn_id} kept as context only: {problems}"
         self._apply(at, new_status, answered, error, delta)
         return {
             "k": "call",
@@ -142,16 +144,17 @@ class Session:
             "status": new_status.value,
             "answered": answered,
             "error": error,
-            "turn": delta.model_dump(mode="json") if delta is not None else None,
+            "turn": delta,
         }
 
     def replay_call(self, record: dict[str, Any]) -> None:
-        delta: TurnDelta | None = None
+        applied: dict[str, Any] | None = None
         if record.get("turn") is not None:
             delta = TurnDelta.model_validate(record["turn"])
             self.graph.add_delta(delta)
+            applied = delta.model_dump(include={"tool_calls", "policy_version", "trainable"})
         self._apply(float(record["at"]), SessionStatus(record["status"]), bool(record["answered"]),
-                    record.get("error"), delta)
+                    record.get("error"), applied)
 
 
 @dataclass

@@ -6,8 +6,10 @@ parent is found by walking the new prompt down that tree, remembering the deepes
 Each step of the walk consumes at least one prompt token and compares an edge with one memcmp, so linking costs
 O(prompt length) whatever the number of earlier turns, and inserting costs O(tokens beyond the parent).
 
-Memory is proportional to unique tokens: tokens live in compact int32 arrays, a turn stores only what follows its
-parent's prompt+completion (its *tail*) and its completion, and the tree stores each distinct token run once.
+Memory is proportional to unique tokens: tokens live in compact int32 arrays, and the tree stores each distinct
+token run once. A turn keeps no tokens of its own: its record names the tree node where its prompt+completion
+ends, and its tokens are read back up the tree (each node knows its parent's number, not the parent itself, so
+the tree has no reference cycles and a finished session's tree is freed at once, without the garbage collector).
 
 Shapes that follow from the rule: a retry (same prompt again) becomes a sibling of the first try; a sub-agent or a
 rewritten history (compaction, a harness that edits earlier messages) shares no full turn as prefix and starts a
@@ -19,8 +21,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 from harnessrl.runtime.trajectory.models import (
     Node,
@@ -43,12 +45,16 @@ def as_tokens(ids: Sequence[int]) -> array[int]:
 class _Edge:
     """A radix-tree node and the token run on the edge leading to it."""
 
-    __slots__ = ("children", "ends", "label")
+    __slots__ = ("children", "ends", "label", "number", "parent")
 
-    def __init__(self, label: array[int]) -> None:
+    def __init__(self, label: array[int], number: int, parent: int) -> None:
         self.label = label
+        self.number = number  # its place in `PrefixIndex.edges`
+        self.parent = parent  # the parent's number (-1 for the root)
         self.children: dict[int, _Edge] = {}
-        self.ends: list[int] = []  # ids of turns whose prompt+completion ends exactly here
+        # Ids of turns whose prompt+completion ends exactly here: a tuple, which the garbage collector stops
+        # tracking, where a list per edge would be one more object for every collection to visit.
+        self.ends: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,8 @@ class PrefixIndex:
     check that linking work does not depend on how many turns came before."""
 
     def __init__(self) -> None:
-        self.root = _Edge(array(TOKEN_TYPE))
+        self.root = _Edge(array(TOKEN_TYPE), 0, -1)
+        self.edges = [self.root]
         self.steps = 0
         self.compared = 0
 
@@ -92,14 +99,15 @@ class PrefixIndex:
         self.compared += compared
         return Match(best.ends[-1] if best.ends else None, best_depth, best)
 
-    def insert(self, seq: array[int], turn: int, start: Match) -> None:
-        """Insert `seq` (which starts with the sequence `start` matched) as the sequence of `turn`."""
+    def insert(self, seq: array[int], turn: int, start: Match) -> _Edge:
+        """Insert `seq` (which starts with the sequence `start` matched) as the sequence of `turn`; returns the
+        node where it ends."""
         edge, pos, n = start.edge, start.length, len(seq)
         while pos < n:
             self.steps += 1
             child = edge.children.get(seq[pos])
             if child is None:
-                leaf = _Edge(seq[pos:])
+                leaf = self._edge(seq[pos:], edge)
                 edge.children[seq[pos]] = leaf
                 edge, pos = leaf, n
                 break
@@ -110,12 +118,34 @@ class PrefixIndex:
                 edge, pos = child, pos + common
                 continue
             # Split the edge where `seq` leaves it (or ends inside it).
-            middle = _Edge(label[:common])
-            child.label = label[common:]
+            middle = self._edge(label[:common], edge)
+            child.label, child.parent = label[common:], middle.number
             middle.children[child.label[0]] = child
             edge.children[seq[pos]] = middle
             edge, pos = middle, pos + common
-        edge.ends.append(turn)
+        edge.ends += (turn,)
+        return edge
+
+    def _edge(self, label: array[int], parent: _Edge) -> _Edge:
+        edge = _Edge(label, len(self.edges), parent.number)
+        self.edges.append(edge)
+        return edge
+
+    def tokens(self, end: int, length: int, start: int = 0) -> array[int]:
+        """Tokens `start` to `length` of the inserted sequence of `length` tokens that ends at edge number `end`,
+        read up the tree."""
+        need = length - start
+        labels: list[array[int]] = []
+        number, got = end, 0
+        while got < need:
+            edge = self.edges[number]
+            labels.append(edge.label)
+            got += len(edge.label)
+            number = edge.parent
+        out = array(TOKEN_TYPE)
+        for label in reversed(labels):
+            out += label
+        return out[got - need :] if got > need else out
 
 
 def _common_prefix(label: array[int], seq: array[int], pos: int) -> int:
@@ -135,17 +165,30 @@ def _common_prefix(label: array[int], seq: array[int], pos: int) -> int:
 
 @dataclass(slots=True)
 class _Record:
+    """One turn as the graph keeps it: its place in the tree and the turn's scalar fields (not a copy of the
+    model), so a turn costs the garbage collector two objects to visit (this and its logprobs)."""
+
     parent: int | None
     shared: int  # len(prompt+completion of parent)
-    tail: array[int]  # prompt tokens after the parent's prompt+completion
-    completion: array[int]
+    end: int  # the number of the tree node where the turn's prompt+completion ends
+    prompt_len: int
+    seq_len: int  # len(prompt+completion)
     logprobs: array[float]  # empty when not trainable
-    meta: Turn  # the turn's scalar fields (token lists emptied)
     valid_ids: bool  # no negative id in prompt+completion
-    children: list[int] = field(default_factory=list)
+    finish_reason: str | None
+    policy_version: int
+    model: str
+    tool_calls: int
+    started_at: float
+    finished_at: float
+    trainable: bool
+    children: tuple[int, ...] = ()
 
-
-_EMPTY_LISTS: dict[str, list[int]] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+    def scalars(self) -> dict[str, Any]:
+        """The turn's fields other than its token lists, as `Turn` and `TurnDelta` name them."""
+        return {"finish_reason": self.finish_reason, "policy_version": self.policy_version, "model": self.model,
+                "tool_calls": self.tool_calls, "started_at": self.started_at, "finished_at": self.finished_at,
+                "trainable": self.trainable}
 
 
 class SessionGraph:
@@ -177,34 +220,38 @@ class SessionGraph:
         record = _Record(
             parent=match.turn,
             shared=match.length,
-            tail=tail,
-            completion=completion,
+            end=self.index.insert(prompt + completion, turn_id, match).number,
+            prompt_len=len(prompt),
+            seq_len=len(prompt) + len(completion),
             logprobs=array(LOGPROB_TYPE, turn.logprobs) if trainable else array(LOGPROB_TYPE),
-            meta=turn.model_copy(update={**_EMPTY_LISTS, "trainable": trainable}),
             valid_ids=(parent_valid or match.length == 0) and not has_negative(tail) and not has_negative(completion),
+            finish_reason=turn.finish_reason,
+            policy_version=turn.policy_version,
+            model=turn.model,
+            tool_calls=turn.tool_calls,
+            started_at=turn.started_at,
+            finished_at=turn.finished_at,
+            trainable=trainable,
         )
         self._records.append(record)
         if match.turn is not None:
-            self._records[match.turn].children.append(turn_id)
-        self.index.insert(prompt + completion, turn_id, match)
+            self._records[match.turn].children += (turn_id,)
         self.tool_calls += turn.tool_calls
         self.untrainable += not trainable
         return Node(id=turn_id, parent=match.turn, shared_prefix=match.length, turn=turn)
 
     # ------------------------------------------------------------------ journal form
 
-    def delta(self, turn_id: int) -> TurnDelta:
-        """The turn as the journal stores it: only the tokens beyond its parent's prompt+completion."""
+    def delta(self, turn_id: int) -> dict[str, Any]:
+        """The turn as the journal stores it, a `TurnDelta` in its JSON form: only the tokens beyond its
+        parent's prompt+completion. Built as a dict, not validated: its lists come from the graph's typed
+        arrays, and validating ~500 ids again per turn cost more than the rest of recording it. Replay
+        validates it."""
         r = self._record(turn_id)
-        meta = r.meta.model_dump(exclude={"prompt_ids", "completion_ids", "logprobs"})
-        return TurnDelta(
-            id=turn_id,
-            parent=r.parent,
-            prompt_tail=r.tail.tolist(),
-            completion_ids=r.completion.tolist(),
-            logprobs=r.logprobs.tolist(),
-            **meta,
-        )
+        tokens = self.index.tokens(r.end, r.seq_len, r.shared)  # prompt tail, then completion
+        cut = r.prompt_len - r.shared
+        return {"id": turn_id, "parent": r.parent, "prompt_tail": tokens[:cut].tolist(),
+                "completion_ids": tokens[cut:].tolist(), "logprobs": r.logprobs.tolist(), **r.scalars()}
 
     def decode_delta(self, delta: TurnDelta) -> Turn:
         """The full turn a journal delta stands for; its parent must already be in this graph."""
@@ -252,19 +299,13 @@ class SessionGraph:
         return ids[::-1]
 
     def prompt_tokens(self, turn_id: int) -> array[int]:
-        out = array(TOKEN_TYPE)
-        *ancestors, last = self.path(turn_id)
-        for i in ancestors:
-            out += self._records[i].tail
-            out += self._records[i].completion
-        out += self._records[last].tail
-        return out
+        r = self._record(turn_id)
+        return self.index.tokens(r.end, r.seq_len)[: r.prompt_len]
 
     def sequence_tokens(self, turn_id: int) -> array[int]:
         """prompt + completion of a turn, as an int32 array (no Python int per token)."""
-        out = self.prompt_tokens(turn_id)
-        out += self._records[turn_id].completion
-        return out
+        r = self._record(turn_id)
+        return self.index.tokens(r.end, r.seq_len)
 
     def prompt_ids(self, turn_id: int) -> list[int]:
         return self.prompt_tokens(turn_id).tolist()
@@ -275,13 +316,9 @@ class SessionGraph:
 
     def node(self, turn_id: int) -> Node:
         r = self._record(turn_id)
-        turn = r.meta.model_copy(
-            update={
-                "prompt_ids": self.prompt_ids(turn_id),
-                "completion_ids": r.completion.tolist(),
-                "logprobs": r.logprobs.tolist(),
-            }
-        )
+        tokens = self.index.tokens(r.end, r.seq_len)
+        turn = Turn(prompt_ids=tokens[: r.prompt_len].tolist(), completion_ids=tokens[r.prompt_len :].tolist(),
+                    logprobs=r.logprobs.tolist(), **r.scalars())
         return Node(id=turn_id, parent=r.parent, shared_prefix=r.shared, turn=turn)
 
     def children(self, turn_id: int) -> list[int]:
@@ -298,15 +335,14 @@ class SessionGraph:
         trained: set[int] = set()
         sequences = []
         for leaf in self.leaves():
-            tokens, mask, logprobs, versions = array(TOKEN_TYPE), array("b"), array(LOGPROB_TYPE), array("q")
+            mask, logprobs, versions = array("b"), array(LOGPROB_TYPE), array("q")
             path = self.path(leaf)
             for i in path:
                 r = self._records[i]
-                version = r.meta.policy_version
-                n_tail, n_out = len(r.tail), len(r.completion)
-                train = r.meta.trainable and i not in trained
+                version = r.policy_version
+                n_tail, n_out = r.prompt_len - r.shared, r.seq_len - r.prompt_len
+                train = r.trainable and i not in trained
                 trained.add(i)
-                tokens += r.tail + r.completion
                 mask += array("b", [0]) * n_tail + array("b", [1 if train else 0]) * n_out
                 logprobs += array(LOGPROB_TYPE, [0.0]) * n_tail
                 logprobs += r.logprobs if train else array(LOGPROB_TYPE, [0.0]) * n_out
@@ -315,11 +351,11 @@ class SessionGraph:
                 TrainingSequence(
                     session_id=self.session_id,
                     node_ids=path,
-                    token_ids=tokens.tolist(),
+                    token_ids=self.sequence_ids(leaf),
                     loss_mask=mask.tolist(),
                     logprobs=logprobs.tolist(),
                     policy_versions=versions.tolist(),
-                    tool_calls=sum(self._records[i].meta.tool_calls for i in path),
+                    tool_calls=sum(self._records[i].tool_calls for i in path),
                 )
             )
         return sequences

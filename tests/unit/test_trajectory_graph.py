@@ -5,6 +5,7 @@ and checks the invariants against a brute-force O(turns²) oracle."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import random
@@ -98,15 +99,32 @@ def test_a_negative_id_in_a_shared_prefix_keeps_every_later_turn_untrainable() -
     assert g.sequences().untrainable_turns == 3 and clean.sequences().untrainable_turns == 2
 
 
+def test_a_dropped_graph_is_freed_without_the_garbage_collector() -> None:
+    """A proxy drops thousands of finished sessions: their graphs must hold no reference cycles, or each would
+    wait in memory for a full collection (and make it longer)."""
+    gc.collect()
+    gc.disable()
+    try:
+        g = SessionGraph("s")
+        g.add(turn([1, 2, 3], [4, 5]))
+        g.add(turn([1, 2, 3, 4, 5, 6], [7]))
+        g.add(turn([1, 2, 9], [8]))  # splits the first edge
+        assert g.sequences().turns == 3 and g.node(1).turn.prompt_ids == [1, 2, 3, 4, 5, 6]
+        del g
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
 def test_delta_stores_only_tokens_beyond_the_parent() -> None:
     g = SessionGraph("s")
     g.add(turn(list(range(100)), [100, 101]))
     g.add(turn([*range(102), 500, 501], [502], version=4, tools=2, finish_reason="tool_calls", model="p-v4"))
-    d = g.delta(1)
+    d = TurnDelta.model_validate(g.delta(1))  # the journal's form is a valid TurnDelta
     assert (d.parent, d.prompt_tail, d.completion_ids) == (0, [500, 501], [502])
     assert (d.policy_version, d.tool_calls, d.finish_reason, d.model) == (4, 2, "tool_calls", "p-v4")
     restored = SessionGraph.from_deltas(
-        "s", [TurnDelta.model_validate_json(g.delta(i).model_dump_json()) for i in range(2)]
+        "s", [TurnDelta.model_validate_json(json.dumps(g.delta(i))) for i in range(2)]
     )
     assert restored.node(1) == g.node(1)
     assert restored.sequences() == g.sequences()
@@ -262,7 +280,7 @@ def test_journal_deltas_rebuild_the_same_graph(turns: list[Turn]) -> None:
     g = SessionGraph("s")
     for t in turns:
         g.add(t)
-    deltas = [TurnDelta.model_validate_json(g.delta(i).model_dump_json()) for i in range(len(turns))]
+    deltas = [TurnDelta.model_validate_json(json.dumps(g.delta(i))) for i in range(len(turns))]
     # A delta never repeats its parent's tokens.
     assert sum(len(d.prompt_tail) for d in deltas) <= sum(len(t.prompt_ids) for t in turns)
     rebuilt = SessionGraph.from_deltas("s", deltas)

@@ -126,11 +126,14 @@ def tagged_pids(marker: str) -> list[int]:
 
 
 def kill_tagged(marker: str) -> int:
-    """SIGKILL every process tagged with marker (repeat until none: a dying parent may fork once more)."""
+    """SIGKILL every process tagged with marker (repeat until none: a dying parent may fork once more). Done only
+    after two empty scans in a row: a process in the middle of execve can show an empty environ for an instant."""
     killed = 0
+    empty_scans = 0
     for _ in range(20):
         pids = tagged_pids(marker)
-        if not pids:
+        empty_scans = 0 if pids else empty_scans + 1
+        if empty_scans == 2:
             break
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
