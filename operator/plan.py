@@ -123,6 +123,11 @@ class Placement(ABC):
         """Where the learner uploads adapters for an engine replica; None where engines read the learner's files."""
         return None
 
+    def proxy_replica_urls(self, run: str, replicas: int) -> list[str]:
+        """Each proxy replica's own base URL, for what must reach every replica (the policy: each serves its own
+        sessions); empty where one proxy process serves at `proxy_url`."""
+        return []
+
 
 # Names of the files and directories a Placement locates.
 PATHS = (
@@ -155,6 +160,14 @@ class ClusterPlacement(Placement):
 
     def proxy_url(self, run: str) -> str:
         return f"http://{run}-proxy.{self.namespace}.svc:{self.proxy_port}"
+
+    def proxy_replica_url(self, run: str, pod: str) -> str:
+        """A proxy replica's own base URL: its StatefulSet Pod's DNS name under the proxy's headless Service (what
+        `POST /sessions` answers with, and where the learner sets the policy)."""
+        return f"http://{pod}.{proxy_headless_name(run)}.{self.namespace}.svc:{self.proxy_port}"
+
+    def proxy_replica_urls(self, run: str, replicas: int) -> list[str]:
+        return [self.proxy_replica_url(run, f"{child_name(run, ComponentKind.PROXY)}-{i}") for i in range(replicas)]
 
     def coordinator_url(self, run: str) -> str:
         return f"http://{run}-learner.{self.namespace}.svc:{self.learner_port}"
@@ -223,6 +236,12 @@ class Plan(_Model):
 def child_name(run: str, component: ComponentKind, pool: str | None = None) -> str:
     """Deterministic names: `<run>-engine`, `<run>-proxy`, `<run>-learner`, `<run>-<pool>-runner`."""
     return f"{run}-{pool}-{component}" if pool else f"{run}-{component}"
+
+
+def proxy_headless_name(run: str) -> str:
+    """The proxy's headless Service, which gives each replica its stable DNS name (`<run>-proxy` is the Service
+    that reaches any replica)."""
+    return f"{child_name(run, ComponentKind.PROXY)}-headless"
 
 
 def build_plan(
@@ -437,6 +456,7 @@ def _learner(
         tasks=learner_cfg.TaskSource(file=placement.path("task-ids"), split=spec.tasks.split),
         proxy=learner_cfg.ProxyLink(
             url=placement.proxy_url(run),
+            replica_urls=placement.proxy_replica_urls(run, spec.proxy.replicas),
             admin_token_file=placement.path("proxy-admin-token"),
         ),
         engine=learner_cfg.EngineLink(

@@ -4,7 +4,8 @@ One asyncio loop (uvloop) with one pool of keep-alive HTTP/1.1 connections per c
 upstream client, runtime/proxy/upstream_http.py); `run_clients` spreads the sessions over several processes so the client is not what saturates, and
 each process reports its own CPU time and event loop lag so the report can show that. Sessions start spread over
 the first pause (no thundering herd), then each one waits `pause_s` between the end of a call and the next call,
-as a harness running a tool would.
+as a harness running a tool would; with `pause_spread` each pause is drawn from pause_s × [1 - spread, 1 + spread]
+instead (tools that take different times), which keeps sessions from calling in step.
 
 A session ends at its first failed call (as a harness that gives up would); it has *finished* when all its turns
 succeeded. Calls still in flight at the level's deadline are cut and counted apart from errors.
@@ -48,6 +49,17 @@ class LoadSpec:
     tool_tokens: int = 500
     call_timeout_s: float = 60.0
     duration_limit_s: float = 600.0  # from the start of the level; calls in flight then are cut
+    pause_spread: float = 0.0  # 0: every pause is pause_s, as the issue's levels are defined
+
+    def pause(self, session: int, turn: int) -> float:
+        """The pause after `session`'s call `turn`: pause_s, or with a spread one from an even, deterministic
+        sequence over pause_s × [1 - spread, 1 + spread] (its mean is pause_s, so the call rate is the same)."""
+        if not self.pause_spread:
+            return self.pause_s
+        # Additive recurrences (golden ratio by session, plastic number by turn): even in both, and a
+        # session's next pause is not tied to its last.
+        u = (session * 0.6180339887498949 + turn * 0.7548776662466927) % 1.0
+        return self.pause_s * (1.0 + self.pause_spread * (2.0 * u - 1.0))
 
 
 @dataclass(frozen=True)
@@ -142,7 +154,7 @@ async def _session(
             )
             return False
         if turn + 1 < spec.turns:
-            await asyncio.sleep(spec.pause_s)
+            await asyncio.sleep(spec.pause(index, turn))
     return True
 
 

@@ -1,13 +1,14 @@
 """Run the capture proxy load benchmark and write results.md / results.json.
 
-    .venv/bin/python benchmarks/proxy/run.py                       # the issue's levels, all three targets
+    .venv/bin/python benchmarks/proxy/run.py                       # the issue's levels, every target
     .venv/bin/python benchmarks/proxy/run.py --quick --out-dir /tmp/x   # a small smoke run (baseline + harnessrl)
     .venv/bin/python benchmarks/proxy/run.py --levels 1000@2 --targets baseline,harnessrl
 
 Starts the engine stand-in (fast mode) once, then for each level and target in turn: a fresh proxy process
 (harnessrl: `harnessrl proxy --config FILE` with a temp journal dir and admin token file; openenv: the reference
-capture server from its own virtualenv), N sessions created through its admin API, the load generator, the
-measurements, and the proxy stopped. Everything runs on 127.0.0.1 and every process is stopped by its PID at the
+capture server from its own virtualenv; forwarder: the proxy's HTTP stack relaying the baseline's calls, the floor
+of that stack), N sessions created through its admin API, the load generator, the measurements, and the proxy
+stopped. Everything runs on 127.0.0.1 and every process is stopped by its PID at the
 end, also on Ctrl-C. Results are written after every level, so an interrupted run keeps what it measured.
 """
 
@@ -43,6 +44,7 @@ from servers import (
     UsageSampler,
     create_sessions,
     start_engine,
+    start_forwarder,
     start_harnessrl,
     start_openenv,
 )
@@ -50,7 +52,7 @@ from workload import TOOL_COMMAND, TOOL_NAME
 
 HERE = Path(__file__).resolve().parent
 MODEL = "tiny"
-TARGETS = ("baseline", "harnessrl", "openenv")
+TARGETS = ("baseline", "forwarder", "harnessrl", "openenv")
 DEFAULT_LEVELS = "200@2,500@2,1000@2,5000@10"
 REFERENCE_VENV = REPO / ".cache" / "bench-openenv"
 REFERENCE_REQUIREMENTS = HERE / "reference-requirements.txt"
@@ -87,7 +89,7 @@ def parse_targets(text: str) -> list[str]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks/proxy/run.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--levels", type=parse_levels, default=None, help=f"default {DEFAULT_LEVELS}")
-    p.add_argument("--targets", type=parse_targets, default=None, help="default baseline,harnessrl,openenv")
+    p.add_argument("--targets", type=parse_targets, default=None, help="default baseline,forwarder,harnessrl,openenv")
     p.add_argument("--turns", type=int, default=None, help="calls per session (default 20)")
     p.add_argument(
         "--quick",
@@ -96,6 +98,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "baseline and harnessrl only",
     )
     p.add_argument("--stream-fraction", type=float, default=0.5, help="share of sessions that stream")
+    p.add_argument(
+        "--pause-spread",
+        type=float,
+        default=0.0,
+        help="draw each pause from pause x [1 - S, 1 + S] (same mean) instead of the fixed pause the levels are "
+        "defined with (default 0): sessions that run tools of different lengths do not call in step",
+    )
     p.add_argument("--tool-tokens", type=int, default=500, help="tokens of tool output appended per turn")
     p.add_argument("--client-procs", type=int, default=2, help="load-generator processes")
     p.add_argument(
@@ -145,6 +154,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.turns = args.turns or 20
     if "baseline" not in args.targets:
         p.error("the baseline target is required: added latency is measured against it")
+    if not 0 <= args.pause_spread < 1:
+        p.error(f"--pause-spread must be at least 0 and below 1, not {args.pause_spread}")
     args.targets = ["baseline", *[t for t in args.targets if t != "baseline"]]
     return args
 
@@ -226,6 +237,7 @@ class Bench:
             tool_tokens=self.args.tool_tokens,
             call_timeout_s=self.args.call_timeout,
             duration_limit_s=unloaded * self.args.time_factor + 30.0,
+            pause_spread=self.args.pause_spread,
         )
 
     def run_target(self, target: str, spec: LoadSpec, tag: str) -> TargetResult:
@@ -238,6 +250,8 @@ class Bench:
                 server, token = start_harnessrl(
                     self.group, self.work_dir, self.engine.url, MODEL, self.proxy_extra
                 )
+            elif target == "forwarder":
+                server = start_forwarder(self.group, self.work_dir, self.engine.url)
             elif target == "openenv":
                 server, token = start_openenv(
                     self.group, self.work_dir, self.engine.url, MODEL, self.args.reference_python
@@ -245,9 +259,10 @@ class Bench:
             measured = server or self.engine
             time.sleep(1.0)
             rss_idle = measured.rss_mb()
-            if server is None:
+            if server is None or target == "forwarder":  # the engine's own body, straight or relayed
                 keys = [""] * spec.sessions
-                tspec = TargetSpec(target, self.engine.url, MODEL, keys, baseline_fields=self.fields)
+                url = self.engine.url if server is None else server.url
+                tspec = TargetSpec(target, url, MODEL, keys, baseline_fields=self.fields)
             else:
                 keys = create_sessions(target, server.url, token, spec.sessions, tag)
                 tspec = TargetSpec(target, server.url, MODEL, keys)

@@ -225,6 +225,13 @@ def start_harnessrl(
     return server, token
 
 
+def start_forwarder(group: ProcessGroup, work_dir: Path, engine_url: str) -> Server:
+    """The do-nothing forwarder (forwarder.py): the proxy's HTTP stack relaying calls to the engine unparsed."""
+    port = free_port()
+    argv = [sys.executable, str(Path(__file__).resolve().parent / "forwarder.py"), str(port), engine_url]
+    return group.ready(group.add(Server("forwarder", argv, port, work_dir, ready_path="/health")), 60)
+
+
 def start_openenv(
     group: ProcessGroup, work_dir: Path, engine_url: str, model: str, python: Path
 ) -> tuple[Server, str]:

@@ -232,7 +232,12 @@ class ProxySpec(ApiModel):
     """The capture proxy between harnesses and vLLM."""
 
     replicas: int = Field(
-        default=1, ge=1, le=64, description="Number of proxy replicas; sessions are sharded."
+        default=1,
+        ge=1,
+        le=64,
+        description="Number of proxy replicas; sessions are sharded. Immutable: each replica keeps its own "
+        "sessions and journal, and the learner sets the served policy on the replicas the run started with.",
+        json_schema_extra=immutable("proxy.replicas"),
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory of each replica."

@@ -25,21 +25,20 @@ from harnessrl.operator.kube.common import (
     service,
     volumes_and_mounts,
 )
-from harnessrl.operator.plan import CLUSTER_PATHS, Plan
+from harnessrl.operator.plan import CLUSTER_PATHS, ClusterPlacement, Plan, proxy_headless_name
 
 JOURNAL_SIZE = "10Gi"
 
 
 def headless_name(plan: Plan) -> str:
-    return f"{plan.proxy.name}-headless"
+    return proxy_headless_name(plan.run)
 
 
 def proxy_config(plan: Plan) -> str:
     """The rendered ProxyConfig, with each replica's identity and public URL left as placeholders."""
     data = plan.proxy.config_json()
-    port = plan.proxy.ports[0].port
     data["replica_id"] = POD_PLACEHOLDER
-    data["public_base_url"] = f"http://{POD_PLACEHOLDER}.{headless_name(plan)}.{plan.namespace}.svc:{port}"
+    data["public_base_url"] = ClusterPlacement(plan.namespace).proxy_replica_url(plan.run, POD_PLACEHOLDER)
     return yaml.safe_dump(data, sort_keys=True)
 
 

@@ -161,7 +161,14 @@ class EvalSchedule(_Cfg):
 
 
 class ProxyLink(_Cfg):
-    url: str = Field(min_length=1, description="proxy base URL (sessions, sequences, PUT /policy)")
+    url: str = Field(min_length=1, description="proxy base URL (any replica: sessions, sequences)")
+    # Each replica serves its own sessions with the policy it was last given, and a Service reaches one replica
+    # per request: a policy set through it would leave the others sampling from an older one.
+    replica_urls: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="every proxy replica's own base URL; PUT /policy goes to each (empty: to `url`, one replica)",
+    )
     admin_token_file: Path
 
     def read_admin_token(self) -> str:

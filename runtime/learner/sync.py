@@ -12,6 +12,7 @@ the event loop):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import time
@@ -216,14 +217,27 @@ class ProxyControl:
 
     def __init__(self, link: ProxyLink, timeout_s: float = 60.0):
         self.url = link.url.rstrip("/")
+        self.replica_urls = [u.rstrip("/") for u in link.replica_urls] or [self.url]
         self._headers = {"Authorization": f"Bearer {link.read_admin_token()}"}
         self.timeout_s = timeout_s
 
     async def set_policy(self, policy: PolicyState) -> None:
+        """On every replica at once (setting it again is harmless, so a retry after a partial failure is safe);
+        raises naming each replica that did not take it."""
         async with httpx.AsyncClient(timeout=self.timeout_s) as c:
-            r = await c.put(f"{self.url}/policy", json=policy.model_dump(), headers=self._headers)
-        if r.status_code != 200:
-            raise RuntimeError(f"proxy PUT /policy -> {r.status_code}: {r.text[:300]}")
+            outcomes = await asyncio.gather(
+                *(c.put(f"{url}/policy", json=policy.model_dump(), headers=self._headers) for url in self.replica_urls),
+                return_exceptions=True,
+            )
+        failed = [
+            f"{url}: {outcome.status_code} {outcome.text[:300]}" if isinstance(outcome, httpx.Response)
+            else f"{url}: {type(outcome).__name__}: {outcome}"
+            for url, outcome in zip(self.replica_urls, outcomes, strict=True)
+            if not (isinstance(outcome, httpx.Response) and outcome.status_code == 200)
+        ]
+        if failed:
+            raise RuntimeError(f"proxy PUT /policy failed on {len(failed)} of {len(outcomes)} replicas: "
+                               + "; ".join(failed))
 
     async def sequences(self, session_id: str, base_url: str | None, client: httpx.AsyncClient) -> SequencesResponse:
         """From the replica that owns the session (`base_url`), or the configured proxy URL."""

@@ -1,7 +1,8 @@
 """Smoke run of the proxy load benchmark (`benchmarks/proxy/run.py --quick`): the engine stand-in (the scripted
 vLLM server in fast mode, a stand-in for a real engine) and `harnessrl proxy` as real processes on loopback,
-8 sessions (each dialect, streamed and not) x 3 turns against the proxy and straight to the engine. Checks the
-results files have the expected rows, zero errors, and that every process the run started is gone."""
+8 sessions (each dialect, streamed and not) x 3 turns against the proxy, through the do-nothing forwarder and
+straight to the engine, with spread pauses. Checks the results files have the expected rows, zero errors, and that
+every process the run started is gone."""
 
 from __future__ import annotations
 
@@ -18,18 +19,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(180)
 def test_quick_benchmark_writes_its_tables_with_zero_errors(tmp_path: Path) -> None:
+    options = ["--quick", "--targets", "baseline,forwarder,harnessrl", "--pause-spread", "0.5"]
     proc = subprocess.run(
-        [sys.executable, "benchmarks/proxy/run.py", "--quick", "--out-dir", str(tmp_path)],
+        [sys.executable, "benchmarks/proxy/run.py", *options, "--out-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["command"].endswith(f"run.py --quick --out-dir {tmp_path}")
+    assert results["command"].endswith(f"run.py {' '.join(options)} --out-dir {tmp_path}")
     [level] = results["levels"]
     assert (level["sessions"], level["turns"]) == (8, 3)
     by_target = {t["target"]: t for t in level["targets"]}
-    assert list(by_target) == ["baseline", "harnessrl"]
+    assert list(by_target) == ["baseline", "forwarder", "harnessrl"]
     for t in by_target.values():
         assert (t["sessions_finished"], t["errors"], t["cut_at_deadline"], t["calls_ok"]) == (8, 0, 0, 24), t
         assert 0 < t["p50_ms"] <= t["p99_ms"]
@@ -37,6 +39,7 @@ def test_quick_benchmark_writes_its_tables_with_zero_errors(tmp_path: Path) -> N
     assert proxy["p99_added_ms"] == pytest.approx(proxy["p99_ms"] - by_target["baseline"]["p99_ms"])
     assert proxy["cpu_per_call_ms"] > 0 and proxy["rss_per_session_mb"] is not None
     assert proxy["server"]["rss_end_mb"] > 0
+    assert by_target["forwarder"]["cpu_per_call_ms"] > 0  # its own process, measured as the proxies are
     # The proxy's own histograms: every call's engine wait; the journal's every record (sessions, then calls).
     waits = proxy["proxy_waits"]
     assert waits["engine call"]["count"] == 24 and waits["journal"]["count"] == 8 + 24
@@ -47,9 +50,9 @@ def test_quick_benchmark_writes_its_tables_with_zero_errors(tmp_path: Path) -> N
     assert "| baseline | 8/8 | 0 | 0 |" in markdown and "| harnessrl | 8/8 | 0 | 0 |" in markdown
     assert "- harnessrl: its own histograms: engine call mean" in markdown
 
-    # engine + one proxy, each stopped by PID at the end
+    # the engine, the forwarder and the proxy, each stopped by PID at the end
     names = sorted(p.split(" pid ")[0] for p in results["processes"])
-    assert names == ["engine", "harnessrl"]
+    assert names == ["engine", "forwarder", "harnessrl"]
     for entry in results["processes"]:
         pid = int(entry.split(" pid ")[1])
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

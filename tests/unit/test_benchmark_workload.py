@@ -12,6 +12,7 @@ from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "proxy"))
 
+from loadgen import LoadSpec
 from proxy_waits import summarize_waits
 from results import LevelResult, RunResults, TargetResult, add_baseline, percentile, render_markdown
 from workload import (
@@ -79,6 +80,21 @@ def test_session_mix_covers_every_dialect_streamed_and_not_in_eight_sessions() -
     assert plans == {(d, s) for d in DIALECTS for s in (False, True)}
     streamed = sum(SessionPlan.of(i, 0.5).stream for i in range(1000))
     assert 450 <= streamed <= 550
+
+
+def test_pauses_are_fixed_by_default_and_spread_evenly_around_the_same_mean() -> None:
+    fixed = LoadSpec(sessions=100, turns=20, pause_s=2.0)
+    assert {fixed.pause(s, t) for s in range(100) for t in range(19)} == {2.0}
+    spread = LoadSpec(sessions=1000, turns=20, pause_s=2.0, pause_spread=0.5)
+    pauses = [spread.pause(s, t) for s in range(1000) for t in range(19)]
+    assert min(pauses) >= 1.0 and max(pauses) <= 3.0
+    assert abs(sum(pauses) / len(pauses) - 2.0) < 0.01
+    # Even: each quarter of the range holds about a quarter of the pauses.
+    quarters = [sum(1.0 + 0.5 * q <= p < 1.5 + 0.5 * q for p in pauses) / len(pauses) for q in range(4)]
+    assert all(0.24 < share < 0.26 for share in quarters), quarters
+    # Sessions do not pause in step: at one turn, the pauses of neighbouring sessions differ.
+    assert len({round(spread.pause(s, 3), 6) for s in range(100)}) == 100
+    assert spread.pause(7, 3) == spread.pause(7, 3)  # deterministic: two runs play the same load
 
 
 def test_percentile_is_nearest_rank_and_added_latency_is_against_the_baseline() -> None:

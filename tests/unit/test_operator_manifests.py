@@ -134,6 +134,21 @@ def test_config_maps_hold_configs_the_components_load() -> None:
     assert proxy_cfg.replica_id == "run-proxy-1"
 
 
+def test_the_learner_sets_the_policy_on_every_proxy_replica_at_the_url_it_advertises() -> None:
+    """A Service reaches one replica per request, and each replica serves its own sessions: the learner must
+    reach each one, at the URL that replica gives its sessions (its Pod's DNS name)."""
+    m = manifests()
+    replicas = m[("StatefulSet", "run-proxy")]["spec"]["replicas"]
+    proxy_text = m[("ConfigMap", "run-proxy-config")]["data"]["config.yaml"]
+    advertised = [
+        ProxyConfig.model_validate(yaml.safe_load(proxy_text.replace(POD_PLACEHOLDER, f"run-proxy-{i}"))).base_url()
+        for i in range(replicas)
+    ]
+    learner = LearnerConfig.model_validate(yaml.safe_load(m[("ConfigMap", "run-learner-config")]["data"]["config.yaml"]))
+    assert replicas == 2 and learner.proxy.replica_urls == advertised
+    assert learner.proxy.url == "http://run-proxy.team.svc:8080"  # sessions and sequences: any replica
+
+
 def test_proxy_statefulset_and_admin_secret() -> None:
     m = manifests()
     sts = m[("StatefulSet", "run-proxy")]
