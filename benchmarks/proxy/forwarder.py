@@ -47,7 +47,7 @@ def serve(port: int, engine_url: str) -> None:
         finally:
             upstream.release()
 
-    # uvicorn as runtime/proxy/main.py runs it for the proxy.
+    # The event loop and HTTP parser runtime/proxy/main.py runs the proxy with.
     uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning",
                 access_log=False)
 

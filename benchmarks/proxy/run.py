@@ -7,8 +7,8 @@
 Starts the engine stand-in (fast mode) once, then for each level and target in turn: a fresh proxy process
 (harnessrl: `harnessrl proxy --config FILE` with a temp journal dir and admin token file; openenv: the reference
 capture server from its own virtualenv; forwarder: the proxy's HTTP stack relaying the baseline's calls, the floor
-of that stack), N sessions created through its admin API, the load generator, the measurements, and the proxy
-stopped. Everything runs on 127.0.0.1 and every process is stopped by its PID at the
+of that stack), N sessions created through its admin API (not for the forwarder), the load generator, the
+measurements, and the proxy stopped. Everything runs on 127.0.0.1 and every process is stopped by its PID at the
 end, also on Ctrl-C. Results are written after every level, so an interrupted run keeps what it measured.
 """
 
@@ -259,11 +259,10 @@ class Bench:
             measured = server or self.engine
             time.sleep(1.0)
             rss_idle = measured.rss_mb()
-            if server is None or target == "forwarder":  # the engine's own body, straight or relayed
-                keys = [""] * spec.sessions
-                url = self.engine.url if server is None else server.url
-                tspec = TargetSpec(target, url, MODEL, keys, baseline_fields=self.fields)
+            if target in ("baseline", "forwarder"):  # the engine's own body, straight or relayed: no sessions
+                tspec = TargetSpec(target, measured.url, MODEL, [""] * spec.sessions, baseline_fields=self.fields)
             else:
+                assert server is not None
                 keys = create_sessions(target, server.url, token, spec.sessions, tag)
                 tspec = TargetSpec(target, server.url, MODEL, keys)
             if self.args.profile and target == "harnessrl" and server is not None:

@@ -224,9 +224,10 @@ class ProxyControl:
     async def set_policy(self, policy: PolicyState) -> None:
         """On every replica at once (setting it again is harmless, so a retry after a partial failure is safe);
         raises naming each replica that did not take it."""
+        body = policy.model_dump()
         async with httpx.AsyncClient(timeout=self.timeout_s) as c:
             outcomes = await asyncio.gather(
-                *(c.put(f"{url}/policy", json=policy.model_dump(), headers=self._headers) for url in self.replica_urls),
+                *(c.put(f"{url}/policy", json=body, headers=self._headers) for url in self.replica_urls),
                 return_exceptions=True,
             )
         failed = [

@@ -299,8 +299,7 @@ class SessionGraph:
         return ids[::-1]
 
     def prompt_tokens(self, turn_id: int) -> array[int]:
-        r = self._record(turn_id)
-        return self.index.tokens(r.end, r.seq_len)[: r.prompt_len]
+        return self.sequence_tokens(turn_id)[: self._record(turn_id).prompt_len]
 
     def sequence_tokens(self, turn_id: int) -> array[int]:
         """prompt + completion of a turn, as an int32 array (no Python int per token)."""
@@ -316,7 +315,7 @@ class SessionGraph:
 
     def node(self, turn_id: int) -> Node:
         r = self._record(turn_id)
-        tokens = self.index.tokens(r.end, r.seq_len)
+        tokens = self.sequence_tokens(turn_id)
         turn = Turn(prompt_ids=tokens[: r.prompt_len].tolist(), completion_ids=tokens[r.prompt_len :].tolist(),
                     logprobs=r.logprobs.tolist(), **r.scalars())
         return Node(id=turn_id, parent=r.parent, shared_prefix=r.shared, turn=turn)
