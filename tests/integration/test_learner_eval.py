@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from harnessrl.runtime.learner.checkpoint import latest_checkpoint
 from harnessrl.runtime.learner.evaluation import read_records
 from harnessrl.runtime.learner.journal import JournalEntry
 from harnessrl.runtime.learner.protocol import (
@@ -198,6 +199,12 @@ def test_a_learner_killed_mid_round_resumes_it_and_counts_each_rollout_once(tmp_
 
     def kill_and_restart(n: int) -> None:
         if n == 3:  # three eval rollouts of the first round are done, five are not
+            # The round's leases go out while the checkpoint after step 2 is still being written (in a thread): kill
+            # only once it is on disk, or the restart resumes from step 1 (the runners wait here meanwhile).
+            deadline = time.monotonic() + 60
+            while (latest := latest_checkpoint(tmp_path / "ckpt")) is None or latest.name < "step-0000002":
+                assert time.monotonic() < deadline, "no checkpoint after step 2 within 60 s"
+                time.sleep(0.05)
             learners[0].stop(signal.SIGKILL)
             learners.append(start_learner(tmp_path, cfg))
 
