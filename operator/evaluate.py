@@ -162,7 +162,8 @@ def prepare(args: argparse.Namespace) -> Setup:
     volumes = parse_mapping(args.volume, "--volume")
     out: Path = args.out.expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    placement = LocalPlacement(out, resolve_model(run, volumes), resolve_tasks(run, volumes), spec.engine.replicas)
+    placement = LocalPlacement(out, resolve_model(run, volumes), resolve_tasks(run, volumes), spec.engine.replicas,
+                               spec.proxy.workers)
     task_ids = select_tasks(placement.tasks_dir, split, limit)
     plan = build_plan(run.metadata.name, "local", spec, {n: p.spec for n, p in pools.items()}, placement)
     plan = with_lora_serving(plan, checkpoints)

@@ -27,7 +27,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -54,16 +53,11 @@ from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_pu
 from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.sync import sync_dir
+from harnessrl.runtime.ports import free_ports
 
 
 class LocalRunError(RuntimeError):
     """The run cannot start here: the message says what to pass or fix."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalPlacement(Placement):
@@ -71,13 +65,14 @@ class LocalPlacement(Placement):
 
     restarts_engines = True  # EngineRestarts, below
 
-    def __init__(self, run_dir: Path, model_dir: Path, tasks_dir: Path, engine_replicas: int) -> None:
+    def __init__(self, run_dir: Path, model_dir: Path, tasks_dir: Path, engine_replicas: int,
+                 proxy_workers: int) -> None:
         self.run_dir = run_dir
         self.model_dir = model_dir
         self.tasks_dir = tasks_dir
-        self.engine_ports = [free_port() for _ in range(engine_replicas)]
-        self.proxy_port = free_port()
-        self.learner_port = free_port()
+        self.engine_ports = [free_ports() for _ in range(engine_replicas)]
+        self.proxy_port = free_ports(1 + proxy_workers)  # its workers serve at the ports after it
+        self.learner_port = free_ports()
         self.engine_port = self.engine_ports[0]
 
     def engine_url(self, run: str, replica: int) -> str:
@@ -294,7 +289,8 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     volumes = parse_mapping(args.volume, "--volume")
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    placement = LocalPlacement(run_dir, resolve_model(run, volumes), resolve_tasks(run, volumes), spec.engine.replicas)
+    placement = LocalPlacement(run_dir, resolve_model(run, volumes), resolve_tasks(run, volumes), spec.engine.replicas,
+                               spec.proxy.workers)
     plan = build_plan(
         run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement
     )

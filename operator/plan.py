@@ -25,6 +25,7 @@ from harnessrl.runtime.harness.versions import pin
 from harnessrl.runtime.learner import config as learner_cfg
 from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.proxy.config import AdmissionLimits, ProxyConfig
+from harnessrl.runtime.proxy.workers import worker_port
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnessrl import __version__
@@ -380,7 +381,9 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         journal_dir=placement.path("journal"),
         call_budget_default=spec.proxy.call_budget,
         max_tokens_per_call=spec.proxy.max_tokens_per_call,
-        admission=AdmissionLimits(max_sessions=spec.proxy.max_sessions_per_replica),
+        # Each worker holds its own sessions: the replica's limit is split evenly over them.
+        admission=AdmissionLimits(max_sessions=-(-spec.proxy.max_sessions_per_replica // spec.proxy.workers)),
+        workers=spec.proxy.workers,
     )
     return Component(
         kind=ComponentKind.PROXY,
@@ -389,7 +392,11 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         replicas=0 if spec.suspend else spec.proxy.replicas,
         gpus=0,
         resources=spec.proxy.resources,
-        ports=[Port(name="http", port=placement.proxy_port)],
+        ports=[
+            Port(name="http", port=placement.proxy_port),
+            *(Port(name=f"worker-{k}", port=worker_port(placement.proxy_port, k)) for k in range(spec.proxy.workers)
+              if spec.proxy.workers > 1),
+        ],
         config=config,
         secrets=[SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))],
         pod=spec.pod,
@@ -558,7 +565,8 @@ def _runner(
             env={e.name: e.value for e in custom.env},
         )
     secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))]
-    sandbox = _sandbox(run, namespace, name, pool, harness_cfg.image or image, placement, secrets)
+    sandbox = _sandbox(run, namespace, name, pool, harness_cfg.image or image, placement, secrets,
+                       spec.proxy.workers)
     config = RunnerConfig(
         pool=name,
         harness=harness_cfg,
@@ -596,6 +604,7 @@ def _sandbox(
     image: str,
     placement: Placement,
     secrets: list[SecretFile],
+    proxy_workers: int,
 ) -> runner_cfg.LocalSandboxConfig | runner_cfg.KubernetesSandboxConfig | runner_cfg.E2BSandboxConfig:
     box = pool.sandbox
     if box.local is not None:
@@ -622,6 +631,7 @@ def _sandbox(
         labels=sandbox_labels(run, name),
         proxy_pod_labels=proxy_pod_labels(run),
         proxy_port=placement.proxy_port,
+        proxy_end_port=worker_port(placement.proxy_port, proxy_workers - 1) if proxy_workers > 1 else None,
     )
 
 

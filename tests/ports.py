@@ -9,6 +9,10 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from harnessrl.runtime.ports import free_ports
+
+__all__ = ["free_port", "free_ports", "wait_serving"]
+
 
 def free_port() -> int:
     """A port nothing listens on right now (the OS picks it; the caller binds it soon after)."""

@@ -67,12 +67,12 @@ def main(argv: list[str]) -> int:
         print(f"CPU ms per call, OpenAI Chat sessions of {args.turns} turns, one call at a time, "
               f"{args.sessions * args.turns} calls per figure (load average {load}):")
         print("| calls | harnessrl proxy | do-nothing forwarder (floor) |\n|---|---|---|")
-        warm = create_sessions("harnessrl", proxy.url, token, 2, "floor-warm")
+        warm = [sid for sid, _ in create_sessions("harnessrl", proxy.url, token, 2, "floor-warm")]
         for stream in (False, True):  # first calls import and build lazily: keep them out of the figures
             cpu_ms_per_call(proxy, [warm[int(stream)]], stream, 3)
             cpu_ms_per_call(forwarder, ["none"], stream, 3)
         for stream in (False, True):
-            sids = create_sessions("harnessrl", proxy.url, token, args.sessions, f"floor-{stream}")
+            sids = [sid for sid, _ in create_sessions("harnessrl", proxy.url, token, args.sessions, f"floor-{stream}")]
             ours = cpu_ms_per_call(proxy, sids, stream, args.turns)
             floor = cpu_ms_per_call(forwarder, ["none"] * args.sessions, stream, args.turns)
             print(f"| {'streamed' if stream else 'not streamed'} | {ours:.2f} | {floor:.2f} |", flush=True)

@@ -30,14 +30,16 @@ OUTPUT_POOL = 61  # distinct tool outputs per client process, picked per (sessio
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """Where the sessions go. `keys[i]` is session i's API key (the proxy's session id); `baseline_fields`
-    set means this is the engine itself, sent the OpenAI-chat body the proxy would send."""
+    """Where the sessions go. `keys[i]` is session i's API key (the proxy's session id) and `urls[i]` its base URL
+    (what `POST /sessions` answered; None: `base_url` for all); `baseline_fields` set means this is the engine
+    itself, sent the OpenAI-chat body the proxy would send."""
 
     name: str
     base_url: str
     model: str
     keys: list[str]
     baseline_fields: dict[str, Any] | None = None
+    urls: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,9 +105,9 @@ async def post_whole(http: UpstreamPool, url: str, headers: dict[str, str], body
 # --------------------------------------------------------------------------------------------- one session
 
 
-async def _call(http: UpstreamPool, target: TargetSpec, work: SessionWorkload, timeout_s: float) -> Reply:
+async def _call(http: UpstreamPool, base_url: str, work: SessionWorkload, timeout_s: float) -> Reply:
     request = work.request()
-    status, raw = await post_whole(http, target.base_url + request.path, request.headers, request.body, timeout_s)
+    status, raw = await post_whole(http, base_url + request.path, request.headers, request.body, timeout_s)
     if status != 200:
         raise ReplyError(f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
     return work.parse_stream(raw) if work.stream else work.parse(raw)
@@ -125,6 +127,7 @@ async def _session(
         plan.dialect, plan.stream, target.keys[index], target.model, baseline_fields=target.baseline_fields
     )
     label = "openai_chat" if target.baseline_fields is not None else plan.dialect
+    base_url = target.urls[index] if target.urls is not None else target.base_url
     # Spread session starts over one pause (golden-ratio offsets: even at any session count).
     await asyncio.sleep(
         max(0.0, start + spec.pause_s * (index * 0.6180339887498949 % 1.0) - time.perf_counter())
@@ -132,7 +135,7 @@ async def _session(
     for turn in range(spec.turns):
         began = time.perf_counter()
         try:
-            reply = await _call(http, target, work, spec.call_timeout_s)
+            reply = await _call(http, base_url, work, spec.call_timeout_s)
             outcome = "ok"
         except asyncio.CancelledError:
             records.append(

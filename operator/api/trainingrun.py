@@ -239,6 +239,15 @@ class ProxySpec(ApiModel):
         "sessions and journal, and the learner sets the served policy on the replicas the run started with.",
         json_schema_extra=immutable("proxy.replicas"),
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Worker processes per replica, each serving the sessions it creates at its own port (the "
+        "replica's port + 1 + K); one event loop serves about one core's worth of calls, so about one per CPU "
+        "of `resources`. Immutable: each worker keeps its own journal.",
+        json_schema_extra=immutable("proxy.workers"),
+    )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory of each replica."
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from harnessrl.operator.kube.common import COMPONENT, INSTANCE, Manifest, Owner, metadata, selector
 from harnessrl.operator.plan import ComponentKind, Plan
+from harnessrl.runtime.harness.sandboxes.kubernetes import tcp_ports
 
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 
@@ -15,7 +16,7 @@ def sandbox_selector(plan: Plan) -> dict[str, str]:
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
-    proxy_port = plan.proxy.ports[0].port
+    proxy_ports = [p.port for p in plan.proxy.ports]
     engine_port = plan.engine.ports[0].port
     sandboxes = {
         "apiVersion": "networking.k8s.io/v1",
@@ -29,7 +30,8 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             "egress": [
                 {
                     "to": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.PROXY)}}],
-                    "ports": [{"protocol": "TCP", "port": proxy_port}],
+                    # The replica's port and its workers' own ports after it (a session is served at its worker's).
+                    "ports": [tcp_ports(min(proxy_ports), max(proxy_ports))],
                 },
                 {"to": [{"namespaceSelector": {}}], "ports": DNS_PORTS},
             ],

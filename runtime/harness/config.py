@@ -119,6 +119,8 @@ class KubernetesSandboxConfig(_Model):
     # Pods the sandbox may reach: the proxy's pod labels and port.
     proxy_pod_labels: dict[str, str] = Field(min_length=1, max_length=16)
     proxy_port: int = Field(8080, ge=1, le=65535)
+    # The last of the proxy's ports when its replicas run workers (each serves its sessions at a port after it).
+    proxy_end_port: int | None = Field(None, ge=1, le=65535)
     # Namespace of the proxy's pods; None = the sandbox's namespace.
     proxy_namespace: str | None = Field(None, max_length=63)
     # Where the task's files live in the pod (an image source resolves tasks there).

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import hmac
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -60,6 +61,7 @@ from harnessrl.runtime.proxy.upstream_http import (
     UpstreamPool,
     UpstreamResponse,
 )
+from harnessrl.runtime.proxy.workers import FORWARDED_HEADER, Forwarded, forward
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import Receive, Scope, Send
 
@@ -91,6 +93,8 @@ class ProxyState:
     # Set = calls flow; cleared by POST /admin/pause while weights move (new calls wait, in-flight ones finish).
     flowing: asyncio.Event = field(default_factory=asyncio.Event)
     ended_since_compaction: int = 0
+    # The other workers of this replica (workers.py), which replica-wide admin writes are forwarded to.
+    siblings: list[str] = field(default_factory=list)
 
     @property
     def policy(self) -> PolicyState:
@@ -103,7 +107,7 @@ class ProxyState:
         self.metrics.journal_latency.observe(time.perf_counter() - started)
 
 
-def build_state(config: ProxyConfig) -> ProxyState:
+def build_state(config: ProxyConfig, siblings: list[str]) -> ProxyState:
     """Open the journal, rebuild this replica's sessions from it, and compact it (synchronous, at startup)."""
     store = SessionStore(default_budget=config.call_budget_default, ttl_s=config.session_ttl_s)
     path = config.journal_dir / f"{config.replica_id}.jsonl"
@@ -128,6 +132,7 @@ def build_state(config: ProxyConfig) -> ProxyState:
         http=http,
         client=EngineClient(http, config.admission.retry_after_s),
         metrics=metrics,
+        siblings=siblings,
     )
     state.flowing.set()
     return state
@@ -171,12 +176,28 @@ def dialect_urls(base: str) -> DialectBaseUrls:
 # --------------------------------------------------------------------------- the app
 
 
-def create_app(config: ProxyConfig) -> ProxyApp:
+async def forward_to_siblings(state: ProxyState, request: Request, body: bytes, timeout_s: float = 60.0) -> Forwarded:
+    """A replica-wide write this worker has applied, sent on to the replica's other workers (none: no-op)."""
+    if not state.siblings or request.headers.get(FORWARDED_HEADER):
+        return Forwarded([], [])
+    path_qs = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return await forward(state.siblings, request.method, path_qs, body, request.headers["authorization"], timeout_s)
+
+
+def forward_failed(forwarded: Forwarded) -> JSONResponse | None:
+    if not forwarded.failures:
+        return None
+    return JSONResponse({"detail": f"applied here, but not on {len(forwarded.failures)} other worker(s) of this "
+                         "replica (retry): " + "; ".join(forwarded.failures)}, status_code=502)
+
+
+def create_app(config: ProxyConfig, siblings: list[str] | None = None) -> ProxyApp:
+    """The proxy for `config`; `siblings`: the other workers of its replica, when it is one of several."""
     holder: dict[str, ProxyState] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = build_state(config)
+        state = build_state(config, siblings or [])
         holder["state"] = state
         app.state.proxy = state
         await state.journal.compact(state.store.keeps)
@@ -214,9 +235,13 @@ def create_app(config: ProxyConfig) -> ProxyApp:
     # ---- admin: sessions
 
     @app.post("/sessions", response_model=CreateSessionResponse)
-    async def create_session(request: Request) -> Any:
+    async def create_session(request: Request, response: Response) -> Any:
         state = st()
         require_admin(state, request)
+        if state.siblings:
+            # The kernel picks a worker per connection: a runner creating sessions over one kept-alive
+            # connection would put them all on one worker, so each creation ends its connection.
+            response.headers["connection"] = "close"
         try:
             body = CreateSessionRequest.model_validate_json(await read_body(request.scope, request.receive, 1 << 20))
         except DialectError as exc:
@@ -300,13 +325,14 @@ def create_app(config: ProxyConfig) -> ProxyApp:
     async def put_policy(request: Request) -> Any:
         state = st()
         require_admin(state, request)
+        body = await request.body()
         try:
-            policy = PolicyState.model_validate_json(await request.body())
+            policy = PolicyState.model_validate_json(body)
         except ValueError as exc:
             return JSONResponse({"detail": f"invalid policy: {exc}"}, status_code=422)
         await state.durable(state.store.set_policy(policy))
         state.metrics.policy_version.set(policy.version)
-        return policy
+        return forward_failed(await forward_to_siblings(state, request, body)) or policy
 
     @app.get("/engines")
     async def get_engines(request: Request) -> Any:
@@ -324,12 +350,15 @@ def create_app(config: ProxyConfig) -> ProxyApp:
         """Body {"url": ..., "draining": bool}: a draining engine gets no new calls; in-flight ones finish."""
         state = st()
         require_admin(state, request)
-        data = await request.json()
+        body = await request.body()
+        data = json.loads(body)
         engine = state.pool.get(str(data.get("url", "")))
         if engine is None:
             return JSONResponse({"detail": "no such engine"}, status_code=404)
         engine.draining = bool(data.get("draining", True))
-        return {"url": engine.url, "draining": engine.draining, "inflight": engine.inflight}
+        forwarded = await forward_to_siblings(state, request, body)
+        inflight = engine.inflight + forwarded.total("inflight")
+        return forward_failed(forwarded) or {"url": engine.url, "draining": engine.draining, "inflight": inflight}
 
     @app.post("/admin/pause")
     async def pause(request: Request) -> Any:
@@ -339,17 +368,20 @@ def create_app(config: ProxyConfig) -> ProxyApp:
         require_admin(state, request)
         timeout_s = float(request.query_params.get("timeout_s", "60"))
         state.flowing.clear()
+        # The other workers pause (and wait for their own in-flight calls) at the same time as this one.
+        forwarding = asyncio.ensure_future(forward_to_siblings(state, request, b"", timeout_s + 10.0))
         deadline = time.monotonic() + timeout_s
         while state.inflight and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        return {"paused": True, "inflight": state.inflight}
+        forwarded = await forwarding
+        return forward_failed(forwarded) or {"paused": True, "inflight": state.inflight + forwarded.total("inflight")}
 
     @app.post("/admin/resume")
     async def resume(request: Request) -> Any:
         state = st()
         require_admin(state, request)
         state.flowing.set()
-        return {"paused": False}
+        return forward_failed(await forward_to_siblings(state, request, b"")) or {"paused": False}
 
     # ---- dialect surfaces
 

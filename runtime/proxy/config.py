@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 
 class UpstreamLimits(BaseModel):
@@ -61,6 +61,16 @@ class ProxyConfig(BaseModel):
     # Journal durability: fsync each turn (True) or only flush to the OS (survives a process kill, not a host crash).
     journal_fsync: bool = True
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
+    # Worker processes of this replica (workers.py): one event loop serves ~one core's worth of calls, so a
+    # replica with more cores runs one worker per core; worker K serves its own sessions at `port + 1 + K`.
+    workers: int = Field(1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _worker_ports(self) -> ProxyConfig:
+        if self.workers > 1 and not 0 < self.port <= 65535 - self.workers:
+            raise ValueError(f"workers: {self.workers} need a fixed port with ports {self.port}+1..+{self.workers} free "
+                             "for the workers' own sessions")
+        return self
 
     @field_validator("upstream_urls")
     @classmethod
@@ -73,8 +83,11 @@ class ProxyConfig(BaseModel):
         """The URL harnesses of sessions owned by this replica should use (no trailing slash)."""
         if self.public_base_url is not None:
             return str(self.public_base_url).rstrip("/")
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{self.local_host()}:{self.port}"
+
+    def local_host(self) -> str:
+        """Where a process on this host reaches the proxy (loopback when it listens on every address)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
 
     def read_admin_token(self) -> str:
         token = self.admin_token_file.read_text().strip()

@@ -15,28 +15,44 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="harnessrl proxy", description="Run the capture proxy.")
     parser.add_argument("--config", required=True, type=Path, help="ProxyConfig file (YAML or JSON)")
     parser.add_argument("--port", type=int, help="override the config's port")
+    # Internal: the supervisor of a replica with `workers` > 1 starts each worker with its index (workers.py).
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     import uvicorn
     from harnessrl.runtime.proxy.app import create_app
     from harnessrl.runtime.proxy.config import load_config
+    from harnessrl.runtime.proxy.workers import listen_sockets, sibling_urls, supervise, worker_config
 
     try:
         config = load_config(args.config)
         if args.port is not None:
             config = config.model_copy(update={"port": args.port})
         config.read_admin_token()
+        if args.worker is not None and not 0 <= args.worker < config.workers:
+            raise ValueError(f"--worker {args.worker} is not one of the config's {config.workers} workers")
     except (OSError, ValueError, ValidationError) as exc:
         print(f"harnessrl proxy: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.workers > 1 and args.worker is None:
+        return supervise(config, args.config, args.port)
     # A call allocates thousands of short-lived containers (parsed bodies, stream chunks) while live sessions hold
     # many long-lived ones; with the default thresholds the collector ran so often, over so large a heap, that
     # it took ~28% of the proxy's CPU at 1,000 sessions (perf). Fewer, larger young collections and rarer full
     # ones cut CPU per call by ~15% there (benchmarks/proxy/results-before-after.md, session 4).
     gc.set_threshold(50_000, 20, 100)
-    uvicorn.run(
-        create_app(config),
+    if args.worker is None:
+        app, sockets = create_app(config), None
+    else:
+        try:
+            sockets = listen_sockets(config, args.worker)
+        except OSError as exc:
+            print(f"harnessrl proxy: worker {args.worker} cannot listen: {exc}", file=sys.stderr)
+            return 2
+        app = create_app(worker_config(config, args.worker), siblings=sibling_urls(config, args.worker))
+    server = uvicorn.Server(uvicorn.Config(
+        app,
         host=config.host,
         port=config.port,
         log_level=config.log_level,
@@ -46,5 +62,10 @@ def main(argv: list[str]) -> int:
         timeout_keep_alive=75,
         # Shut down without waiting long on streams; the journal holds everything already answered.
         timeout_graceful_shutdown=5,
-    )
-    return 0
+    ))
+    server.run(sockets=sockets)
+    return 0 if server.started else 3  # uvicorn's own code for a failed startup (say, an unreadable journal)
+
+
+if __name__ == "__main__":  # how the supervisor starts a worker (python -m, no console script needed)
+    sys.exit(main(sys.argv[1:]))

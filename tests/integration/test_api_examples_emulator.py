@@ -125,19 +125,22 @@ def test_base_model_is_immutable(api: Any) -> None:
     assert "model.base is immutable" in json.loads(caught.value.body)["message"]
 
 
-def test_proxy_replicas_are_immutable(api: Any) -> None:
-    """Each replica owns its sessions and the learner sets the policy on the replicas the run started with."""
+@pytest.mark.parametrize("field", ["replicas", "workers"])
+def test_proxy_replicas_and_workers_are_immutable(api: Any, field: str) -> None:
+    """Each replica (and each worker of one) owns its sessions and journal, and the learner sets the policy on
+    the replicas the run started with."""
     import kubernetes.client
 
     run = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())
-    run["spec"].setdefault("proxy", {})["replicas"] = 2
+    run["metadata"]["name"] += f"-{field}"
+    run["spec"].setdefault("proxy", {})[field] = 2
     create(api, run)
     with pytest.raises(kubernetes.client.ApiException) as caught:
         api.patch_namespaced_custom_object(
-            GROUP, VERSION, NAMESPACE, "trainingruns", run["metadata"]["name"], {"spec": {"proxy": {"replicas": 3}}}
+            GROUP, VERSION, NAMESPACE, "trainingruns", run["metadata"]["name"], {"spec": {"proxy": {field: 3}}}
         )
     assert caught.value.status == 422
-    assert "proxy.replicas is immutable" in json.loads(caught.value.body)["message"]
+    assert f"proxy.{field} is immutable" in json.loads(caught.value.body)["message"]
 
 
 def test_status_subresource_takes_conditions(api: Any) -> None:

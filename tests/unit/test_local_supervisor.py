@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from harnessrl.operator.supervisor import ProcessSpec, Supervisor, SupervisorError
+from harnessrl.runtime.ports import free_ports
 
 # A tiny HTTP server that answers /health with 200, then optionally dies after a delay.
 SERVER = """
@@ -26,14 +27,8 @@ time.sleep(600)
 """
 
 
-def free_port() -> int:
-    from harnessrl.operator.local import free_port as fp
-
-    return fp()
-
-
 def spec(tmp_path: Path, name: str, die_after: float = 0.0, **kw: object) -> ProcessSpec:
-    port = free_port()
+    port = free_ports()
     return ProcessSpec(
         name=name,
         argv=[sys.executable, "-c", SERVER, str(port), str(die_after)],

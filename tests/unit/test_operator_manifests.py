@@ -54,6 +54,7 @@ VARIANTS = {
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}},
     },
     "suspended": {"suspend": True},
+    "proxy-workers": {"proxy": {"replicas": 2, "workers": 2}},
     "nccl": {"model": {"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
              "engine": {"replicas": 1, "gpus": 4, "weightSync": "nccl"}},
 }
@@ -262,3 +263,24 @@ def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
     # The learner reads them from there.
     learner = yaml.safe_load(manifests()[("ConfigMap", "run-learner-config")]["data"]["config.yaml"])
     assert learner["eval"]["tasks"]["file"] == "/var/lib/harnessrl/task-ids/eval-ids.txt"
+
+
+def test_proxy_workers_get_their_own_ports_reachable_from_sandboxes() -> None:
+    """With `proxy.workers`, each worker serves its sessions at its own port after the replica's: the Pod
+    declares them, its config runs that many workers (the session limit split over them), and both the
+    run-wide and the per-rollout NetworkPolicy let sandboxes reach them."""
+    m = manifests(proxy={"replicas": 2, "workers": 3, "maxSessionsPerReplica": 100})
+    container = m[("StatefulSet", "run-proxy")]["spec"]["template"]["spec"]["containers"][0]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
+        ("http", 8080), ("worker-0", 8081), ("worker-1", 8082), ("worker-2", 8083)]
+    cfg = ProxyConfig.model_validate(yaml.safe_load(
+        m[("ConfigMap", "run-proxy-config")]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "run-proxy-0")))
+    assert (cfg.workers, cfg.admission.max_sessions) == (3, 34)
+    to_proxy = m[("NetworkPolicy", "run-sandboxes")]["spec"]["egress"][0]
+    assert to_proxy["ports"] == [{"protocol": "TCP", "port": 8080, "endPort": 8083}]
+    runner = RunnerConfig.model_validate(yaml.safe_load(
+        m[("ConfigMap", "run-codex-runner-config")]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "p")))
+    assert runner.sandbox.proxy_end_port == 8083  # type: ignore[union-attr]
+    # One worker per replica (the default): the single port, as before.
+    assert manifests()[("NetworkPolicy", "run-sandboxes")]["spec"]["egress"][0]["ports"] == [
+        {"protocol": "TCP", "port": 8080}]

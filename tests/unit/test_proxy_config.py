@@ -41,6 +41,9 @@ upstream: {{max_connections: 64}}
         {"upstream_urls": ["not a url"]},
         {"replica_id": "has space"},
         {"surprise": 1},
+        {"workers": 0},
+        {"workers": 2, "port": 0},  # the workers' own ports follow the replica's
+        {"workers": 2, "port": 65534},
     ],
 )
 def test_bad_configs_are_refused(tmp_path: Path, bad: dict[str, object]) -> None:

@@ -97,8 +97,13 @@ def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, s
     }
 
 
+def tcp_ports(first: int, last: int | None = None) -> dict[str, Any]:
+    """A NetworkPolicy port entry: one port, or the range first..last."""
+    return {"protocol": "TCP", "port": first, **({"endPort": last} if last is not None and last > first else {})}
+
+
 def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """Deny all ingress; allow egress only to the proxy's pods on its port, and to cluster DNS."""
+    """Deny all ingress; allow egress only to the proxy's pods on its ports, and to cluster DNS."""
     proxy_peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(config.proxy_pod_labels)}}
     if config.proxy_namespace:
         proxy_peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": config.proxy_namespace}}
@@ -115,7 +120,7 @@ def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: 
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],
             "egress": [
-                {"to": [proxy_peer], "ports": [{"protocol": "TCP", "port": config.proxy_port}]},
+                {"to": [proxy_peer], "ports": [tcp_ports(config.proxy_port, config.proxy_end_port)]},
                 {"to": [dns_peer], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
             ],
         },

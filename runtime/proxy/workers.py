@@ -1,0 +1,183 @@
+"""Worker processes of one proxy replica (`ProxyConfig.workers` > 1).
+
+One event loop serves about one core's worth of calls (~2 ms of CPU per captured call on the benchmark machine),
+so a replica with W workers runs W `harnessrl proxy --worker K` processes under a small supervisor that restarts
+any that exits. Worker K is a whole proxy for the sessions it creates:
+- its own port, `port + 1 + K`, in the base URL `POST /sessions` answers with (so a session's harness traffic
+  goes straight to the worker that owns it, as it goes to the replica that owns it);
+- its own journal file and replica id, `<replica_id>-w<K>` (rebuilt by the same worker index after a restart);
+- and, with every other worker, the replica's port, bound with SO_REUSEPORT: the kernel spreads the connections
+  that reach the replica's URL (`POST /sessions` through the Service, probes) over the live workers.
+Replica-wide admin writes (`PUT /policy`, pause/resume, engine drain) that reach one worker are applied there and
+forwarded to the others (`forward`), so a caller still sees one replica; a worker that cannot be reached fails
+the write with 502, naming it, and the caller retries (each write is idempotent).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from harnessrl.runtime.proxy.config import ProxyConfig
+
+log = logging.getLogger("harnessrl.proxy.workers")
+
+FORWARDED_HEADER = "x-harnessrl-forwarded"  # set on a forwarded write, so its receiver does not forward it again
+QUICK_EXIT_S = 5.0  # a worker that exits sooner than this after its start has failed to start
+QUICK_EXITS_ALLOWED = 5  # in a row, per worker, before the supervisor gives up (bad config, port taken)
+STOP_GRACE_S = 10.0
+
+
+def worker_port(replica_port: int, index: int) -> int:
+    return replica_port + 1 + index
+
+
+def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
+    """What worker `index` serves as: its own port in its public URL, its own replica id (and journal file)."""
+    port = worker_port(config.port, index)
+    update: dict[str, object] = {"port": port, "replica_id": f"{config.replica_id}-w{index}", "workers": 1}
+    if config.public_base_url is not None:
+        parts = urlsplit(str(config.public_base_url))
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        update["public_base_url"] = urlunsplit(parts._replace(netloc=f"{host}:{port}"))
+    return ProxyConfig.model_validate({**config.model_dump(), **update})
+
+
+def sibling_urls(config: ProxyConfig, index: int) -> list[str]:
+    """The other workers of this replica, on loopback."""
+    return [f"http://{config.local_host()}:{worker_port(config.port, k)}" for k in range(config.workers) if k != index]
+
+
+def listen_sockets(config: ProxyConfig, index: int) -> list[socket.socket]:
+    """The replica's port (shared with the other workers) and worker `index`'s own."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sockets = []
+    for port, shared in ((config.port, True), (worker_port(config.port, index), False)):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind((config.host, port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"{config.host}:{port}: {exc.strerror}") from exc
+        sockets.append(sock)
+    return sockets
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """The other workers' answers to one forwarded write (`failures` names each worker that did not take it)."""
+
+    bodies: list[dict[str, Any]]
+    failures: list[str]
+
+    def total(self, key: str) -> int:
+        """A count summed over the workers that answered (say, their calls in flight)."""
+        return sum(int(body[key]) for body in self.bodies)
+
+
+async def forward(
+    siblings: list[str], method: str, path_qs: str, body: bytes, authorization: str, timeout_s: float
+) -> Forwarded:
+    """Send one admin write to every sibling worker at once."""
+    headers = {"authorization": authorization, "content-type": "application/json", FORWARDED_HEADER: "1"}
+    bodies: list[dict[str, Any]] = []
+    failures: list[str] = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0)) as client:
+        for url in siblings:  # a handful of loopback calls, sequential keeps the failures in worker order
+            try:
+                response = await client.request(method, url + path_qs, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                failures.append(f"{url}: {type(exc).__name__}: {exc}")
+                continue
+            if response.status_code != 200:
+                failures.append(f"{url}: {response.status_code} {response.text[:300]}")
+            else:
+                bodies.append(response.json())
+    return Forwarded(bodies, failures)
+
+
+# --------------------------------------------------------------------------------------------- the supervisor
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: a SIGKILLed supervisor takes its workers with it (Linux prctl)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class Supervisor:
+    """Runs the workers, restarts one that exits, and stops them all on SIGTERM/SIGINT."""
+
+    def __init__(self, config: ProxyConfig, worker_argv: list[str]) -> None:
+        self.config = config
+        self.worker_argv = worker_argv  # `harnessrl proxy` arguments; `--worker K` is appended per worker
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.started_at: dict[int, float] = {}
+        self.quick_exits: dict[int, int] = {}
+        self.stopping = False
+
+    def start(self, index: int) -> None:
+        argv = [sys.executable, "-P", "-m", "harnessrl.runtime.proxy.main", *self.worker_argv, "--worker", str(index)]
+        self.procs[index] = subprocess.Popen(argv, preexec_fn=_die_with_parent)
+        self.started_at[index] = time.monotonic()
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._stop)
+        for index in range(self.config.workers):
+            self.start(index)
+        log.info("proxy %s: %d workers on port %d (own ports %d-%d)", self.config.replica_id, self.config.workers,
+                 self.config.port, worker_port(self.config.port, 0), worker_port(self.config.port, self.config.workers - 1))
+        code = 0
+        while not self.stopping:
+            for index, proc in list(self.procs.items()):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                quick = time.monotonic() - self.started_at[index] < QUICK_EXIT_S
+                self.quick_exits[index] = self.quick_exits.get(index, 0) + 1 if quick else 0
+                if self.quick_exits[index] >= QUICK_EXITS_ALLOWED:
+                    log.error("proxy worker %d exited with %s %d times in a row right after starting; stopping",
+                              index, rc, self.quick_exits[index])
+                    self.stopping, code = True, rc or 1
+                    break
+                log.warning("proxy worker %d exited with %s; restarting it (it rebuilds from its journal)", index, rc)
+                time.sleep(1.0 if quick else 0.0)
+                self.start(index)
+            time.sleep(0.2)
+        self._stop_all()
+        return code
+
+    def _stop(self, signum: int, _frame: object) -> None:
+        self.stopping = True
+
+    def _stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def supervise(config: ProxyConfig, config_path: Path, port: int | None) -> int:
+    argv = ["--config", str(config_path), *(["--port", str(port)] if port is not None else [])]
+    return Supervisor(config, argv).run()

@@ -1,0 +1,180 @@
+"""A proxy replica of several worker processes (`ProxyConfig.workers`): one real `harnessrl proxy` (its supervisor
+and two `--worker K` processes) on 127.0.0.1 in front of the scripted engine, which speaks vLLM's HTTP API.
+
+Sessions created at the replica's port land on either worker (the kernel spreads connections over SO_REUSEPORT
+listeners) and are served at that worker's own port; replica-wide admin writes reach every worker; a SIGKILLed
+worker is restarted by the supervisor and rebuilds its sessions from its own journal; stopping the supervisor
+stops every worker."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from tests.fixtures.proxy_server import ProxyFactory, ProxyProcess
+from tests.integration.proxy_helpers import BY_NAME, send
+from tests.ports import free_ports
+
+pytestmark = pytest.mark.timeout(120)
+
+CHAT = BY_NAME["openai_chat"]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    from harnessrl.runtime.engine.scripted import (
+        ScriptedEngine,
+        ScriptedEngineServer,
+        ScriptedReply,
+        make_tokenizer,
+    )
+
+    server = ScriptedEngineServer(ScriptedEngine(make_tokenizer("bytes"))).start()
+    server.set_script([ScriptedReply(content="Done.")])
+    yield server
+    server.stop()
+
+
+def _workers(proxy: ProxyProcess) -> dict[int, psutil.Process]:
+    """The supervisor's worker processes by index (their command lines end in `--worker K`)."""
+    assert proxy.proc is not None
+    children = psutil.Process(proxy.proc.pid).children()
+    return {int(p.cmdline()[-1]): p for p in children if "--worker" in p.cmdline()}
+
+
+def _create_sessions(proxy: ProxyProcess, count: int) -> list[dict[str, Any]]:
+    """`POST /sessions` at the replica's port from one keep-alive client, as a runner does. The kernel picks a
+    worker per connection, and each answer closes its connection, so the sessions still spread."""
+    body = {"rollout_id": "r", "task_id": "t", "harness": "h", "group_id": "g"}
+    with httpx.Client(timeout=10) as client:
+        responses = [client.post(f"{proxy.url}/sessions", headers=proxy.admin_headers, json=body)
+                     for _ in range(count)]
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    assert all(r.headers["connection"] == "close" for r in responses)
+    return [dict(r.json()) for r in responses]
+
+
+def _chat(base_url: str, sid: str) -> httpx.Response:
+    return send(base_url, CHAT, sid, CHAT.body("Fix the bug."))
+
+
+def test_sessions_live_on_the_worker_that_created_them_and_admin_writes_reach_every_worker(
+    proxy_factory: ProxyFactory, engine: Any
+) -> None:
+    proxy = proxy_factory([engine.root_url], workers=2)
+    workers = proxy.worker_urls
+    sessions = _create_sessions(proxy, 24)
+
+    # Each session is answered with one worker's own URL (and replica id); 24 connections reach both workers.
+    owners = {s["base_url"] for s in sessions}
+    assert owners == set(workers), owners
+    assert {s["replica_id"] for s in sessions} == {"proxy-0-w0", "proxy-0-w1"}
+    for s in sessions[:6]:
+        assert _chat(s["base_url"], s["session_id"]).status_code == 200
+        other = next(u for u in workers if u != s["base_url"])
+        assert _chat(other, s["session_id"]).status_code == 401  # the other worker does not hold it
+
+    # Replica-wide writes sent to the replica's port reach both workers.
+    policy = {"model": "tiny", "version": 3}  # a new version of a model the engine serves
+    assert httpx.put(f"{proxy.url}/policy", json=policy, headers=proxy.admin_headers, timeout=30).json() == policy
+    assert [httpx.get(f"{u}/policy", timeout=10).json() for u in workers] == [policy, policy]
+    drain = httpx.post(f"{proxy.url}/engines/drain", json={"url": engine.root_url, "draining": True},
+                       headers=proxy.admin_headers, timeout=30)
+    assert drain.status_code == 200, drain.text
+    engines = [httpx.get(f"{u}/engines", headers=proxy.admin_headers, timeout=10).json() for u in workers]
+    assert [e[0]["draining"] for e in engines] == [True, True]
+    httpx.post(f"{proxy.url}/engines/drain", json={"url": engine.root_url, "draining": False},
+               headers=proxy.admin_headers, timeout=30).raise_for_status()
+
+    # Paused, a call on either worker waits (no error) until the replica resumes.
+    paused = httpx.post(f"{proxy.url}/admin/pause?timeout_s=5", headers=proxy.admin_headers, timeout=30)
+    assert paused.json() == {"paused": True, "inflight": 0}
+    one_per_worker = [next(s for s in sessions if s["base_url"] == u) for u in workers]
+    answers: list[int] = []
+    calls = [threading.Thread(target=lambda s=s: answers.append(_chat(s["base_url"], s["session_id"]).status_code))
+             for s in one_per_worker]
+    for t in calls:
+        t.start()
+    time.sleep(1.0)
+    assert answers == []
+    httpx.post(f"{proxy.url}/admin/resume", headers=proxy.admin_headers, timeout=30).raise_for_status()
+    for t in calls:
+        t.join(timeout=30)
+    assert answers == [200, 200], answers
+
+
+def test_a_killed_worker_is_restarted_with_its_sessions_and_stopping_the_replica_stops_every_worker(
+    proxy_factory: ProxyFactory, engine: Any
+) -> None:
+    proxy = proxy_factory([engine.root_url], workers=2)
+    sessions = _create_sessions(proxy, 24)
+    for s in sessions:
+        assert _chat(s["base_url"], s["session_id"]).status_code == 200
+    victim_url = proxy.worker_urls[1]
+    mine = [s["session_id"] for s in sessions if s["base_url"] == victim_url]
+    assert mine
+
+    def snapshot() -> dict[str, bytes]:
+        return {
+            sid: httpx.get(f"{victim_url}/sessions/{sid}/turns", headers=proxy.admin_headers, timeout=10).content
+            for sid in mine
+        }
+
+    before = snapshot()
+    old = _workers(proxy)
+    old[1].send_signal(signal.SIGKILL)
+    old[1].wait(timeout=10)
+    deadline = time.monotonic() + 60
+    while True:  # the supervisor starts worker 1 again; it rebuilds from its journal
+        try:
+            if httpx.get(f"{victim_url}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, proxy.log_text()
+        time.sleep(0.2)
+    now = _workers(proxy)
+    assert now[0].pid == old[0].pid and now[1].pid != old[1].pid
+    assert snapshot() == before
+    assert _chat(victim_url, mine[0]).status_code == 200
+
+    assert proxy.proc is not None
+    proxy.stop()
+    assert proxy.proc.returncode == 0
+    for process in now.values():
+        with pytest.raises(psutil.NoSuchProcess):
+            process.wait(timeout=10)
+            process.status()
+
+
+def test_a_worker_that_cannot_start_stops_the_replica_with_the_reason(tmp_path: Path) -> None:
+    first = free_ports(3)
+    token = tmp_path / "token"
+    token.write_text("t")
+    config = tmp_path / "proxy.yaml"
+    config.write_text(yaml.safe_dump({
+        "host": "127.0.0.1", "port": first, "workers": 2, "upstream_urls": ["http://127.0.0.1:9"],
+        "served_model": "tiny", "admin_token_file": str(token), "journal_dir": str(tmp_path / "journal"),
+    }))
+    with socket.socket() as taken:  # worker 1's own port is in use
+        taken.bind(("127.0.0.1", first + 2))
+        taken.listen()
+        harnessrl = Path(sys.executable).parent / "harnessrl"
+        done = subprocess.run([str(harnessrl), "proxy", "--config", str(config)], capture_output=True, text=True,
+                              timeout=90)
+    assert done.returncode != 0
+    assert f"worker 1 cannot listen: [Errno 98] 127.0.0.1:{first + 2}: Address already in use" in done.stderr
+    assert "proxy worker 1 exited with 2 5 times in a row right after starting; stopping" in done.stderr
+
