@@ -25,26 +25,23 @@ class WaitSummary(BaseModel):
     p99_ms: float | None
 
 
-def summarize_waits(metrics_texts: list[str]) -> dict[str, WaitSummary]:
-    """The waits found in Prometheus text expositions (one per worker of a replica, summed); a histogram with no
-    observations is left out."""
-    buckets: dict[str, dict[float, float]] = {}
+def summarize_waits(metrics_text: str) -> dict[str, WaitSummary]:
+    """The waits found in a Prometheus text exposition; a histogram with no observations is left out."""
+    buckets: dict[str, list[tuple[float, float]]] = {}
     totals: dict[str, dict[str, float]] = {}
-    for text in metrics_texts:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                base, _, kind = sample.name.rpartition("_")
-                if kind == "bucket":
-                    le = float(sample.labels["le"])
-                    buckets.setdefault(base, {})[le] = buckets.get(base, {}).get(le, 0.0) + sample.value
-                elif kind in ("count", "sum"):
-                    totals.setdefault(base, {})[kind] = totals.get(base, {}).get(kind, 0.0) + sample.value
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            base, _, kind = sample.name.rpartition("_")
+            if kind == "bucket":
+                buckets.setdefault(base, []).append((float(sample.labels["le"]), sample.value))
+            elif kind in ("count", "sum"):
+                totals.setdefault(base, {})[kind] = sample.value
     out: dict[str, WaitSummary] = {}
     for label, name in WAITS.items():
         count = int(totals.get(name, {}).get("count", 0))
         if count == 0:
             continue
-        cumulative = sorted(buckets.get(name, {}).items())
+        cumulative = sorted(buckets.get(name, []))
         out[label] = WaitSummary(
             count=count,
             mean_ms=totals[name]["sum"] / count * 1000,

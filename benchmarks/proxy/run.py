@@ -305,8 +305,8 @@ class Bench:
             if target == "baseline":
                 result.server = usage  # the engine's own figures, shown apart from the proxies'
             if target == "harnessrl" and server is not None and server.proc.poll() is None:
-                owners = sorted(set(tspec.urls or [server.url]))  # each worker of the replica keeps its own
-                result.proxy_waits = summarize_waits([httpx.get(f"{u}/metrics", timeout=30).text for u in owners])
+                # A replica of several workers answers with every worker's series (labelled), summed here.
+                result.proxy_waits = summarize_waits(httpx.get(f"{server.url}/metrics", timeout=30).text)
             return result
         finally:
             if spy is not None:

@@ -45,7 +45,7 @@ from harnessrl.runtime.proxy.engines import (
     upstream_body,
 )
 from harnessrl.runtime.proxy.journal import Journal, read_records
-from harnessrl.runtime.proxy.metrics import ProxyMetrics
+from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
 from harnessrl.runtime.proxy.protocol import (
     CreateSessionRequest,
     CreateSessionResponse,
@@ -61,7 +61,7 @@ from harnessrl.runtime.proxy.upstream_http import (
     UpstreamPool,
     UpstreamResponse,
 )
-from harnessrl.runtime.proxy.workers import FORWARDED_HEADER, Forwarded, forward
+from harnessrl.runtime.proxy.workers import FORWARDED_HEADER, Forwarded, WorkerRole, forward, sibling_metrics
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import Receive, Scope, Send
 
@@ -93,8 +93,9 @@ class ProxyState:
     # Set = calls flow; cleared by POST /admin/pause while weights move (new calls wait, in-flight ones finish).
     flowing: asyncio.Event = field(default_factory=asyncio.Event)
     ended_since_compaction: int = 0
-    # The other workers of this replica (workers.py), which replica-wide admin writes are forwarded to.
-    siblings: list[str] = field(default_factory=list)
+    # Which worker of its replica this is, when it is one of several (workers.py): replica-wide admin writes
+    # are forwarded to the others, and /metrics gathers theirs.
+    role: WorkerRole | None = None
 
     @property
     def policy(self) -> PolicyState:
@@ -107,7 +108,7 @@ class ProxyState:
         self.metrics.journal_latency.observe(time.perf_counter() - started)
 
 
-def build_state(config: ProxyConfig, siblings: list[str]) -> ProxyState:
+def build_state(config: ProxyConfig, role: WorkerRole | None) -> ProxyState:
     """Open the journal, rebuild this replica's sessions from it, and compact it (synchronous, at startup)."""
     store = SessionStore(default_budget=config.call_budget_default, ttl_s=config.session_ttl_s)
     path = config.journal_dir / f"{config.replica_id}.jsonl"
@@ -132,7 +133,7 @@ def build_state(config: ProxyConfig, siblings: list[str]) -> ProxyState:
         http=http,
         client=EngineClient(http, config.admission.retry_after_s),
         metrics=metrics,
-        siblings=siblings,
+        role=role,
     )
     state.flowing.set()
     return state
@@ -178,10 +179,11 @@ def dialect_urls(base: str) -> DialectBaseUrls:
 
 async def forward_to_siblings(state: ProxyState, request: Request, body: bytes, timeout_s: float = 60.0) -> Forwarded:
     """A replica-wide write this worker has applied, sent on to the replica's other workers (none: no-op)."""
-    if not state.siblings or request.headers.get(FORWARDED_HEADER):
+    if state.role is None or request.headers.get(FORWARDED_HEADER):
         return Forwarded([], [])
     path_qs = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return await forward(state.siblings, request.method, path_qs, body, request.headers["authorization"], timeout_s)
+    return await forward(state.role.siblings, request.method, path_qs, body, request.headers["authorization"],
+                         timeout_s)
 
 
 def forward_failed(forwarded: Forwarded) -> JSONResponse | None:
@@ -191,13 +193,13 @@ def forward_failed(forwarded: Forwarded) -> JSONResponse | None:
                          "replica (retry): " + "; ".join(forwarded.failures)}, status_code=502)
 
 
-def create_app(config: ProxyConfig, siblings: list[str] | None = None) -> ProxyApp:
-    """The proxy for `config`; `siblings`: the other workers of its replica, when it is one of several."""
+def create_app(config: ProxyConfig, role: WorkerRole | None = None) -> ProxyApp:
+    """The proxy for `config`; `role`: which worker of its replica it is, when it is one of several."""
     holder: dict[str, ProxyState] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = build_state(config, siblings or [])
+        state = build_state(config, role)
         holder["state"] = state
         app.state.proxy = state
         await state.journal.compact(state.store.keeps)
@@ -229,8 +231,14 @@ def create_app(config: ProxyConfig, siblings: list[str] | None = None) -> ProxyA
         return {"status": "ok", "replica_id": config.replica_id, "sessions": len(state.store), "inflight": state.inflight}
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(st().metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        """This worker's metrics; at a worker of several (unless a sibling asks), every worker's, labelled."""
+        state = st()
+        own = generate_latest(state.metrics.registry)
+        if state.role is None or request.headers.get(FORWARDED_HEADER):
+            return Response(own, media_type=CONTENT_TYPE_LATEST)
+        texts = {state.role.name: own.decode(), **await sibling_metrics(state.role.siblings)}
+        return Response(merged_exposition(texts), media_type=CONTENT_TYPE_LATEST)
 
     # ---- admin: sessions
 
@@ -238,7 +246,7 @@ def create_app(config: ProxyConfig, siblings: list[str] | None = None) -> ProxyA
     async def create_session(request: Request, response: Response) -> Any:
         state = st()
         require_admin(state, request)
-        if state.siblings:
+        if state.role is not None:
             # The kernel picks a worker per connection: a runner creating sessions over one kept-alive
             # connection would put them all on one worker, so each creation ends its connection.
             response.headers["connection"] = "close"

@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     import uvicorn
     from harnessrl.runtime.proxy.app import create_app
     from harnessrl.runtime.proxy.config import load_config
-    from harnessrl.runtime.proxy.workers import listen_sockets, sibling_urls, supervise, worker_config
+    from harnessrl.runtime.proxy.workers import listen_sockets, supervise, worker_config, worker_role
 
     try:
         config = load_config(args.config)
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             print(f"harnessrl proxy: worker {args.worker} cannot listen: {exc}", file=sys.stderr)
             return 2
-        app = create_app(worker_config(config, args.worker), siblings=sibling_urls(config, args.worker))
+        app = create_app(worker_config(config, args.worker), role=worker_role(config, args.worker))
     server = uvicorn.Server(uvicorn.Config(
         app,
         host=config.host,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -36,3 +40,29 @@ class ProxyMetrics:
         )
         self.rejected = Counter("harnessrl_proxy_admission_rejected", "Calls refused by admission control", registry=r)
         self.policy_version = Gauge("harnessrl_proxy_policy_version", "Policy version sent upstream", registry=r)
+
+
+class _Merged(Collector):
+    """Every worker's series, each with a `worker` label, one family per metric name."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for worker, text in self.texts.items():
+            for family in text_string_to_metric_families(text):
+                merged = families.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type, family.unit)
+                )
+                merged.samples += [s._replace(labels={**s.labels, "worker": worker}) for s in family.samples]
+        yield from families.values()
+
+
+def merged_exposition(texts: dict[str, str]) -> bytes:
+    """One scrape of a replica with several workers: each worker's own exposition (name -> text), its series
+    labelled `worker`. Summing over the label gives the replica's figures; a restarted worker's counters start
+    again from zero, as any restarted process's do."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Merged(texts))
+    return generate_latest(registry)

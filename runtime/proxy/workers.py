@@ -15,6 +15,7 @@ the write with 502, naming it, and the caller retries (each write is idempotent)
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import signal
@@ -54,9 +55,21 @@ def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
     return ProxyConfig.model_validate({**config.model_dump(), **update})
 
 
-def sibling_urls(config: ProxyConfig, index: int) -> list[str]:
-    """The other workers of this replica, on loopback."""
-    return [f"http://{config.local_host()}:{worker_port(config.port, k)}" for k in range(config.workers) if k != index]
+@dataclass(frozen=True)
+class WorkerRole:
+    """Which worker of its replica an app is (`name`, the `worker` label of its metrics), and where the other
+    workers are (name -> loopback URL)."""
+
+    name: str
+    siblings: dict[str, str]
+
+
+def worker_role(config: ProxyConfig, index: int) -> WorkerRole:
+    return WorkerRole(
+        name=f"w{index}",
+        siblings={f"w{k}": f"http://{config.local_host()}:{worker_port(config.port, k)}"
+                  for k in range(config.workers) if k != index},
+    )
 
 
 def listen_sockets(config: ProxyConfig, index: int) -> list[socket.socket]:
@@ -90,24 +103,39 @@ class Forwarded:
 
 
 async def forward(
-    siblings: list[str], method: str, path_qs: str, body: bytes, authorization: str, timeout_s: float
+    siblings: dict[str, str], method: str, path_qs: str, body: bytes, authorization: str, timeout_s: float
 ) -> Forwarded:
     """Send one admin write to every sibling worker at once."""
     headers = {"authorization": authorization, "content-type": "application/json", FORWARDED_HEADER: "1"}
-    bodies: list[dict[str, Any]] = []
-    failures: list[str] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0)) as client:
-        for url in siblings:  # a handful of loopback calls, sequential keeps the failures in worker order
-            try:
-                response = await client.request(method, url + path_qs, content=body, headers=headers)
-            except httpx.HTTPError as exc:
-                failures.append(f"{url}: {type(exc).__name__}: {exc}")
-                continue
-            if response.status_code != 200:
-                failures.append(f"{url}: {response.status_code} {response.text[:300]}")
-            else:
-                bodies.append(response.json())
-    return Forwarded(bodies, failures)
+        outcomes = await asyncio.gather(
+            *(client.request(method, url + path_qs, content=body, headers=headers) for url in siblings.values()),
+            return_exceptions=True,
+        )
+    forwarded = Forwarded([], [])
+    for url, outcome in zip(siblings.values(), outcomes, strict=True):
+        if isinstance(outcome, httpx.Response) and outcome.status_code == 200:
+            forwarded.bodies.append(outcome.json())
+        elif isinstance(outcome, httpx.Response):
+            forwarded.failures.append(f"{url}: {outcome.status_code} {outcome.text[:300]}")
+        else:
+            forwarded.failures.append(f"{url}: {type(outcome).__name__}: {outcome}")
+    return forwarded
+
+
+async def sibling_metrics(siblings: dict[str, str], timeout_s: float = 10.0) -> dict[str, str]:
+    """Each answering sibling's own `/metrics` text, by worker name (one that is down, say restarting, is left
+    out: a scrape shows the workers that are up)."""
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        outcomes = await asyncio.gather(
+            *(client.get(f"{url}/metrics", headers={FORWARDED_HEADER: "1"}) for url in siblings.values()),
+            return_exceptions=True,
+        )
+    return {
+        name: outcome.text
+        for name, outcome in zip(siblings, outcomes, strict=True)
+        if isinstance(outcome, httpx.Response) and outcome.status_code == 200
+    }
 
 
 # --------------------------------------------------------------------------------------------- the supervisor

@@ -22,6 +22,7 @@ import httpx
 import psutil
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.proxy_server import ProxyFactory, ProxyProcess
 from tests.integration.proxy_helpers import BY_NAME, send
@@ -85,6 +86,15 @@ def test_sessions_live_on_the_worker_that_created_them_and_admin_writes_reach_ev
         assert _chat(s["base_url"], s["session_id"]).status_code == 200
         other = next(u for u in workers if u != s["base_url"])
         assert _chat(other, s["session_id"]).status_code == 401  # the other worker does not hold it
+
+    # A scrape of the replica's port shows every worker's series, labelled by worker: 6 answered, 6 refused.
+    scraped = httpx.get(f"{proxy.url}/metrics", timeout=10).text
+    requests = {(s.labels["worker"], s.labels["outcome"]): s.value
+                for family in text_string_to_metric_families(scraped) if family.name == "harnessrl_proxy_requests"
+                for s in family.samples if s.name == "harnessrl_proxy_requests_total"}
+    assert {worker for worker, _ in requests} == {"w0", "w1"}
+    assert sum(v for (_, outcome), v in requests.items() if outcome == "ok") == 6
+    assert sum(v for (_, outcome), v in requests.items() if outcome == "unauthorized") == 6
 
     # Replica-wide writes sent to the replica's port reach both workers.
     policy = {"model": "tiny", "version": 3}  # a new version of a model the engine serves

@@ -119,13 +119,13 @@ def test_the_proxys_own_histograms_are_summarised_by_bucket_bounds_and_shown_und
     metrics = ProxyMetrics()
     for seconds in [0.003] * 50 + [0.04] * 40 + [0.2] * 9 + [400.0]:
         metrics.upstream_latency.observe(seconds)
-    waits = summarize_waits([generate_latest(metrics.registry).decode()])
+    waits = summarize_waits(generate_latest(metrics.registry).decode())
     assert list(waits) == ["engine call"]  # the journal histogram saw nothing: left out
     engine = waits["engine call"]
     assert engine.count == 100 and engine.mean_ms == pytest.approx(4035.5)
     assert (engine.p50_ms, engine.p90_ms, engine.p99_ms) == (5.0, 50.0, 250.0)
     metrics.journal_latency.observe(1000.0)  # beyond the top bucket
-    assert summarize_waits([generate_latest(metrics.registry).decode()])["journal"].p50_ms is None
+    assert summarize_waits(generate_latest(metrics.registry).decode())["journal"].p50_ms is None
 
     result = TargetResult(target="harnessrl", sessions=1, sessions_finished=1, calls_ok=1, errors=0,
                           cut_at_deadline=0, p50_ms=1, p99_ms=1, calls_per_s=1, wall_s=1, client_procs=1,

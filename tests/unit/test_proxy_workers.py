@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.main import main
-from harnessrl.runtime.proxy.workers import forward, sibling_urls, worker_config
+from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
+from harnessrl.runtime.proxy.workers import forward, worker_config, worker_role
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ports import free_port
 
@@ -27,8 +30,8 @@ def test_each_worker_has_its_own_port_id_and_public_url() -> None:
     assert worker_config(_config(workers=2, host="0.0.0.0"), 0).base_url() == "http://127.0.0.1:8081"
     assert worker_config(_config(workers=2, public_base_url="http://[fd00::1]:8080"), 1).base_url() == (
         "http://[fd00::1]:8082")
-    assert sibling_urls(_config(workers=3), 1) == ["http://127.0.0.1:8081", "http://127.0.0.1:8083"]
-    assert sibling_urls(_config(), 0) == []
+    assert worker_role(_config(workers=3), 1).name == "w1"
+    assert worker_role(_config(workers=3), 1).siblings == {"w0": "http://127.0.0.1:8081", "w2": "http://127.0.0.1:8083"}
 
 
 def test_the_proxy_command_refuses_workers_without_a_fixed_port(tmp_path: Path,
@@ -46,7 +49,23 @@ def test_the_proxy_command_refuses_workers_without_a_fixed_port(tmp_path: Path,
 
 async def test_a_forwarded_write_names_each_worker_it_did_not_reach() -> None:
     closed = f"http://127.0.0.1:{free_port()}"
-    forwarded = await forward([closed], "PUT", "/policy", b"{}", "Bearer s3cret", timeout_s=5)
+    forwarded = await forward({"w1": closed}, "PUT", "/policy", b"{}", "Bearer s3cret", timeout_s=5)
     assert forwarded.bodies == []
     assert len(forwarded.failures) == 1 and forwarded.failures[0].startswith(f"{closed}: ConnectError")
     assert "s3cret" not in forwarded.failures[0]
+
+
+def test_a_scrape_of_several_workers_labels_each_series_with_its_worker() -> None:
+    workers = {"w0": ProxyMetrics(), "w1": ProxyMetrics()}
+    workers["w0"].requests.labels("openai_chat", "ok").inc(3)
+    workers["w1"].requests.labels("openai_chat", "ok").inc(2)
+    workers["w1"].upstream_latency.observe(0.02)
+    merged = merged_exposition({name: generate_latest(m.registry).decode() for name, m in workers.items()})
+    families = {f.name: f for f in text_string_to_metric_families(merged.decode())}
+    oks = {s.labels["worker"]: s.value for s in families["harnessrl_proxy_requests"].samples
+           if s.name.endswith("_total")}
+    assert oks == {"w0": 3.0, "w1": 2.0}
+    counts = {s.labels["worker"]: s.value for s in families["harnessrl_proxy_upstream_seconds"].samples
+              if s.name.endswith("_count")}
+    assert counts == {"w0": 0.0, "w1": 1.0}
+    assert families["harnessrl_proxy_upstream_seconds"].type == "histogram"
