@@ -27,21 +27,25 @@ class WaitSummary(BaseModel):
 
 def summarize_waits(metrics_text: str) -> dict[str, WaitSummary]:
     """The waits found in a Prometheus text exposition; a histogram with no observations is left out."""
-    buckets: dict[str, list[tuple[float, float]]] = {}
+    # Summed over the other labels: a replica of several workers labels each worker's series.
+    buckets: dict[str, dict[float, float]] = {}
     totals: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
             base, _, kind = sample.name.rpartition("_")
             if kind == "bucket":
-                buckets.setdefault(base, []).append((float(sample.labels["le"]), sample.value))
+                by_le = buckets.setdefault(base, {})
+                le = float(sample.labels["le"])
+                by_le[le] = by_le.get(le, 0.0) + sample.value
             elif kind in ("count", "sum"):
-                totals.setdefault(base, {})[kind] = sample.value
+                by_kind = totals.setdefault(base, {})
+                by_kind[kind] = by_kind.get(kind, 0.0) + sample.value
     out: dict[str, WaitSummary] = {}
     for label, name in WAITS.items():
         count = int(totals.get(name, {}).get("count", 0))
         if count == 0:
             continue
-        cumulative = sorted(buckets.get(name, []))
+        cumulative = sorted(buckets.get(name, {}).items())
         out[label] = WaitSummary(
             count=count,
             mean_ms=totals[name]["sum"] / count * 1000,

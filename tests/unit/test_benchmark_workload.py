@@ -228,3 +228,19 @@ def test_a_whole_stream_reads_as_its_lines_fed_one_by_one(dialect: str, newline:
     assert work.parse_stream(raw) == expected
     with pytest.raises(ReplyError, match="before its final event"):
         work.parse_stream(newline.join(lines[:-1]))
+
+
+def test_the_histograms_of_several_workers_are_summed() -> None:
+    """A replica of several workers answers one scrape with each worker's series, labelled `worker`."""
+    from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
+    from prometheus_client import generate_latest
+
+    workers = {"w0": ProxyMetrics(), "w1": ProxyMetrics()}
+    for seconds in [0.003] * 60:
+        workers["w0"].upstream_latency.observe(seconds)
+    for seconds in [0.2] * 40:
+        workers["w1"].upstream_latency.observe(seconds)
+    merged = merged_exposition({name: generate_latest(m.registry).decode() for name, m in workers.items()})
+    engine = summarize_waits(merged.decode())["engine call"]
+    assert engine.count == 100 and engine.mean_ms == pytest.approx(81.8)
+    assert (engine.p50_ms, engine.p90_ms) == (5.0, 250.0)
