@@ -150,3 +150,21 @@ def test_weight_sync_lora_reads_no_published_policy(tmp_path: Path, model_dir: P
     sync.mkdir(parents=True)
     write_published(sync, PublishedPolicy(version=1, model="policy-v1", path="/x", adapter=True, written_at=0.0))
     assert published_policy(plan) is None  # LoRA sync hot-loads; the learner restores a restarted engine
+
+
+def test_proxy_workers_run_locally_at_free_ports_after_the_proxys(tmp_path: Path, model_dir: Path) -> None:
+    import socket
+
+    import yaml
+
+    docs = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    run = next(d for d in docs if d["kind"] == "TrainingRun")
+    run["spec"].setdefault("proxy", {})["workers"] = 2
+    (tmp_path / "workers.yaml").write_text(yaml.safe_dump_all(docs))
+    plan, _ = plan_run(args(tmp_path, model_dir, files=[tmp_path / "workers.yaml"]))
+    [proxy] = [s for s in process_specs(plan, tmp_path / "run") if s.name == "quickstart-proxy"]
+    config = json.loads((tmp_path / "run" / "config" / "quickstart-proxy.json").read_text())
+    assert config["workers"] == 2 and proxy.health_url == f"http://127.0.0.1:{config['port']}/healthz"
+    for port in (config["port"] + 1, config["port"] + 2):  # the workers' own ports are free too
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
