@@ -25,7 +25,7 @@ from harnessrl.runtime.harness.versions import pin
 from harnessrl.runtime.learner import config as learner_cfg
 from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.proxy.config import AdmissionLimits, ProxyConfig
-from harnessrl.runtime.proxy.workers import worker_port
+from harnessrl.runtime.proxy.workers import worker_ports
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnessrl import __version__
@@ -394,8 +394,8 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         resources=spec.proxy.resources,
         ports=[
             Port(name="http", port=placement.proxy_port),
-            *(Port(name=f"worker-{k}", port=worker_port(placement.proxy_port, k)) for k in range(spec.proxy.workers)
-              if spec.proxy.workers > 1),
+            *(Port(name=f"worker-{k}", port=port)
+              for k, port in enumerate(worker_ports(placement.proxy_port, spec.proxy.workers))),
         ],
         config=config,
         secrets=[SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))],
@@ -631,7 +631,7 @@ def _sandbox(
         labels=sandbox_labels(run, name),
         proxy_pod_labels=proxy_pod_labels(run),
         proxy_port=placement.proxy_port,
-        proxy_end_port=worker_port(placement.proxy_port, proxy_workers - 1) if proxy_workers > 1 else None,
+        proxy_end_port=max(worker_ports(placement.proxy_port, proxy_workers), default=None),
     )
 
 

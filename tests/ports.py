@@ -4,7 +4,6 @@ import it at load time without pytest warning that it was imported before it cou
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -16,9 +15,7 @@ __all__ = ["free_port", "free_ports", "wait_serving"]
 
 def free_port() -> int:
     """A port nothing listens on right now (the OS picks it; the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports()
 
 
 def wait_serving(health_url: str, proc: subprocess.Popen[bytes], timeout_s: float, what: str,

@@ -25,6 +25,7 @@ import httpx
 import psutil
 import yaml
 from harnessrl.runtime.ports import free_ports
+from harnessrl.runtime.proxy.workers import worker_ports
 from results import ProcessUsage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,7 +238,7 @@ def start_harnessrl(
     argv = [str(harnessrl), "proxy", "--config", str(run_dir / "proxy.yaml")]
     server = group.add(Server("harnessrl", argv, port, work_dir, ready_path="/healthz"))
     # The replica's port answers once any one worker is up: wait for each worker's own port too.
-    server.ready_urls += [f"http://127.0.0.1:{port + 1 + k}/healthz" for k in range(workers if workers > 1 else 0)]
+    server.ready_urls += [f"http://127.0.0.1:{p}/healthz" for p in worker_ports(port, workers)]
     return group.ready(server, 120), token
 
 

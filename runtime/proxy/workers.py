@@ -43,6 +43,11 @@ def worker_port(replica_port: int, index: int) -> int:
     return replica_port + 1 + index
 
 
+def worker_ports(replica_port: int, workers: int) -> list[int]:
+    """The workers' own ports, after the replica's (none for a replica of one process, which serves at its port)."""
+    return [worker_port(replica_port, k) for k in range(workers)] if workers > 1 else []
+
+
 def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
     """What worker `index` serves as: its own port in its public URL, its own replica id (and journal file)."""
     port = worker_port(config.port, index)
@@ -168,8 +173,9 @@ class Supervisor:
             signal.signal(sig, self._stop)
         for index in range(self.config.workers):
             self.start(index)
+        own = worker_ports(self.config.port, self.config.workers)
         log.info("proxy %s: %d workers on port %d (own ports %d-%d)", self.config.replica_id, self.config.workers,
-                 self.config.port, worker_port(self.config.port, 0), worker_port(self.config.port, self.config.workers - 1))
+                 self.config.port, own[0], own[-1])
         code = 0
         while not self.stopping:
             for index, proc in list(self.procs.items()):
