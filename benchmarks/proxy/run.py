@@ -255,7 +255,9 @@ class Bench:
                     self.group, self.work_dir, self.engine.url, MODEL, self.proxy_extra
                 )
             elif target == "forwarder":
-                server = start_forwarder(self.group, self.work_dir, self.engine.url)
+                # As many processes as the proxy has workers: the floor of the same stack, process for process.
+                server = start_forwarder(self.group, self.work_dir, self.engine.url,
+                                         int(self.proxy_extra.get("workers", 1)))
             elif target == "openenv":
                 server, token = start_openenv(
                     self.group, self.work_dir, self.engine.url, MODEL, self.args.reference_python

@@ -242,10 +242,12 @@ def start_harnessrl(
     return group.ready(server, 120), token
 
 
-def start_forwarder(group: ProcessGroup, work_dir: Path, engine_url: str) -> Server:
-    """The do-nothing forwarder (forwarder.py): the proxy's HTTP stack relaying calls to the engine unparsed."""
+def start_forwarder(group: ProcessGroup, work_dir: Path, engine_url: str, processes: int = 1) -> Server:
+    """The do-nothing forwarder (forwarder.py): the proxy's HTTP stack relaying calls to the engine unparsed, in
+    `processes` processes sharing one port."""
     port = free_ports()
-    argv = [sys.executable, str(Path(__file__).resolve().parent / "forwarder.py"), str(port), engine_url]
+    argv = [sys.executable, str(Path(__file__).resolve().parent / "forwarder.py"), str(port), engine_url,
+            str(processes)]
     return group.ready(group.add(Server("forwarder", argv, port, work_dir, ready_path="/health")), 60)
 
 

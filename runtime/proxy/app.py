@@ -44,6 +44,7 @@ from harnessrl.runtime.proxy.engines import (
     make_client,
     upstream_body,
 )
+from harnessrl.runtime.proxy.gc_policy import COLLECTOR
 from harnessrl.runtime.proxy.journal import Journal, read_records
 from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
 from harnessrl.runtime.proxy.protocol import (
@@ -452,7 +453,8 @@ def models_list(model: str) -> dict[str, Any]:
 
 
 async def _sweep(state: ProxyState) -> None:
-    """Expire sessions idle past the TTL; compact the journal once enough sessions have ended."""
+    """Expire sessions idle past the TTL; compact the journal once enough sessions have ended; when one is due,
+    a full garbage collection (gc_policy.py)."""
     interval = min(60.0, max(0.5, state.config.session_ttl_s / 10))
     while True:
         await asyncio.sleep(interval)
@@ -465,6 +467,7 @@ async def _sweep(state: ProxyState) -> None:
         if state.ended_since_compaction >= max(100, len(state.store)):
             state.ended_since_compaction = 0
             await state.journal.compact(state.store.keeps)
+        COLLECTOR.collect_if_due()
 
 
 # --------------------------------------------------------------------------- one dialect call

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ def main(argv: list[str]) -> int:
     import uvicorn
     from harnessrl.runtime.proxy.app import create_app
     from harnessrl.runtime.proxy.config import load_config
+    from harnessrl.runtime.proxy.gc_policy import COLLECTOR
     from harnessrl.runtime.proxy.workers import listen_sockets, supervise, worker_config, worker_role
 
     try:
@@ -37,11 +37,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config.workers > 1 and args.worker is None:
         return supervise(config, args.config, args.port)
-    # A call allocates thousands of short-lived containers (parsed bodies, stream chunks) while live sessions hold
-    # many long-lived ones; with the default thresholds the collector ran so often, over so large a heap, that
-    # it took ~28% of the proxy's CPU at 1,000 sessions (perf). Fewer, larger young collections and rarer full
-    # ones cut CPU per call by ~15% there (benchmarks/proxy/results-before-after.md, session 4).
-    gc.set_threshold(50_000, 20, 100)
+    COLLECTOR.install()  # each collection walks only what is new (gc_policy.py)
     if args.worker is None:
         app, sockets = create_app(config), None
     else:

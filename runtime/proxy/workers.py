@@ -79,20 +79,27 @@ def worker_role(config: ProxyConfig, index: int) -> WorkerRole:
 
 def listen_sockets(config: ProxyConfig, index: int) -> list[socket.socket]:
     """The replica's port (shared with the other workers) and worker `index`'s own."""
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sockets = []
-    for port, shared in ((config.port, True), (worker_port(config.port, index), False)):
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if shared:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            sock.bind((config.host, port))
-        except OSError as exc:
-            sock.close()
-            raise OSError(exc.errno, f"{config.host}:{port}: {exc.strerror}") from exc
-        sockets.append(sock)
-    return sockets
+    replica = bind_socket(config.host, config.port, shared=True)
+    try:
+        return [replica, bind_socket(config.host, worker_port(config.port, index), shared=False)]
+    except OSError:
+        replica.close()
+        raise
+
+
+def bind_socket(host: str, port: int, *, shared: bool) -> socket.socket:
+    """A bound TCP socket; `shared`: other processes bind the same port too (SO_REUSEPORT), the kernel spreads
+    the connections over them."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"{host}:{port}: {exc.strerror}") from exc
+    return sock
 
 
 @dataclass(frozen=True)
@@ -146,7 +153,7 @@ async def sibling_metrics(siblings: dict[str, str], timeout_s: float = 10.0) -> 
 # --------------------------------------------------------------------------------------------- the supervisor
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: a SIGKILLed supervisor takes its workers with it (Linux prctl)."""
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
@@ -165,7 +172,7 @@ class Supervisor:
 
     def start(self, index: int) -> None:
         argv = [sys.executable, "-P", "-m", "harnessrl.runtime.proxy.main", *self.worker_argv, "--worker", str(index)]
-        self.procs[index] = subprocess.Popen(argv, preexec_fn=_die_with_parent)
+        self.procs[index] = subprocess.Popen(argv, preexec_fn=die_with_parent)
         self.started_at[index] = time.monotonic()
 
     def run(self) -> int:

@@ -6,8 +6,12 @@ import asyncio
 import json
 import math
 import os
+import threading
+import time
 from pathlib import Path
 
+import pytest
+from harnessrl.runtime.proxy import journal as journal_module
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.base import completion_as_chunks
 from harnessrl.runtime.proxy.dialects.upstream import (
@@ -21,7 +25,7 @@ from harnessrl.runtime.proxy.dialects.upstream import (
     UpstreamMessage,
     UpstreamToolCall,
 )
-from harnessrl.runtime.proxy.journal import Journal, read_records
+from harnessrl.runtime.proxy.journal import INLINE_SYNC_MAX_S, Journal, read_records
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from harnessrl.runtime.trajectory.models import capture_problems
@@ -169,13 +173,44 @@ async def test_a_failed_fsync_fails_the_calls_it_covered_and_the_journal_goes_on
     try:
         results = await asyncio.gather(journal.append({"n": 1}), journal.append({"n": 2}), return_exceptions=True)
         assert all(isinstance(r, OSError) for r in results)
-        journal._fd = file_fd  # the disk is back: the helper thread fsyncs the next record
+        journal._fd = file_fd  # the disk is back: the next record is synced
         await journal.append({"n": 3})
         assert list(read_records(journal.path)) == [{"n": 3}]
     finally:
         journal._fd = file_fd
         os.close(read_end)
         os.close(write_end)
+        journal.close()
+
+
+async def test_a_slow_fsync_moves_the_next_ones_off_the_loop_until_one_is_fast_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the disk is fast a commit's fsync runs on the loop's thread; after one that took longer than
+    INLINE_SYNC_MAX_S they run in the helper thread, until one there is fast again."""
+    synced_on: list[str] = []
+    slow = [True]
+
+    def fsync(fd: int) -> None:
+        synced_on.append(threading.current_thread().name)
+        if slow[0]:
+            time.sleep(INLINE_SYNC_MAX_S * 2)
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(journal_module.os, "fsync", fsync)
+    loop_thread = threading.current_thread().name
+    journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
+    try:
+        await journal.append({"n": 1})  # on the loop, and slow
+        assert synced_on == [loop_thread] and not journal.sync_inline
+        await journal.append({"n": 2})  # in the helper thread, slow again
+        slow[0] = False
+        await journal.append({"n": 3})  # still in the helper thread, fast this time
+        assert synced_on[1:] == ["proxy-journal_0"] * 2 and journal.sync_inline
+        await journal.append({"n": 4})  # back on the loop
+        assert synced_on[3:] == [loop_thread]
+        assert [r["n"] for r in read_records(journal.path)] == [1, 2, 3, 4]
+    finally:
         journal.close()
 
 
