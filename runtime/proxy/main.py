@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config.workers > 1 and args.worker is None:
         return supervise(config, args.config, args.port)
-    COLLECTOR.install()  # each collection walks only what is new (gc_policy.py)
+    # Each collection walks only what is new; the workers take turns for the periodic full one (gc_policy.py).
+    COLLECTOR.install(phase=(args.worker or 0) / config.workers)
     if args.worker is None:
         app, sockets = create_app(config), None
     else:

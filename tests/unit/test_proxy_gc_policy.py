@@ -5,6 +5,7 @@ collects everything. The fixture puts the process's collector back as it was."""
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 
@@ -26,8 +27,9 @@ def _cycle() -> weakref.ref[Node]:
 @pytest.fixture
 def collector() -> Iterator[FreezingCollector]:
     thresholds = gc.get_threshold()
-    collector = FreezingCollector(full_every_s=600.0, last_full=0.0)
+    collector = FreezingCollector(full_every_s=600.0)
     collector.install()
+    collector.last_full = 0.0  # as if the last full collection ran at monotonic time 0
     try:
         yield collector
     finally:
@@ -62,6 +64,14 @@ def test_a_cycle_frozen_before_it_became_garbage_waits_for_the_full_collection(c
     assert collector.collect_if_due(now=600.0)
     assert probe() is None
     assert collector.last_full == 600.0 and gc.get_freeze_count() > 0  # the survivors are frozen again
+
+
+def test_worker_k_of_w_is_due_k_w_of_the_interval_earlier(collector: FreezingCollector) -> None:
+    before = time.monotonic()
+    collector.install(phase=0.25)  # worker 1 of 4: due after 450 s, not 600
+    after = time.monotonic()
+    assert not collector.collect_if_due(now=before + 449.0)
+    assert collector.collect_if_due(now=after + 450.0)
 
 
 def test_without_install_nothing_is_collected_on_schedule() -> None:
