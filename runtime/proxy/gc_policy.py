@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("harnessrl.proxy")
@@ -40,7 +40,7 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 class FreezingCollector:
     full_every_s: float = 600.0
     installed: bool = False
-    last_full: float = field(default_factory=time.monotonic)
+    last_full: float = 0.0  # set by install
 
     def install(self, phase: float = 0.0) -> None:
         """Make this process's collections freeze their survivors (once per process: the proxy's main); the first

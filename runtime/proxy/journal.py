@@ -120,15 +120,20 @@ class Journal:
         self._start_disk_work()
 
     def _sync_on_loop(self, waiters: list[asyncio.Future[None]]) -> None:
-        started = time.perf_counter()
         try:
-            os.fsync(self._fd)
+            self._timed_fsync(self._fd)
         except OSError as exc:
             _settle(waiters, exc)
             return
-        self.sync_inline = time.perf_counter() - started < INLINE_SYNC_MAX_S
         self.commits += 1
         _settle(waiters, None)
+
+    def _timed_fsync(self, fd: int) -> None:
+        """An fsync, on the loop or in the helper thread; how long it took decides where the next one runs (the
+        loop reads `sync_inline` only while the helper thread is idle)."""
+        started = time.perf_counter()
+        os.fsync(fd)
+        self.sync_inline = time.perf_counter() - started < INLINE_SYNC_MAX_S
 
     def _start_disk_work(self) -> None:
         if self._disk_busy:
@@ -167,11 +172,6 @@ class Journal:
         except Exception as exc:  # the waiters fail with it, on the loop
             error = exc
         loop.call_soon_threadsafe(self._disk_done, waiters, error)
-
-    def _timed_fsync(self, fd: int) -> None:
-        started = time.perf_counter()
-        os.fsync(fd)
-        self.sync_inline = time.perf_counter() - started < INLINE_SYNC_MAX_S  # read on the loop after _disk_done
 
     def _rewrite(self, keep: Callable[[dict[str, Any]], bool]) -> None:
         """Everything already written is in the file; the rewrite's fsync also covers it."""
