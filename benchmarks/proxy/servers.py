@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -213,10 +214,12 @@ def start_engine(group: ProcessGroup, work_dir: Path, script: dict[str, Any], mo
 
 
 def start_harnessrl(
-    group: ProcessGroup, work_dir: Path, engine_url: str, model: str, extra_config: dict[str, Any]
+    group: ProcessGroup, work_dir: Path, engine_url: str, model: str, extra_config: dict[str, Any],
+    wrapper: Sequence[str] = (),
 ) -> tuple[Server, str]:
     """`harnessrl proxy --config FILE` with a fresh journal directory and admin token file; with `workers` in
-    `extra_config`, ready once every worker serves at its own port."""
+    `extra_config`, ready once every worker serves at its own port. `wrapper`: a command it runs under (say,
+    valgrind's)."""
     workers = int(extra_config.get("workers", 1))
     port = free_ports(1 + workers)
     token = secrets.token_urlsafe(24)
@@ -235,18 +238,20 @@ def start_harnessrl(
     }
     (run_dir / "proxy.yaml").write_text(yaml.safe_dump(config))
     harnessrl = Path(sys.executable).parent / "harnessrl"
-    argv = [str(harnessrl), "proxy", "--config", str(run_dir / "proxy.yaml")]
+    argv = [*wrapper, str(harnessrl), "proxy", "--config", str(run_dir / "proxy.yaml")]
     server = group.add(Server("harnessrl", argv, port, work_dir, ready_path="/healthz"))
     # The replica's port answers once any one worker is up: wait for each worker's own port too.
     server.ready_urls += [f"http://127.0.0.1:{p}/healthz" for p in worker_ports(port, workers)]
     return group.ready(server, 120), token
 
 
-def start_forwarder(group: ProcessGroup, work_dir: Path, engine_url: str, processes: int = 1) -> Server:
+def start_forwarder(
+    group: ProcessGroup, work_dir: Path, engine_url: str, processes: int = 1, wrapper: Sequence[str] = ()
+) -> Server:
     """The do-nothing forwarder (forwarder.py): the proxy's HTTP stack relaying calls to the engine unparsed, in
     `processes` processes sharing one port."""
     port = free_ports()
-    argv = [sys.executable, str(Path(__file__).resolve().parent / "forwarder.py"), str(port), engine_url,
+    argv = [*wrapper, sys.executable, str(Path(__file__).resolve().parent / "forwarder.py"), str(port), engine_url,
             str(processes)]
     return group.ready(group.add(Server("forwarder", argv, port, work_dir, ready_path="/health")), 60)
 

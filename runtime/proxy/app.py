@@ -42,7 +42,7 @@ from harnessrl.runtime.proxy.engines import (
     EngineClient,
     EnginePool,
     make_client,
-    upstream_body,
+    upstream_json,
 )
 from harnessrl.runtime.proxy.gc_policy import COLLECTOR
 from harnessrl.runtime.proxy.journal import Journal, read_records
@@ -502,9 +502,10 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
             raise DialectError("the engine is paused for a weight update", "overloaded",
                                retry_after=state.config.admission.retry_after_s) from None
     policy = state.policy
-    body_json = upstream_body(
+    body_json = upstream_json(
         parsed.canonical,
         policy.model,
+        session.upstream_messages,
         training=session.request.training,
         stream=parsed.stream,
         max_tokens_cap=state.config.max_tokens_per_call,

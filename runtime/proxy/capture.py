@@ -80,7 +80,7 @@ class CallCapture:
             choice = completion.choices[0]
             self.completion_ids = list(choice.token_ids or [])
             if choice.logprobs is not None and choice.logprobs.content:
-                self.logprobs.extend(entry.logprob for entry in choice.logprobs.content)
+                self.logprobs.extend(entry.get("logprob", 0.0) for entry in choice.logprobs.content)
             self.finish_reason = choice.finish_reason
             self.tool_call_indices = set(range(len(choice.message.tool_calls or [])))
 

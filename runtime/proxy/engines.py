@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harnessrl.runtime.proxy.config import UpstreamLimits
-from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, DialectError
+from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, DialectError, EncodedMessages
 from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, Completion, CompletionChunk
 from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool, UpstreamResponse
 from pydantic_core import to_json
@@ -47,6 +47,23 @@ def upstream_body(
     A harness that asks for no limit (Mini-SWE-Agent) would otherwise generate to the context length.
     """
     body = request.upstream_body()
+    _add_proxy_fields(body, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap)
+    return body
+
+
+def upstream_json(
+    request: CanonicalRequest, model: str, messages: EncodedMessages, *, training: bool, stream: bool,
+    max_tokens_cap: int | None = None,
+) -> bytes:
+    """`upstream_body` as the JSON bytes sent, its messages encoded through the session's `messages` memo."""
+    head = request.model_dump(mode="json", exclude_none=True, exclude={"messages"})
+    _add_proxy_fields(head, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap)
+    return b'{"messages":' + messages.encode(request.messages) + b"," + to_json(head)[1:]
+
+
+def _add_proxy_fields(
+    body: dict[str, Any], model: str, *, training: bool, stream: bool, max_tokens_cap: int | None
+) -> None:
     if max_tokens_cap is not None:
         asked = body.get("max_tokens")
         body["max_tokens"] = max_tokens_cap if asked is None else min(int(asked), max_tokens_cap)
@@ -62,7 +79,6 @@ def upstream_body(
         body["stream_options"] = {"include_usage": True}
     else:
         body.pop("stream_options", None)
-    return body
 
 
 def is_context_error(message: str) -> bool:
@@ -172,9 +188,9 @@ class EngineClient:
         self._client = client
         self._retry_after_s = retry_after_s
 
-    async def _post(self, url: str, body: dict[str, Any]) -> UpstreamResponse:
+    async def _post(self, url: str, body: bytes) -> UpstreamResponse:
         """POST a JSON body; the response is open (status checked) and must be released by the caller."""
-        response = await self._client.request("POST", url, to_json(body), _JSON_HEADERS)
+        response = await self._client.request("POST", url, body, _JSON_HEADERS)
         if response.status != 200:
             try:
                 raw = await response.read()
@@ -183,7 +199,7 @@ class EngineClient:
             raise classify_upstream_error(response.status, raw, self._retry_after_s)
         return response
 
-    async def _post_read(self, url: str, body: dict[str, Any]) -> bytes:
+    async def _post_read(self, url: str, body: bytes) -> bytes:
         response = await self._post(url, body)
         try:
             return await response.read()
@@ -191,7 +207,7 @@ class EngineClient:
             response.release()
 
     async def complete(
-        self, engine: Engine, body: dict[str, Any], parse: Callable[[bytes], Completion] = Completion.model_validate_json
+        self, engine: Engine, body: bytes, parse: Callable[[bytes], Completion] = Completion.model_validate_json
     ) -> Completion:
         """`parse` reads the answer's JSON (the proxy's reads the prompt ids knowing the session's prefix)."""
         raw = await self._post_read(f"{engine.url}/v1/chat/completions", body)
@@ -200,7 +216,7 @@ class EngineClient:
         except ValueError as exc:
             raise DialectError(f"engine answered with an unreadable completion: {exc}", "upstream") from None
 
-    async def open_stream(self, engine: Engine, body: dict[str, Any]) -> UpstreamResponse:
+    async def open_stream(self, engine: Engine, body: bytes) -> UpstreamResponse:
         """Send a streaming call; the response is open (status checked) and must be released by the caller."""
         return await self._post(f"{engine.url}/v1/chat/completions", body)
 
@@ -240,7 +256,7 @@ class EngineClient:
         body: dict[str, Any] = {"model": model, "messages": request.upstream_body()["messages"]}
         if request.tools:
             body["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in request.tools]
-        raw = await self._post_read(f"{engine.url}/tokenize", body)
+        raw = await self._post_read(f"{engine.url}/tokenize", to_json(body))
         return int(json.loads(raw)["count"])
 
 

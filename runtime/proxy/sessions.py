@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from harnessrl.runtime.proxy.dialects.base import HistoryMemo
+from harnessrl.runtime.proxy.dialects.base import EncodedMessages, HistoryMemo
 from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.trajectory.graph import SessionGraph
@@ -48,6 +48,8 @@ class Session:
     policy_versions: set[int] = field(default_factory=set)
     # The last request's history as parsed, so the next call parses only what it appends. Not journaled.
     history: HistoryMemo = field(default_factory=HistoryMemo)
+    # The last upstream body's messages, encoded, so the next call encodes only the new ones. Not journaled.
+    upstream_messages: EncodedMessages = field(default_factory=EncodedMessages)
     # The latest turn's prompt + completion as JSON text, so the next answer parses only its new prompt ids. Not
     # journaled; one per session, not per turn.
     prompt_prefix: KnownPrefix | None = None

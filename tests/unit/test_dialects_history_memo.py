@@ -1,5 +1,6 @@
-"""The session's HistoryMemo: a request that extends the previous one's history converts only its new items, and
-what reaches the engine is exactly what a full parse gives (a rewritten history, another dialect or a bad item
+"""The session's HistoryMemo: a request that extends the previous one's history converts only its new items (and
+EncodedMessages encodes only its new messages for the engine), and what reaches the engine is exactly what a full
+parse gives (a rewritten history, another dialect or a bad item
 falls back to, or reports like, a full parse)."""
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from typing import Any
 
 import pytest
 from harnessrl.runtime.proxy.dialects.anthropic import AnthropicDialect
-from harnessrl.runtime.proxy.dialects.base import Dialect, DialectError, HistoryMemo, RouteInfo
+from harnessrl.runtime.proxy.dialects.base import Dialect, DialectError, EncodedMessages, HistoryMemo, RouteInfo
 from harnessrl.runtime.proxy.dialects.gemini import GeminiDialect
 from harnessrl.runtime.proxy.dialects.openai_chat import OpenAIChatDialect
 from harnessrl.runtime.proxy.dialects.openai_responses import OpenAIResponsesDialect
+from harnessrl.runtime.proxy.engines import upstream_body, upstream_json
 
 OUTPUT = "FAILED tests/test_parser.py::test_case - assert None == 'x'\n" * 20
 
@@ -83,13 +85,18 @@ def test_a_growing_history_parses_as_a_full_parse_would(dialect: Dialect, turn: 
     """One item a call puts a call and its result in different calls: state carried across the memo."""
     route = RouteInfo(dialect=dialect.name, model="m" if dialect.name == "gemini" else None)
     key = HISTORY_KEY[dialect.name]
-    memo = HistoryMemo()
+    memo, encoded = HistoryMemo(), EncodedMessages()
     items = [_first(dialect.name)] + [item for i in range(6) for item in turn(i)]
     for n in range(1, len(items) + 1, step):
         body = _body(dialect.name, items[:n])
         assert (memo.seen(dialect.name, json.loads(body)[key])[0] > 0) == (n > 1)  # reuses the call before
         with_memo = dialect.parse_request(body, route, memo)
-        assert with_memo.canonical.upstream_body() == dialect.parse_request(body, route).canonical.upstream_body()
+        full = dialect.parse_request(body, route).canonical
+        assert with_memo.canonical.upstream_body() == full.upstream_body()
+        # The engine's body, its messages encoded through the session's memo, is the full parse's too.
+        sent = upstream_json(with_memo.canonical, "policy", encoded, training=True, stream=False)
+        assert json.loads(sent) == upstream_body(full, "policy", training=True, stream=False)
+        assert (encoded.reused > 0) == (n > 1)
     # A harness that rewrites its history (compaction): the memo does not match, the parse is a full one.
     rewritten = _body(dialect.name, [_first(dialect.name), *items[-2:]])
     assert memo.seen(dialect.name, json.loads(rewritten)[key])[0] == 0

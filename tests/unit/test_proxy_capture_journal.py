@@ -55,7 +55,7 @@ def _chunks(completion: Completion) -> list[CompletionChunk]:
                "choices": [{"delta": {"role": "assistant", "content": ""}}]}]
     for i, (tid, lp) in enumerate(zip(choice.token_ids or [], choice.logprobs.content or [], strict=True)):
         delta = choice.message.model_dump(include={"tool_calls"}) if i == 0 else {"content": "x"}
-        chunks.append({"choices": [{"delta": delta, "token_ids": [tid], "logprobs": {"content": [lp.model_dump()]}}]})
+        chunks.append({"choices": [{"delta": delta, "token_ids": [tid], "logprobs": {"content": [dict(lp)]}}]})
     chunks.append({"choices": [{"finish_reason": choice.finish_reason}]})
     chunks.append({"choices": []})
     return [STREAM_CHUNK.validate_python(chunk) for chunk in chunks]

@@ -317,6 +317,33 @@ class HistoryMemo:
         self._last = (dialect, items, messages, state)
 
 
+class EncodedMessages:
+    """A session's last upstream `messages` and each one's JSON. The canonical messages of a request's seen history
+    are the very objects the previous request's were (`HistoryMemo`, never changed), so only the messages after
+    them are encoded: building the engine's body costs O(new messages), not O(history). One per session, used on
+    the event loop only."""
+
+    __slots__ = ("_messages", "_pieces", "reused")
+
+    def __init__(self) -> None:
+        self._messages: list[ChatMessage] = []
+        self._pieces: list[bytes] = []
+        self.reused = 0  # how many leading messages the last `encode` took from the call before
+
+    def encode(self, messages: list[ChatMessage]) -> bytes:
+        """`messages` as a JSON array, as `model_dump(mode="json", exclude_none=True)` then encoding would give."""
+        old = self._messages
+        same = 0
+        for new, was in zip(messages, old, strict=False):
+            if new is not was and new != was:  # a system prompt is made anew each call, equal to the last one
+                break
+            same += 1
+        pieces = self._pieces[:same]
+        pieces += [m.__pydantic_serializer__.to_json(m, exclude_none=True) for m in messages[same:]]
+        self._messages, self._pieces, self.reused = list(messages), pieces, same
+        return b"[" + b",".join(pieces) + b"]"
+
+
 @dataclass(frozen=True)
 class MemoParsed(Generic[M]):
     """A request validated by `parse_with_memo`: `request` holds only the history items after the first `seen`,

@@ -49,11 +49,12 @@ class UpstreamMessage(_Lenient):
         return self.reasoning if self.reasoning is not None else self.reasoning_content
 
 
-class TokenLogprob(_Lenient):
-    token: str = ""
-    logprob: float = 0.0
-    bytes: list[int] | None = None
-    top_logprobs: list[dict[str, Any]] = Field(default_factory=list)
+class TokenLogprob(TypedDict, total=False):
+    """One sampled token's entry: only its logprob is read. A TypedDict, not a model, in whole completions too:
+    validating one lenient model per token (with its text, bytes and top-logprob list kept) took half of a
+    completion's parse."""
+
+    logprob: float
 
 
 class ChoiceLogprobs(_Lenient):
@@ -122,12 +123,8 @@ class ChunkDelta(TypedDict, total=False):
     tool_calls: list[ToolCallDelta] | None
 
 
-class ChunkTokenLogprob(TypedDict, total=False):
-    logprob: float
-
-
 class ChunkLogprobs(TypedDict, total=False):
-    content: list[ChunkTokenLogprob] | None
+    content: list[TokenLogprob] | None
 
 
 class ChunkChoice(TypedDict, total=False):
