@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 from harnessrl.runtime.proxy.dialects.anthropic import AnthropicDialect
-from harnessrl.runtime.proxy.dialects.base import Dialect, DialectError, EncodedMessages, HistoryMemo, RouteInfo
+from harnessrl.runtime.proxy.dialects.base import (
+    Dialect,
+    DialectError,
+    EncodedMessages,
+    HistoryMemo,
+    RouteInfo,
+)
 from harnessrl.runtime.proxy.dialects.gemini import GeminiDialect
 from harnessrl.runtime.proxy.dialects.openai_chat import OpenAIChatDialect
 from harnessrl.runtime.proxy.dialects.openai_responses import OpenAIResponsesDialect
@@ -89,7 +95,7 @@ def test_a_growing_history_parses_as_a_full_parse_would(dialect: Dialect, turn: 
     items = [_first(dialect.name)] + [item for i in range(6) for item in turn(i)]
     for n in range(1, len(items) + 1, step):
         body = _body(dialect.name, items[:n])
-        assert (memo.seen(dialect.name, json.loads(body)[key])[0] > 0) == (n > 1)  # reuses the call before
+        assert (memo.read(dialect.name, body, key).seen > 0) == (n > 1)  # reuses the call before
         with_memo = dialect.parse_request(body, route, memo)
         full = dialect.parse_request(body, route).canonical
         assert with_memo.canonical.upstream_body() == full.upstream_body()
@@ -99,7 +105,7 @@ def test_a_growing_history_parses_as_a_full_parse_would(dialect: Dialect, turn: 
         assert (encoded.reused > 0) == (n > 1)
     # A harness that rewrites its history (compaction): the memo does not match, the parse is a full one.
     rewritten = _body(dialect.name, [_first(dialect.name), *items[-2:]])
-    assert memo.seen(dialect.name, json.loads(rewritten)[key])[0] == 0
+    assert memo.read(dialect.name, rewritten, key).seen == 0
     assert (dialect.parse_request(rewritten, route, memo).canonical.upstream_body()
             == dialect.parse_request(rewritten, route).canonical.upstream_body())
 
@@ -107,8 +113,10 @@ def test_a_growing_history_parses_as_a_full_parse_would(dialect: Dialect, turn: 
 def test_the_memo_of_one_dialect_is_not_used_by_another() -> None:
     memo = HistoryMemo()
     items = [{"role": "user", "content": "hi"}]
-    memo.remember("anthropic", items, [])
-    assert memo.seen("openai_chat", [*items, {"role": "user", "content": "more"}]) == (0, [], None)
+    memo.remember("anthropic", memo.read("anthropic", _body("anthropic", items), "messages").history, [])
+    longer = _body("anthropic", [*items, {"role": "user", "content": "more"}])
+    assert memo.read("anthropic", longer, "messages").seen == 1
+    assert memo.read("openai_chat", longer, "messages").seen == 0
 
 
 def test_a_bad_new_item_is_reported_at_its_index_in_the_request() -> None:

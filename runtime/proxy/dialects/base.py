@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+from harnessrl.runtime.proxy.dialects.history_bytes import SeenHistory, read_extension, seen_history
 from harnessrl.runtime.proxy.dialects.upstream import (
     Choice,
     Completion,
@@ -289,32 +290,46 @@ def _depth_ok(value: Any) -> bool:
 
 
 class HistoryMemo:
-    """A session's previous request history in one dialect: its raw JSON items, the canonical messages they
-    became, and the dialect's conversion state after them (e.g. Gemini's open tool calls; None when items
-    convert independently). Harnesses resend the whole conversation every turn, so when a request's history
-    starts with the previous one item for item (one C-speed comparison), only the items after it are checked,
-    validated and converted: parsing costs O(new items), not O(history). One per session, owned by the proxy."""
+    """A session's previous request in one dialect: its body's bytes (`SeenHistory`, history_bytes.py), the
+    canonical messages its history's items became, and the dialect's conversion state after them (e.g. Gemini's
+    open tool calls; None when items convert independently). Harnesses resend the whole conversation every turn,
+    so when a body starts with the previous one's history byte for byte and goes on with more items, only the text
+    after them is parsed, and only the new items are checked, validated and converted: parsing costs O(new items),
+    not O(history). One per session, owned by the proxy."""
 
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
         # One tuple, replaced whole, so a parse in a worker thread always reads a consistent memo.
-        self._last: tuple[str, list[Any], list[ChatMessage], Any] | None = None
+        self._last: tuple[str, SeenHistory, list[ChatMessage], Any] | None = None
 
-    def seen(self, dialect: str, items: list[Any]) -> tuple[int, list[ChatMessage], Any]:
-        """How many leading items the previous request had (0 unless the history extends it by at least one
-        item), the canonical messages they became and the conversion state after them (never to be changed:
-        copy it to go on)."""
+    def read(self, dialect: str, body: bytes, key: str) -> MemoRead:
+        """The body's object, with `key` cut to the items after those of the previous request when it extends
+        it; a full parse otherwise."""
         last = self._last
-        if last is None or last[0] != dialect:
-            return 0, [], None
-        _, old, messages, state = last
-        if len(old) < len(items) and items[: len(old)] == old:
-            return len(old), messages, state
-        return 0, [], None
+        if last is not None and last[0] == dialect:
+            extended = read_extension(body, key, last[1])
+            if extended is not None:
+                data, seen = extended
+                return MemoRead(data, last[1].count, last[2], last[3], seen)
+        data = load_json_object(body, check_depth=False)
+        return MemoRead(data, 0, [], None, seen_history(body, data, key))
 
-    def remember(self, dialect: str, items: list[Any], messages: list[ChatMessage], state: Any = None) -> None:
-        self._last = (dialect, items, messages, state)
+    def remember(self, dialect: str, seen: SeenHistory | None, messages: list[ChatMessage], state: Any = None) -> None:
+        self._last = None if seen is None else (dialect, seen, messages, state)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoRead:
+    """A body as `HistoryMemo.read` gave it: the object (its history cut to the `seen` items after the
+    previous request's), the canonical messages of the cut items and the conversion state after them, and what
+    to remember of this body for the next one."""
+
+    data: dict[str, Any]
+    seen: int
+    known: list[ChatMessage]
+    state: Any
+    history: SeenHistory | None
 
 
 class EncodedMessages:
@@ -347,18 +362,19 @@ class EncodedMessages:
 @dataclass(frozen=True)
 class MemoParsed(Generic[M]):
     """A request validated by `parse_with_memo`: `request` holds only the history items after the first `seen`,
-    which became `known` canonical messages, leaving the dialect's conversion in `state` (see `HistoryMemo`)."""
+    which became `known` canonical messages, leaving the dialect's conversion in `state` (see `HistoryMemo`);
+    `history` is what to remember of the body."""
 
     request: M
-    items: Any  # the request's whole history list as sent
+    history: SeenHistory | None
     seen: int
     known: list[ChatMessage]
     state: Any
 
     def remember(self, memo: HistoryMemo | None, dialect: str, messages: list[ChatMessage], state: Any = None) -> None:
         """Record the whole history's canonical `messages` (and the state after them) for the next call."""
-        if memo is not None and isinstance(self.items, list):
-            memo.remember(dialect, self.items, messages, state)
+        if memo is not None:
+            memo.remember(dialect, self.history, messages, state)
 
 
 def parse_with_memo(
@@ -366,16 +382,14 @@ def parse_with_memo(
 ) -> MemoParsed[M]:
     """Load, depth-check and validate a request, skipping the leading items of its history list `data[key]`
     that `memo` has seen (they were checked when they were first seen); errors name indices as sent."""
-    data = load_json_object(body, check_depth=False)
-    items = data.get(key)
-    seen, state = 0, None
-    known: list[ChatMessage] = []
-    if memo is not None and isinstance(items, list):
-        seen, known, state = memo.seen(dialect, items)
-        if seen:
-            data[key] = items[seen:]
-    check_depth_of(data)
-    return MemoParsed(validate_body(model, data, (key, seen)), items, seen, known, state)
+    if memo is None or not isinstance(body, bytes):
+        data = load_json_object(body, check_depth=False)
+        check_depth_of(data)
+        return MemoParsed(validate_body(model, data), None, 0, [], None)
+    read = memo.read(dialect, body, key)
+    check_depth_of(read.data)
+    return MemoParsed(validate_body(model, read.data, (key, read.seen)), read.history, read.seen, read.known,
+                      read.state)
 
 
 def load_json_object(body: bytes | str | Mapping[str, Any], *, check_depth: bool = True) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from harnessrl.runtime.proxy.dialects.history_bytes import common_length
 from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, Completion, CompletionChunk
 from pydantic import TypeAdapter
 
@@ -144,21 +145,7 @@ def _reused(raw: bytes, start: int, end: int, known: KnownPrefix | None) -> tupl
     text = known.text
     if raw.startswith(text, start, end):
         return known.tokens(), len(text)
-    cut = text.rfind(b",", 0, _common_length(text, raw, start, end)) + 1
+    cut = text.rfind(b",", 0, common_length(text, raw, start, end)) + 1
     if cut == 0:
         return None
     return known.tokens()[: text.count(b",", 0, cut)], cut
-
-
-def _common_length(text: bytes, raw: bytes, start: int, end: int) -> int:
-    """Length of the common prefix of `text` and raw[start:end], by halving with memcmp-speed comparisons."""
-    lo, hi = 0, min(len(text), end - start)  # invariant: text[:lo] matches, text[:hi] does not
-    if raw.startswith(text[:hi], start):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if raw.startswith(text[lo:mid], start + lo):
-            lo = mid
-        else:
-            hi = mid
-    return lo

@@ -1,0 +1,142 @@
+"""Reading a request body whose history extends the previous request's, from its bytes.
+
+Harnesses resend the whole conversation on every call, so by a session's twentieth turn a body is ~45 KB of which
+only the last few items are new. A full parse turns all of it into Python objects, and telling which items are new
+then takes a deep comparison with the previous request's. Instead, the session keeps the previous body's bytes
+(`SeenHistory`), and a body that starts with them up to the end of their history's last item (memcmp) and goes on
+with `,` has that history as its first items, byte for byte: only the text after them is parsed.
+
+Where that history ends is known exactly once a body has been read this way (the standard library's C scanner,
+`json.scanner.make_scanner`, gives each value's end). After a full parse it is found against the next body: the
+two agree up to some byte; the previous body must close its history there (`]`), and the next one must go on
+from there with more items, then close the history and the object and end. If that text parses so, the byte was at
+the history's level: had it been inside an item or a string, the text after it would close more levels, or end
+inside a string, than such a parse allows. Anything else returns None and the caller takes the full parse, which
+also words any error; the values read here are json.loads's, which decides what a request body is
+(`load_json_object`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from json.scanner import make_scanner
+from typing import Any, cast
+
+# (value, end index) of the JSON value starting at an index: json.loads's own C scanner
+# (typeshed declares make_scanner's argument as the scanner class itself; it takes the decoder whose options it reads)
+_SCAN: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
+_WS = re.compile(rb"[ \t\n\r]*")
+_WS_TEXT = re.compile(r"[ \t\n\r]*")
+
+
+class _Unsure(Exception):
+    """Text this reader does not follow: the full parse decides."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeenHistory:
+    """A body as kept for reading the next one: its bytes up to the end of its history's last item when `exact`
+    (else the whole body, the end to be found against the next body), how many history items it has, and the
+    object's members before the history (the same in any body that starts with these bytes)."""
+
+    text: bytes
+    count: int
+    head: dict[str, Any]
+    exact: bool
+
+
+def seen_history(body: bytes, data: dict[str, Any], key: str) -> SeenHistory | None:
+    """A fully parsed body as the next read starts from; None unless its member `key` is a non-empty list."""
+    items = data.get(key)
+    if not isinstance(items, list) or not items:
+        return None
+    head: dict[str, Any] = {}
+    for name, value in data.items():  # the parse keeps the members' order
+        if name == key:
+            break
+        head[name] = value
+    return SeenHistory(body, len(items), head, exact=False)
+
+
+def read_extension(body: bytes, key: str, seen: SeenHistory) -> tuple[dict[str, Any], SeenHistory] | None:
+    """The body's object with `key` holding only the items after `seen`'s, and the body's own `SeenHistory`;
+    None unless the body is `seen`'s history followed by at least one more item."""
+    end = _history_end(seen, body)
+    if end is None:
+        return None
+    try:
+        text = body[end:].decode()
+        pos = _skip(text, 0)
+        _expect(text, pos, ",")
+        items, after_last, pos = _more_items(text, _skip(text, pos + 1))
+        data = {**seen.head, key: items}
+        pos = _skip(text, pos)
+        while not text.startswith("}", pos):
+            _expect(text, pos, ",")
+            pos = _skip(text, pos + 1)
+            _expect(text, pos, '"')
+            name, pos = _SCAN(text, pos)
+            pos = _skip(text, pos)
+            _expect(text, pos, ":")
+            if name == key or name in seen.head:  # a duplicate member: the full parse decides which one counts
+                raise _Unsure
+            data[name], pos = _SCAN(text, _skip(text, pos + 1))
+            pos = _skip(text, pos)
+        if _skip(text, pos + 1) != len(text):
+            raise _Unsure
+    except (_Unsure, ValueError, StopIteration, RecursionError):
+        return None
+    prefix = body[: end + len(text[:after_last].encode())]
+    return data, SeenHistory(prefix, seen.count + len(items), seen.head, exact=True)
+
+
+def _history_end(seen: SeenHistory, body: bytes) -> int | None:
+    """Where `seen`'s history ends in `body`, if `body` starts with it."""
+    if seen.exact:
+        return len(seen.text) if body.startswith(seen.text) else None
+    end = common_length(seen.text, body, 0, len(body))
+    closing = _WS.match(seen.text, end)
+    assert closing is not None  # the pattern matches the empty string
+    return end if seen.text.startswith(b"]", closing.end()) else None
+
+
+def _more_items(text: str, pos: int) -> tuple[list[Any], int, int]:
+    """The items of an array from `pos`, where an item starts, to its `]`: the items, the index just after the last
+    one, and the index after the `]`."""
+    items: list[Any] = []
+    while True:
+        item, after_last = _SCAN(text, pos)
+        items.append(item)
+        pos = _skip(text, after_last)
+        if text.startswith("]", pos):
+            return items, after_last, pos + 1
+        _expect(text, pos, ",")
+        pos = _skip(text, pos + 1)
+
+
+def _skip(text: str, pos: int) -> int:
+    match = _WS_TEXT.match(text, pos)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+def _expect(text: str, pos: int, char: str) -> None:
+    if not text.startswith(char, pos):
+        raise _Unsure
+
+
+def common_length(text: bytes, raw: bytes, start: int, end: int) -> int:
+    """Length of the common prefix of `text` and raw[start:end], by halving with memcmp-speed comparisons."""
+    lo, hi = 0, min(len(text), end - start)  # invariant: text[:lo] matches, text[:hi] does not
+    if raw.startswith(text[:hi], start):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if raw.startswith(text[lo:mid], start + lo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
