@@ -224,7 +224,7 @@ class EngineClient:
     async def chunks(
         response: UpstreamResponse,
         before_read: Callable[[], Awaitable[None]] | None = None,
-        parse: Callable[[bytes], CompletionChunk] = STREAM_CHUNK.validate_json,
+        parse: Callable[[bytes], CompletionChunk] = STREAM_CHUNK.validator.validate_json,
     ) -> AsyncIterator[CompletionChunk]:
         """Parse vLLM's SSE stream (`data: {...}` events, `data: [DONE]`), read to the end of the body so the
         connection goes back to the pool. `before_read` is awaited each time
@@ -244,6 +244,8 @@ class EngineClient:
             if rest:
                 partial.append(rest)
             for line in lines:
+                if not line:  # the blank line after each event
+                    continue
                 chunk = _sse_chunk(line, parse)
                 if chunk is not None:
                     yield chunk

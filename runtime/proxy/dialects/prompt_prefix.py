@@ -50,7 +50,8 @@ def _set_chunk_ids(chunk: CompletionChunk, ids: Sequence[int]) -> None:
 
 
 COMPLETION = AnswerShape(Completion.model_validate_json, lambda c: c.prompt_token_ids, _set_completion_ids)
-CHUNK = AnswerShape(STREAM_CHUNK.validate_json, lambda c: c.get("prompt_token_ids"), _set_chunk_ids)
+# The chunk's validator itself, not TypeAdapter.validate_json: its Python wrapper cost ~10% of a chunk's parse.
+CHUNK = AnswerShape(STREAM_CHUNK.validator.validate_json, lambda c: c.get("prompt_token_ids"), _set_chunk_ids)
 
 
 @dataclass(frozen=True, slots=True)
