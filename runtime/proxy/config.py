@@ -35,6 +35,19 @@ class AdmissionLimits(BaseModel):
     retry_after_s: int = Field(2, ge=1, le=3600)
 
 
+class WorkerHealth(BaseModel):
+    """How the supervisor of a multi-worker replica tells a hung worker: it asks each worker's own port for
+    /healthz every `interval_s`; a worker that has answered since its start and then misses `failures_allowed`
+    answers in a row (none within `timeout_s`) is killed and restarted from its journal. Kubernetes' probes reach
+    the replica's shared port, where the kernel picks a worker per connection, so they cannot tell which one hung."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: float = Field(5.0, gt=0)
+    timeout_s: float = Field(5.0, gt=0)
+    failures_allowed: int = Field(3, ge=1)
+
+
 class ProxyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -64,6 +77,7 @@ class ProxyConfig(BaseModel):
     # Worker processes of this replica (workers.py): one event loop serves ~one core's worth of calls, so a
     # replica with more cores runs one worker per core; worker K serves its own sessions at `port + 1 + K`.
     workers: int = Field(1, ge=1, le=64)
+    worker_health: WorkerHealth = WorkerHealth()
 
     @model_validator(mode="after")
     def _worker_ports(self) -> ProxyConfig:

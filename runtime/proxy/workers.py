@@ -11,6 +11,8 @@ any that exits. Worker K is a whole proxy for the sessions it creates:
 Replica-wide admin writes (`PUT /policy`, pause/resume, engine drain) that reach one worker are applied there and
 forwarded to the others (`forward`), so a caller still sees one replica; a worker that cannot be reached fails
 the write with 502, naming it, and the caller retries (each write is idempotent).
+The supervisor restarts a worker that exits, and kills (then restarts) one that stops answering /healthz at its
+own port (`WorkerHealth`): Kubernetes' probes reach the shared port, so they cannot single out a hung worker.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -159,8 +162,32 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+@dataclass
+class HealthTracker:
+    """Missed health answers in a row, per worker process (by pid). A process counts as hung only once it has
+    answered at least once: a starting worker replays its journal before it listens."""
+
+    failures_allowed: int
+    answered: set[int] = field(default_factory=set)
+    missed: dict[int, int] = field(default_factory=dict)
+
+    def observe(self, pid: int, ok: bool) -> None:
+        if ok:
+            self.answered.add(pid)
+            self.missed[pid] = 0
+        elif pid in self.answered:
+            self.missed[pid] = self.missed.get(pid, 0) + 1
+
+    def hung(self, pid: int) -> bool:
+        return self.missed.get(pid, 0) >= self.failures_allowed
+
+    def forget(self, pid: int) -> None:
+        self.answered.discard(pid)
+        self.missed.pop(pid, None)
+
+
 class Supervisor:
-    """Runs the workers, restarts one that exits, and stops them all on SIGTERM/SIGINT."""
+    """Runs the workers, restarts one that exits or hangs (`WorkerHealth`), and stops them all on SIGTERM/SIGINT."""
 
     def __init__(self, config: ProxyConfig, worker_argv: list[str]) -> None:
         self.config = config
@@ -168,7 +195,9 @@ class Supervisor:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.started_at: dict[int, float] = {}
         self.quick_exits: dict[int, int] = {}
+        self.health = HealthTracker(config.worker_health.failures_allowed)
         self.stopping = False
+        self.stopped = threading.Event()
 
     def start(self, index: int) -> None:
         argv = [sys.executable, "-P", "-m", "harnessrl.runtime.proxy.main", *self.worker_argv, "--worker", str(index)]
@@ -183,12 +212,15 @@ class Supervisor:
         own = worker_ports(self.config.port, self.config.workers)
         log.info("proxy %s: %d workers on port %d (own ports %d-%d)", self.config.replica_id, self.config.workers,
                  self.config.port, own[0], own[-1])
+        threading.Thread(target=self._probe, name="worker-health", daemon=True).start()
         code = 0
         while not self.stopping:
             for index, proc in list(self.procs.items()):
                 rc = proc.poll()
                 if rc is None:
+                    self._kill_if_hung(index, proc)
                     continue
+                self.health.forget(proc.pid)
                 quick = time.monotonic() - self.started_at[index] < QUICK_EXIT_S
                 self.quick_exits[index] = self.quick_exits.get(index, 0) + 1 if quick else 0
                 if self.quick_exits[index] >= QUICK_EXITS_ALLOWED:
@@ -203,10 +235,35 @@ class Supervisor:
         self._stop_all()
         return code
 
+    def _kill_if_hung(self, index: int, proc: subprocess.Popen[bytes]) -> None:
+        if self.health.hung(proc.pid):
+            health = self.config.worker_health
+            log.warning("proxy worker %d (pid %d) missed %d health checks in a row (%.0f s apart); killing it, it "
+                        "restarts from its journal", index, proc.pid, health.failures_allowed, health.interval_s)
+            self.health.forget(proc.pid)
+            proc.kill()
+
+    def _probe(self) -> None:
+        """Ask each worker's own port for /healthz every interval (a thread: a hung worker costs it a timeout)."""
+        health = self.config.worker_health
+        host = self.config.local_host()
+        # No kept-alive connections: the worker may close an idle one just as the next check reuses it.
+        with httpx.Client(timeout=health.timeout_s, limits=httpx.Limits(max_keepalive_connections=0)) as client:
+            while not self.stopped.wait(health.interval_s):
+                for index, proc in list(self.procs.items()):
+                    try:
+                        url = f"http://{host}:{worker_port(self.config.port, index)}/healthz"
+                        ok = client.get(url).status_code == 200
+                    except httpx.HTTPError:
+                        ok = False
+                    self.health.observe(proc.pid, ok)
+
     def _stop(self, signum: int, _frame: object) -> None:
         self.stopping = True
+        self.stopped.set()
 
     def _stop_all(self) -> None:
+        self.stopped.set()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

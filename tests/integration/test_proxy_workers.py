@@ -51,8 +51,15 @@ def engine() -> Iterator[Any]:
 def _workers(proxy: ProxyProcess) -> dict[int, psutil.Process]:
     """The supervisor's worker processes by index (their command lines end in `--worker K`)."""
     assert proxy.proc is not None
-    children = psutil.Process(proxy.proc.pid).children()
-    return {int(p.cmdline()[-1]): p for p in children if "--worker" in p.cmdline()}
+    workers = {}
+    for child in psutil.Process(proxy.proc.pid).children():
+        try:
+            cmdline = child.cmdline()
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):  # killed, not yet reaped by the supervisor
+            continue
+        if "--worker" in cmdline:
+            workers[int(cmdline[-1])] = child
+    return workers
 
 
 def _create_sessions(proxy: ProxyProcess, count: int) -> list[dict[str, Any]]:
@@ -129,35 +136,15 @@ def test_a_killed_worker_is_restarted_with_its_sessions_and_stopping_the_replica
     proxy_factory: ProxyFactory, engine: Any
 ) -> None:
     proxy = proxy_factory([engine.root_url], workers=2)
-    sessions = _create_sessions(proxy, 24)
-    for s in sessions:
-        assert _chat(s["base_url"], s["session_id"]).status_code == 200
-    victim_url = proxy.worker_urls[1]
-    mine = [s["session_id"] for s in sessions if s["base_url"] == victim_url]
-    assert mine
-
-    def snapshot() -> dict[str, bytes]:
-        return {
-            sid: httpx.get(f"{victim_url}/sessions/{sid}/turns", headers=proxy.admin_headers, timeout=10).content
-            for sid in mine
-        }
-
-    before = snapshot()
+    victim_url, mine = _served_sessions_of(proxy, 1, 24)
+    before = _turns(proxy, victim_url, mine)
     old = _workers(proxy)
     old[1].send_signal(signal.SIGKILL)
     old[1].wait(timeout=10)
-    deadline = time.monotonic() + 60
-    while True:  # the supervisor starts worker 1 again; it rebuilds from its journal
-        try:
-            if httpx.get(f"{victim_url}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, proxy.log_text()
-        time.sleep(0.2)
+    _wait_restarted(proxy, 1, old[1].pid)
     now = _workers(proxy)
-    assert now[0].pid == old[0].pid and now[1].pid != old[1].pid
-    assert snapshot() == before
+    assert now[0].pid == old[0].pid
+    assert _turns(proxy, victim_url, mine) == before
     assert _chat(victim_url, mine[0]).status_code == 200
 
     assert proxy.proc is not None
@@ -167,6 +154,57 @@ def test_a_killed_worker_is_restarted_with_its_sessions_and_stopping_the_replica
         with pytest.raises(psutil.NoSuchProcess):
             process.wait(timeout=10)
             process.status()
+
+
+def test_a_hung_worker_is_killed_and_restarted_with_its_sessions(proxy_factory: ProxyFactory, engine: Any) -> None:
+    """SIGSTOP: the worker's process lives on but answers nothing, as a deadlocked event loop would. Its port still
+    accepts connections (the kernel queues them), so only a check of each worker's own /healthz finds it."""
+    health = {"interval_s": 0.3, "timeout_s": 0.5, "failures_allowed": 3}
+    proxy = proxy_factory([engine.root_url], workers=2, worker_health=health)
+    victim_url, mine = _served_sessions_of(proxy, 1, 16)
+    before = _turns(proxy, victim_url, mine)
+    old = _workers(proxy)
+    old[1].suspend()
+    _wait_restarted(proxy, 1, old[1].pid)
+    with pytest.raises(psutil.NoSuchProcess):  # killed, not left stopped beside its successor
+        old[1].wait(timeout=10)
+        old[1].status()
+    assert _workers(proxy)[0].pid == old[0].pid
+    assert _turns(proxy, victim_url, mine) == before
+    assert _chat(victim_url, mine[0]).status_code == 200
+    assert f"proxy worker 1 (pid {old[1].pid}) missed 3 health checks in a row" in proxy.log_text()
+
+
+def _served_sessions_of(proxy: ProxyProcess, index: int, count: int) -> tuple[str, list[str]]:
+    """Create `count` sessions at the replica's port, one call each; worker `index`'s URL and its sessions' ids."""
+    sessions = _create_sessions(proxy, count)
+    for s in sessions:
+        assert _chat(s["base_url"], s["session_id"]).status_code == 200
+    url = proxy.worker_urls[index]
+    mine = [s["session_id"] for s in sessions if s["base_url"] == url]
+    assert mine
+    return url, mine
+
+
+def _turns(proxy: ProxyProcess, worker_url: str, sids: list[str]) -> dict[str, bytes]:
+    """The captured call graph of each session, as served."""
+    return {sid: httpx.get(f"{worker_url}/sessions/{sid}/turns", headers=proxy.admin_headers, timeout=10).content
+            for sid in sids}
+
+
+def _wait_restarted(proxy: ProxyProcess, index: int, old_pid: int) -> None:
+    """Until worker `index` is a new process that answers at its own port (it rebuilds from its journal first)."""
+    deadline = time.monotonic() + 60
+    while True:
+        worker = _workers(proxy).get(index)
+        try:
+            if worker is not None and worker.pid != old_pid and httpx.get(
+                    f"{proxy.worker_urls[index]}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, proxy.log_text()
+        time.sleep(0.2)
 
 
 def test_a_worker_that_cannot_start_stops_the_replica_with_the_reason(tmp_path: Path) -> None:

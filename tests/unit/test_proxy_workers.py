@@ -9,7 +9,7 @@ import pytest
 from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.main import main
 from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
-from harnessrl.runtime.proxy.workers import forward, worker_config, worker_role
+from harnessrl.runtime.proxy.workers import HealthTracker, forward, worker_config, worker_role
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -69,3 +69,20 @@ def test_a_scrape_of_several_workers_labels_each_series_with_its_worker() -> Non
               if s.name.endswith("_count")}
     assert counts == {"w0": 0.0, "w1": 1.0}
     assert families["harnessrl_proxy_upstream_seconds"].type == "histogram"
+
+
+def test_a_worker_counts_as_hung_only_after_it_answered_and_then_missed_enough_checks_in_a_row() -> None:
+    health = HealthTracker(failures_allowed=3)
+    for _ in range(10):  # starting: replaying its journal, not listening yet
+        health.observe(11, ok=False)
+    assert not health.hung(11)
+    health.observe(11, ok=True)
+    health.observe(11, ok=False)
+    health.observe(11, ok=False)
+    assert not health.hung(11)
+    health.observe(11, ok=True)  # an answer starts the count again
+    for _ in range(3):
+        health.observe(11, ok=False)
+    assert health.hung(11) and not health.hung(12)
+    health.forget(11)
+    assert not health.hung(11)
