@@ -600,7 +600,7 @@ async def _record_turn(state: ProxyState, session: Session, capture: CallCapture
                        started: float) -> None:
     turn = capture.to_turn(model=policy.model, policy_version=policy.version, started_at=started,
                            finished_at=time.time())
-    record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text)
+    record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text, after=capture.after)
     await state.durable(record)
     state.metrics.turns.labels("true" if record["turn"]["trainable"] else "false").inc()
     state.metrics.tokens.labels("completion").inc(len(turn.completion_ids))

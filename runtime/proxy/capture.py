@@ -29,18 +29,20 @@ class CallCapture:
     tool_call_indices: set[int] = field(default_factory=set)
     chunks: int = 0
     saw_prompt_ids: bool = False
+    # The call-graph turn the prompt was read to start with, all of it (`KnownPrefix.turn`): linking starts there.
+    after: int | None = None
 
     def read_chunk(self, data: bytes) -> CompletionChunk:
         """Parse one stream chunk's JSON and capture it."""
-        chunk, text = read_answer(CHUNK, data, self.known)
+        chunk, text, after = read_answer(CHUNK, data, self.known)
         if text is not None:
-            self.prompt_text = text
+            self.prompt_text, self.after = text, after
         self.feed(chunk)
         return chunk
 
     def read_completion(self, raw: bytes) -> Completion:
         """Parse a whole completion's JSON and capture it."""
-        completion, self.prompt_text = read_answer(COMPLETION, raw, self.known)
+        completion, self.prompt_text, self.after = read_answer(COMPLETION, raw, self.known)
         self._take(completion)
         return completion
 

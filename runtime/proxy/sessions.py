@@ -118,6 +118,7 @@ class Session:
         error: str | None = None,
         turn: Turn | None = None,
         prompt_text: bytes | None = None,
+        after: int | None = None,
         at: float | None = None,
     ) -> dict[str, Any]:
         """Apply one call to the live session and return the journal record that replays it.
@@ -125,16 +126,17 @@ class Session:
         Linking happens here (O(prompt length)); the record stores only the prompt tokens beyond the parent.
         A turn the call graph refuses to train on (see `capture_problems`) is kept as context, and why is
         recorded as the call's error. `prompt_text` is the turn's prompt ids as the engine wrote them (see
-        `CallCapture.prompt_text`)."""
+        `CallCapture.prompt_text`); `after`: a turn whose prompt + completion the turn's prompt starts with
+        (`CallCapture.after`), where linking starts."""
         at = time.time() if at is None else at
         new_status = self.status if status is None else status
         delta: dict[str, Any] | None = None
         if turn is not None:
-            turn_id = self.graph.add(turn).id
+            turn_id = self.graph.add(turn, after).id
             delta = self.graph.delta(turn_id)
             if prompt_text is not None:
                 tokens = partial(self.graph.sequence_tokens, turn_id)
-                self.prompt_prefix = KnownPrefix.of(prompt_text, turn.completion_ids, tokens)
+                self.prompt_prefix = KnownPrefix.of(prompt_text, turn.completion_ids, tokens, turn_id)
             if not delta["trainable"]:
                 problems = "; ".join(capture_problems(turn)) or "marked untrainable"
                 error = f"turn {turn_id} kept as context only: {problems}"

@@ -78,10 +78,13 @@ class PrefixIndex:
         self.steps = 0
         self.compared = 0
 
-    def longest(self, query: array[int]) -> Match:
-        """The longest inserted sequence that is a prefix of `query` (the most recent turn among equal ones)."""
-        best, best_depth = self.root, 0  # the deepest point where a turn ends (a Match is made once, at the end)
-        edge, depth, n = self.root, 0, len(query)
+    def longest(self, query: array[int], start: Match | None = None) -> Match:
+        """The longest inserted sequence that is a prefix of `query` (the most recent turn among equal ones).
+        `start`: where an inserted sequence that `query` is known to start with ends; the walk goes on from
+        there, which finds what a walk from the root would (no turn ends deeper on the way to it)."""
+        # The deepest point where a turn ends (a Match is made once, at the end).
+        best, best_depth = (self.root, 0) if start is None else (start.edge, start.length)
+        edge, depth, n = best, best_depth, len(query)
         steps = compared = 0
         while depth < n:
             child = edge.children.get(query[depth])
@@ -206,11 +209,17 @@ class SessionGraph:
 
     # ------------------------------------------------------------------ building
 
-    def add(self, turn: Turn) -> Node:
-        """Link `turn` to its parent and record it. Costs O(prompt length + completion length)."""
+    def add(self, turn: Turn, after: int | None = None) -> Node:
+        """Link `turn` to its parent and record it. Costs O(prompt length + completion length). `after`: a turn
+        whose prompt+completion the prompt is known to start with (the proxy read it so, byte for byte); the link
+        then walks only what follows it, not the tree from the root, one step per earlier turn."""
         prompt = as_tokens(turn.prompt_ids)
         completion = as_tokens(turn.completion_ids)
-        match = self.index.longest(prompt)
+        start = None
+        if after is not None:
+            known = self._record(after)
+            start = Match(after, known.seq_len, self.index.edges[known.end])
+        match = self.index.longest(prompt, start)
         tail = prompt[match.length :]
         # The matched prefix is the parent's prompt+completion: if those were all valid ids, only new ones are
         # checked, so a long prompt costs nothing here beyond its new tokens.

@@ -61,7 +61,7 @@ def _known(prompt_text: bytes, prompt: list[int], completion: list[int]) -> Know
 
 
 def _same_as_full_parse(shape: AnswerShape[Any], raw: bytes, known: KnownPrefix | None) -> Any:
-    answer, text = read_answer(shape, raw, known)
+    answer, text, _ = read_answer(shape, raw, known)
     full = shape.parse(raw)
     ids, full_ids = shape.prompt_ids(answer), shape.prompt_ids(full)
     assert list(ids or []) == list(full_ids or [])
@@ -82,7 +82,7 @@ def test_first_turn_is_a_full_parse_and_returns_the_prompt_text() -> None:
 
 def test_fast_path_reuses_the_known_ids_and_parses_only_the_new_ones() -> None:
     prompt, completion = list(range(100, 2100)), [7, 8, 9]
-    _, text = read_answer(COMPLETION, _answer(prompt, completion), None)
+    _, text, _ = read_answer(COMPLETION, _answer(prompt, completion), None)
     assert text is not None
     calls: list[int] = []
 
@@ -103,6 +103,15 @@ def test_prompt_equal_to_the_known_sequence() -> None:
     _same_as_full_parse(COMPLETION, _answer([1, 2, 3, 4, 5], [6]), known)
 
 
+def test_the_known_turn_is_named_only_when_the_prompt_starts_with_all_of_it() -> None:
+    prompt, completion = list(range(1000, 1500)), [1, 2]
+    known = KnownPrefix.of(",".join(map(str, prompt)).encode(), completion,
+                           lambda: array("i", prompt + completion), turn=4)
+    assert read_answer(COMPLETION, _answer([*prompt, *completion, 9], [3]), known)[2] == 4
+    assert read_answer(COMPLETION, _answer([*prompt[:300], 7, *prompt[300:]], [3]), known)[2] is None
+    assert read_answer(COMPLETION, _answer([*prompt, *completion, 9], [3]), None)[2] is None
+
+
 def test_rewritten_history_reuses_only_the_common_part() -> None:
     prompt, completion = list(range(1000, 1500)), [1, 2]
     known = _known(",".join(map(str, prompt)).encode(), prompt, completion)
@@ -119,7 +128,7 @@ def test_rewritten_history_reuses_only_the_common_part() -> None:
 def test_spaced_json_reads_the_same() -> None:
     prompt, completion = list(range(50, 90)), [3, 4]
     first_raw = _answer(prompt, completion, SPACED)
-    _, text = read_answer(COMPLETION, first_raw, None)
+    _, text, _ = read_answer(COMPLETION, first_raw, None)
     assert text is not None
     known = _known(text, prompt, completion)
     _same_as_full_parse(COMPLETION, _answer([*prompt, *completion, 5], [1], SPACED), known)
@@ -174,7 +183,7 @@ ids = st.lists(st.integers(0, 2**31 - 1), max_size=40)
 def test_any_prompt_reads_as_the_full_parse(
     prompt: list[int], completion: list[int], keep: int, new: list[int], spaced: bool, known_spaced: bool
 ) -> None:
-    _, text = read_answer(COMPLETION, _answer(prompt, completion, SPACED if known_spaced else COMPACT), None)
+    _, text, _ = read_answer(COMPLETION, _answer(prompt, completion, SPACED if known_spaced else COMPACT), None)
     assert text is not None
     known = _known(text, prompt, completion)
     follow_up = [*(prompt + completion)[:keep], *new]

@@ -242,6 +242,23 @@ def test_linking_matches_the_brute_force_oracle_and_prompts_reconstruct(turns: l
     assert g.tool_calls == sum(t.tool_calls for t in turns)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(), st.randoms(use_true_random=False))
+def test_linking_from_a_known_prefix_turn_matches_linking_from_the_root(turns: list[Turn], rng: random.Random) -> None:
+    """The proxy names a turn whose prompt+completion the prompt starts with (`after`); any such turn gives the
+    link a walk from the root gives."""
+    g, from_root = SessionGraph("s"), SessionGraph("s")
+    for k, t in enumerate(turns):
+        prefixing = [j for j in range(k)
+                     if t.prompt_ids[: len(turns[j].prompt_ids) + len(turns[j].completion_ids)]
+                     == turns[j].prompt_ids + turns[j].completion_ids]
+        node, expected = g.add(t, rng.choice(prefixing) if prefixing else None), from_root.add(t)
+        assert (node.parent, node.shared_prefix) == (expected.parent, expected.shared_prefix)
+        assert node.parent == oracle_parent(turns, k)
+    for k, t in enumerate(turns):
+        assert g.prompt_ids(k) == t.prompt_ids and g.delta(k) == from_root.delta(k)
+
+
 @settings(max_examples=150, deadline=None)
 @given(sessions())
 def test_sequences_cover_every_sample_exactly_once(turns: list[Turn]) -> None:

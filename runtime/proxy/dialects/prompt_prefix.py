@@ -62,30 +62,35 @@ class KnownPrefix:
 
     text: bytes
     tokens: Callable[[], array[int]]
+    turn: int | None = None  # the call-graph turn whose prompt + completion these are
 
     @classmethod
     def of(
-        cls, prompt_text: bytes, completion_ids: Sequence[int], tokens: Callable[[], array[int]]
+        cls, prompt_text: bytes, completion_ids: Sequence[int], tokens: Callable[[], array[int]],
+        turn: int | None = None,
     ) -> KnownPrefix | None:
         """From the prompt's array text as the engine wrote it (between the brackets) and the completion's ids;
         `tokens()` must give the prompt's ids followed by the completion's."""
         parts = [part for part in (prompt_text, ",".join(map(str, completion_ids)).encode()) if part.strip()]
-        return cls(b",".join(parts) + b",", tokens) if parts else None
+        return cls(b",".join(parts) + b",", tokens, turn) if parts else None
 
 
 def read_answer(
     shape: AnswerShape[Answer], raw: bytes, known: KnownPrefix | None
-) -> tuple[Answer, bytes | None]:
+) -> tuple[Answer, bytes | None, int | None]:
     """Parse a completion or a stream chunk's data, reusing `known`'s ids where the prompt starts with them.
-    Also returns the prompt ids' text between the brackets (None when the answer has none), for the next call."""
+    Also returns the prompt ids' text between the brackets (None when the answer has none), for the next call,
+    and `known`'s turn when the prompt starts with all of `known` (else None). A plain tuple: a stream reads one
+    per token."""
     if _KEY not in raw:  # a stream's chunks after the first: nothing more to do
-        return shape.parse(raw), None
+        return shape.parse(raw), None, None
     span = _prompt_span(raw)
     if span is not None:
-        answer = _read_split(shape, raw, span, known)
-        if answer is not None:
-            return answer, raw[span[0] : span[1]]
-    return shape.parse(raw), None
+        split = _read_split(shape, raw, span, known)
+        if split is not None:
+            answer, whole = split
+            return answer, raw[span[0] : span[1]], known.turn if whole and known is not None else None
+    return shape.parse(raw), None, None
 
 
 def _prompt_span(raw: bytes) -> tuple[int, int] | None:
@@ -106,9 +111,9 @@ def _prompt_span(raw: bytes) -> tuple[int, int] | None:
 
 def _read_split(
     shape: AnswerShape[Answer], raw: bytes, span: tuple[int, int], known: KnownPrefix | None
-) -> Answer | None:
+) -> tuple[Answer, bool] | None:
     """The answer parsed without its prompt ids, which come from `known` where its text matches, and from parsing
-    only the rest; None when that cannot be done exactly."""
+    only the rest, and whether all of `known` was used; None when that cannot be done exactly."""
     start, end = span
     reused = _reused(raw, start, end, known)
     try:
@@ -127,7 +132,7 @@ def _read_split(
     if shape.prompt_ids(answer) != []:
         return None
     shape.set_prompt_ids(answer, ids)
-    return answer
+    return answer, reused is not None and known is not None and reused[1] == len(known.text)
 
 
 def _packed(typecode: str, ids: list[int]) -> array[int]:
