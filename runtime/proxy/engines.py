@@ -58,7 +58,7 @@ def upstream_json(
     """`upstream_body` as the JSON bytes sent, its messages encoded through the session's `messages` memo."""
     head = request.model_dump(mode="json", exclude_none=True, exclude={"messages"})
     _add_proxy_fields(head, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap)
-    return b'{"messages":' + messages.encode(request.messages) + b"," + to_json(head)[1:]
+    return b"".join((b'{"messages":[', messages.encode(request.messages), b"],", memoryview(to_json(head))[1:]))
 
 
 def _add_proxy_fields(

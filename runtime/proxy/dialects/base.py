@@ -346,7 +346,8 @@ class EncodedMessages:
         self.reused = 0  # how many leading messages the last `encode` took from the call before
 
     def encode(self, messages: list[ChatMessage]) -> bytes:
-        """`messages` as a JSON array, as `model_dump(mode="json", exclude_none=True)` then encoding would give."""
+        """`messages` as the items of a JSON array (without its brackets: the caller's one join adds them), as
+        `model_dump(mode="json", exclude_none=True)` then encoding would give."""
         old = self._messages
         same = 0
         for new, was in zip(messages, old, strict=False):
@@ -356,7 +357,7 @@ class EncodedMessages:
         pieces = self._pieces[:same]
         pieces += [m.__pydantic_serializer__.to_json(m, exclude_none=True) for m in messages[same:]]
         self._messages, self._pieces, self.reused = list(messages), pieces, same
-        return b"[" + b",".join(pieces) + b"]"
+        return b",".join(pieces)
 
 
 @dataclass(frozen=True)

@@ -38,14 +38,14 @@ class _Unsure(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SeenHistory:
-    """A body as kept for reading the next one: its bytes up to the end of its history's last item when `exact`
-    (else the whole body, the end to be found against the next body), how many history items it has, and the
-    object's members before the history (the same in any body that starts with these bytes)."""
+    """A body as kept for reading the next one: the body itself (kept whole, not copied), where its history's
+    last item ends in it (None until found against the next body), how many history items it has, and the
+    object's members before the history (the same in any body that starts with the same bytes)."""
 
-    text: bytes
+    body: bytes
+    end: int | None
     count: int
     head: dict[str, Any]
-    exact: bool
 
 
 def seen_history(body: bytes, data: dict[str, Any], key: str) -> SeenHistory | None:
@@ -58,7 +58,7 @@ def seen_history(body: bytes, data: dict[str, Any], key: str) -> SeenHistory | N
         if name == key:
             break
         head[name] = value
-    return SeenHistory(body, len(items), head, exact=False)
+    return SeenHistory(body, None, len(items), head)
 
 
 def read_extension(body: bytes, key: str, seen: SeenHistory) -> tuple[dict[str, Any], SeenHistory] | None:
@@ -68,7 +68,7 @@ def read_extension(body: bytes, key: str, seen: SeenHistory) -> tuple[dict[str, 
     if end is None:
         return None
     try:
-        text = body[end:].decode()
+        text = str(memoryview(body)[end:], "utf-8")
         pos = _skip(text, 0)
         _expect(text, pos, ",")
         items, after_last, pos = _more_items(text, _skip(text, pos + 1))
@@ -89,18 +89,18 @@ def read_extension(body: bytes, key: str, seen: SeenHistory) -> tuple[dict[str, 
             raise _Unsure
     except (_Unsure, ValueError, StopIteration, RecursionError):
         return None
-    prefix = body[: end + len(text[:after_last].encode())]
-    return data, SeenHistory(prefix, seen.count + len(items), seen.head, exact=True)
+    new_bytes = after_last if text.isascii() else len(text[:after_last].encode())
+    return data, SeenHistory(body, end + new_bytes, seen.count + len(items), seen.head)
 
 
 def _history_end(seen: SeenHistory, body: bytes) -> int | None:
     """Where `seen`'s history ends in `body`, if `body` starts with it."""
-    if seen.exact:
-        return len(seen.text) if body.startswith(seen.text) else None
-    end = common_length(seen.text, body, 0, len(body))
-    closing = _WS.match(seen.text, end)
+    if seen.end is not None:
+        return seen.end if body.startswith(memoryview(seen.body)[: seen.end]) else None
+    end = common_length(seen.body, body, 0, len(body))
+    closing = _WS.match(seen.body, end)
     assert closing is not None  # the pattern matches the empty string
-    return end if seen.text.startswith(b"]", closing.end()) else None
+    return end if seen.body.startswith(b"]", closing.end()) else None
 
 
 def _more_items(text: str, pos: int) -> tuple[list[Any], int, int]:

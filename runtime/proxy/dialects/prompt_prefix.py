@@ -72,7 +72,7 @@ class KnownPrefix:
         """From the prompt's array text as the engine wrote it (between the brackets) and the completion's ids;
         `tokens()` must give the prompt's ids followed by the completion's."""
         parts = [part for part in (prompt_text, ",".join(map(str, completion_ids)).encode()) if part.strip()]
-        return cls(b",".join(parts) + b",", tokens, turn) if parts else None
+        return cls(b",".join([*parts, b""]), tokens, turn) if parts else None  # each id followed by a comma
 
 
 def read_answer(
@@ -126,7 +126,8 @@ def _read_split(
                 return None  # `[..., ]`: invalid, the full parse says why
             ids = head + _packed(head.typecode, _IDS.validate_json(b"[" + rest + b"]"))
         # The array is replaced by an empty one, which the parsed answer must then hold: the cut was its field.
-        answer = shape.parse(b"".join((raw[:start], raw[end:])))
+        view = memoryview(raw)
+        answer = shape.parse(b"".join((view[:start], view[end:])))
     except (ValueError, OverflowError):  # OverflowError: an id beyond int32, which the full parse lets through
         return None
     if shape.prompt_ids(answer) != []:
