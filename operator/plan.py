@@ -384,6 +384,7 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         # Each worker holds its own sessions: the replica's limit is split evenly over them.
         admission=AdmissionLimits(max_sessions=-(-spec.proxy.max_sessions_per_replica // spec.proxy.workers)),
         workers=spec.proxy.workers,
+        journal_fsync=spec.proxy.journal_fsync,
     )
     return Component(
         kind=ComponentKind.PROXY,

@@ -269,6 +269,12 @@ class ProxySpec(ApiModel):
         le=100_000,
         description="Live sessions one replica accepts before it refuses new ones.",
     )
+    journal_fsync: bool = Field(
+        default=True,
+        description="Sync each captured turn to the proxy's volume before its answer reaches the harness, so it "
+        "survives the node's crash; false only hands it to the operating system (it survives the proxy's "
+        "crash, not the node's) and saves ~0.1 ms of CPU and a disk flush per call.",
+    )
 
 
 class LearnerSpec(ApiModel):
