@@ -25,6 +25,7 @@ class PySpy:
             "--rate",
             str(rate),
             "--nonblocking",
+            "--subprocesses",  # a replica of several workers: the supervisor is idle, its workers do the work
             "--format",
             "raw",
             "--output",
@@ -76,7 +77,10 @@ def summarize(raw: str, top: int = 25) -> str:
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [_frame(f) for f in stack.split(";")]
+        # `--subprocesses` roots each stack in its process ("process PID:cmdline"): sum the workers together.
+        frames = [_frame(f) for f in stack.split(";") if not f.startswith("process ")]
+        if not frames:
+            continue
         total += count
         func, file = frames[-1]
         self_fn[f"{func} ({package(file)})"] += count

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "pro
 
 from loadgen import LoadSpec
 from proxy_waits import summarize_waits
+from pyspy import summarize
 from results import LevelResult, RunResults, TargetResult, add_baseline, percentile, render_markdown
 from workload import (
     DIALECTS,
@@ -244,3 +245,17 @@ def test_the_histograms_of_several_workers_are_summed() -> None:
     engine = summarize_waits(merged.decode())["engine call"]
     assert engine.count == 100 and engine.mean_ms == pytest.approx(81.8)
     assert (engine.p50_ms, engine.p90_ms) == (5.0, 250.0)
+
+
+def test_profiles_of_a_replicas_workers_are_summed_by_function() -> None:
+    """py-spy's `--subprocesses` roots each stack in its process; the summary adds the workers together."""
+    raw = ('process 1:"harnessrl proxy";process 2:"harnessrl proxy --worker 0";main (runtime/proxy/main.py:10);'
+           'parse (runtime/proxy/dialects/base.py:5) 30\n'
+           'process 1:"harnessrl proxy";process 3:"harnessrl proxy --worker 1";main (runtime/proxy/main.py:10);'
+           'parse (runtime/proxy/dialects/base.py:5) 10\n'
+           'process 1:"harnessrl proxy";process 3:"harnessrl proxy --worker 1";main (runtime/proxy/main.py:10) 10\n')
+    summary = summarize(raw)
+    assert summary.startswith("50 CPU samples")
+    assert "| `parse (harnessrl proxy/dialects/base.py)` | 80.0% |" in summary
+    assert "| `main (harnessrl proxy/main.py)` | 100.0% |" in summary
+    assert "process" not in summary
