@@ -56,7 +56,7 @@ def test_text_reply_parses_with_token_ids_and_logprobs(scripted_engine: Scripted
     assert extra["prompt_token_ids"] == call.prompt_ids
     assert (choice.model_extra or {})["token_ids"] == call.completion_ids
     assert choice.logprobs is not None and choice.logprobs.content is not None
-    assert [lp["logprob"] for lp in choice.logprobs.content] == call.logprobs
+    assert [lp.logprob for lp in choice.logprobs.content] == call.logprobs
     assert "".join(lp.token for lp in choice.logprobs.content) == "Hello there."
     assert response.usage is not None and response.usage.completion_tokens == len(call.completion_ids)
 
