@@ -116,7 +116,9 @@ class E2BSandbox(ApiModel):
     )
     api_key_secret: SecretKeyRef = Field(description="Secret key holding the E2B API key.")
     proxy_url: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://[^\s]+$")] = Field(
-        description="URL at which E2B sandboxes reach the run's capture proxy (an Ingress or LoadBalancer)."
+        description="URL at which E2B sandboxes reach the run's capture proxy (an Ingress or LoadBalancer in "
+        "front of its Service). It may reach any proxy replica: each relays a call to the replica that holds the "
+        "call's session."
     )
     domain: Annotated[str, StringConstraints(min_length=1, max_length=253)] | None = Field(
         default=None, description="E2B domain for self-hosted E2B; e2b.app when empty."

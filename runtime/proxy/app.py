@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from harnessrl.runtime.proxy.asgi import Answer, Flusher, StreamAnswer, json_answer, read_body
+from harnessrl.runtime.proxy.asgi import Answer, Flusher, StreamAnswer, header, json_answer, read_body
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.dialects.base import (
@@ -55,10 +55,12 @@ from harnessrl.runtime.proxy.protocol import (
     SequencesResponse,
     SessionStatus,
 )
+from harnessrl.runtime.proxy.relay import Relayed, owner_address, relay, relay_address
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from harnessrl.runtime.proxy.upstream_http import (
     UpstreamBroken,
     UpstreamConnectError,
+    UpstreamError,
     UpstreamPool,
     UpstreamResponse,
 )
@@ -111,7 +113,8 @@ class ProxyState:
 
 def build_state(config: ProxyConfig, role: WorkerRole | None) -> ProxyState:
     """Open the journal, rebuild this replica's sessions from it, and compact it (synchronous, at startup)."""
-    store = SessionStore(default_budget=config.call_budget_default, ttl_s=config.session_ttl_s)
+    store = SessionStore(default_budget=config.call_budget_default, ttl_s=config.session_ttl_s,
+                         owner=owner_address(config.base_url()))
     path = config.journal_dir / f"{config.replica_id}.jsonl"
     for record in read_records(path):
         store.replay(record)
@@ -421,7 +424,7 @@ class ProxyApp:
             await self.admin(scope, receive, send)
 
 
-async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Answer | StreamAnswer:
+async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Answer | StreamAnswer | Relayed:
     path = scope["path"]
     route = match_route(path, query_params(scope))
     dialect = dialect_for(route)
@@ -430,6 +433,9 @@ async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Ans
     try:
         session = session_for(state, scope)
     except DialectError as exc:
+        address = _relay_address(state, scope)
+        if address is not None:
+            return await _relay(state, dialect, address, scope, receive)
         state.metrics.requests.labels(dialect.name, "unauthorized").inc()
         return error_answer(dialect, exc)
     try:
@@ -442,6 +448,34 @@ async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Ans
     state.metrics.requests.labels(dialect.name, error.kind).inc()
     if error.kind not in ("overloaded", "rate_limit"):
         await state.durable(session.record_call(answered=False, error=error.message))
+    return error_answer(dialect, error)
+
+
+def _relay_address(state: ProxyState, scope: Scope) -> str | None:
+    """The owner of a call's session when another worker of this proxy holds it (relay.py); None for a call that
+    was relayed already."""
+    if header(scope, FORWARDED_HEADER.encode()) is not None:
+        return None
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    key = session_key(headers, query_params(scope))
+    return None if key is None else relay_address(key, state.store.owner)
+
+
+async def _relay(state: ProxyState, dialect: Dialect, address: str, scope: Scope,
+                 receive: Receive) -> Answer | Relayed:
+    try:
+        body = await read_body(scope, receive, state.config.max_body_bytes)
+        relayed = await relay(state.http, address, scope, body)
+    except DialectError as exc:
+        error = exc
+    except (UpstreamError, TimeoutError) as exc:
+        error = DialectError(f"the proxy worker that holds this session ({address}) is unreachable: "
+                             f"{type(exc).__name__}; retry", "overloaded",
+                             retry_after=state.config.admission.retry_after_s)
+    else:
+        state.metrics.requests.labels(dialect.name, "relayed").inc()
+        return relayed
+    state.metrics.requests.labels(dialect.name, error.kind).inc()
     return error_answer(dialect, error)
 
 

@@ -28,8 +28,10 @@ from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, Tu
 MAX_ERRORS = 20
 
 
-def new_session_id() -> str:
-    return secrets.token_urlsafe(24)  # 192 random bits
+def new_session_id(owner: str = "") -> str:
+    """192 random bits, then the creating worker's address (relay.py): any worker of the proxy can tell the owner."""
+    token = secrets.token_urlsafe(24)
+    return f"{token}.{owner}" if owner else token
 
 
 @dataclass
@@ -167,6 +169,7 @@ class SessionStore:
 
     default_budget: int
     ttl_s: float
+    owner: str = ""  # this worker's address, at the end of the ids it creates (relay.py)
     sessions: dict[str, Session] = field(default_factory=dict)
     policy: PolicyState | None = None
 
@@ -180,7 +183,7 @@ class SessionStore:
         at = time.time() if at is None else at
         record = {
             "k": "session",
-            "sid": new_session_id(),
+            "sid": new_session_id(self.owner),
             "req": request.model_dump(mode="json"),
             "budget": request.call_budget or self.default_budget,
             "at": at,

@@ -2,7 +2,8 @@
 and two `--worker K` processes) on 127.0.0.1 in front of the scripted engine, which speaks vLLM's HTTP API.
 
 Sessions created at the replica's port land on either worker (the kernel spreads connections over SO_REUSEPORT
-listeners) and are served at that worker's own port; replica-wide admin writes reach every worker; a SIGKILLed
+listeners) and are served at that worker's own port (a call that reaches the other worker is relayed to it);
+replica-wide admin writes reach every worker; a SIGKILLed
 worker is restarted by the supervisor and rebuilds its sessions from its own journal; stopping the supervisor
 stops every worker."""
 
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any
 
@@ -90,18 +92,27 @@ def test_sessions_live_on_the_worker_that_created_them_and_admin_writes_reach_ev
     assert owners == set(workers), owners
     assert {s["replica_id"] for s in sessions} == {"proxy-0-w0", "proxy-0-w1"}
     for s in sessions[:6]:
+        assert s["session_id"].endswith("." + urlsplit(s["base_url"]).netloc)  # the id names its owner
         assert _chat(s["base_url"], s["session_id"]).status_code == 200
+        # The other worker does not hold it: it relays the call to the one that does (relay.py).
         other = next(u for u in workers if u != s["base_url"])
-        assert _chat(other, s["session_id"]).status_code == 401  # the other worker does not hold it
+        assert _chat(other, s["session_id"]).status_code == 200
+        info = httpx.get(f"{s['base_url']}/sessions/{s['session_id']}", headers=proxy.admin_headers, timeout=10)
+        assert (info.json()["calls"], info.json()["turns"]) == (2, 2)  # both calls captured by the owner
+    # A key no worker made is refused wherever it lands: the owner it names does not hold it, or it names none.
+    assert _chat(workers[1], "x" * 32 + "." + urlsplit(workers[0]).netloc).status_code == 401
+    assert _chat(workers[0], "no-such-session").status_code == 401
 
-    # A scrape of the replica's port shows every worker's series, labelled by worker: 6 answered, 6 refused.
+    # A scrape of the replica's port shows every worker's series, labelled by worker: 12 answered by their owner,
+    # 7 relayed to it, 2 refused.
     scraped = httpx.get(f"{proxy.url}/metrics", timeout=10).text
     requests = {(s.labels["worker"], s.labels["outcome"]): s.value
                 for family in text_string_to_metric_families(scraped) if family.name == "harnessrl_proxy_requests"
                 for s in family.samples if s.name == "harnessrl_proxy_requests_total"}
     assert {worker for worker, _ in requests} == {"w0", "w1"}
-    assert sum(v for (_, outcome), v in requests.items() if outcome == "ok") == 6
-    assert sum(v for (_, outcome), v in requests.items() if outcome == "unauthorized") == 6
+    assert sum(v for (_, outcome), v in requests.items() if outcome == "ok") == 12
+    assert sum(v for (_, outcome), v in requests.items() if outcome == "relayed") == 7
+    assert sum(v for (_, outcome), v in requests.items() if outcome == "unauthorized") == 2
 
     # Replica-wide writes sent to the replica's port reach both workers.
     policy = {"model": "tiny", "version": 3}  # a new version of a model the engine serves

@@ -1,7 +1,8 @@
 """The e2b sandbox: one E2B sandbox per rollout through the `e2b` SDK.
 
 E2B runs outside the cluster, so the harness reaches the proxy at the pool's public URL: the session's base URL
-keeps its path (the session route) and takes the public origin. Egress is limited to the proxy's host with E2B's
+keeps its path (the session route) and takes the public origin. That URL lands on any proxy replica and worker,
+which relays the call to the one that holds the session (runtime/proxy/relay.py; the session id names it). Egress is limited to the proxy's host with E2B's
 network options (allow the proxy, deny everything else). Sandboxes carry metadata naming the pool and runner;
 `start` kills those a crashed runner left. Files and commands go through the SDK's filesystem and command APIs.
 """
