@@ -38,14 +38,18 @@ class AdmissionLimits(BaseModel):
 class WorkerHealth(BaseModel):
     """How the supervisor of a multi-worker replica tells a hung worker: it asks each worker's own port for
     /healthz every `interval_s`; a worker that has answered since its start and then misses `failures_allowed`
-    answers in a row (none within `timeout_s`) is killed and restarted from its journal. Kubernetes' probes reach
-    the replica's shared port, where the kernel picks a worker per connection, so they cannot tell which one hung."""
+    answers in a row (none within `timeout_s`) is killed and restarted from its journal, and so is one that has
+    not answered yet `startup_timeout_s` after its start (stuck replaying its journal: its listening socket is
+    open from the start, so the kernel queues connections to the replica's port on it that nothing answers).
+    Kubernetes' probes reach the replica's shared port, where the kernel picks a worker per connection, so they
+    cannot tell which one hung."""
 
     model_config = ConfigDict(extra="forbid")
 
     interval_s: float = Field(5.0, gt=0)
     timeout_s: float = Field(5.0, gt=0)
     failures_allowed: int = Field(3, ge=1)
+    startup_timeout_s: float = Field(300.0, gt=0)
 
 
 class ProxyConfig(BaseModel):

@@ -164,10 +164,12 @@ def die_with_parent() -> None:
 
 @dataclass
 class HealthTracker:
-    """Missed health answers in a row, per worker process (by pid). A process counts as hung only once it has
-    answered at least once: a starting worker replays its journal before it listens."""
+    """Missed health answers in a row, per worker process (by pid). A process that has answered counts as hung
+    after `failures_allowed` misses in a row; one that has never answered (a starting worker replays its journal
+    before it serves), once it is older than `startup_timeout_s`."""
 
     failures_allowed: int
+    startup_timeout_s: float
     answered: set[int] = field(default_factory=set)
     missed: dict[int, int] = field(default_factory=dict)
 
@@ -178,7 +180,9 @@ class HealthTracker:
         elif pid in self.answered:
             self.missed[pid] = self.missed.get(pid, 0) + 1
 
-    def hung(self, pid: int) -> bool:
+    def hung(self, pid: int, age_s: float) -> bool:
+        if pid not in self.answered:
+            return age_s > self.startup_timeout_s
         return self.missed.get(pid, 0) >= self.failures_allowed
 
     def forget(self, pid: int) -> None:
@@ -195,7 +199,7 @@ class Supervisor:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.started_at: dict[int, float] = {}
         self.quick_exits: dict[int, int] = {}
-        self.health = HealthTracker(config.worker_health.failures_allowed)
+        self.health = HealthTracker(config.worker_health.failures_allowed, config.worker_health.startup_timeout_s)
         self.stopping = False
         self.stopped = threading.Event()
 
@@ -236,12 +240,17 @@ class Supervisor:
         return code
 
     def _kill_if_hung(self, index: int, proc: subprocess.Popen[bytes]) -> None:
-        if self.health.hung(proc.pid):
-            health = self.config.worker_health
+        if not self.health.hung(proc.pid, time.monotonic() - self.started_at[index]):
+            return
+        health = self.config.worker_health
+        if proc.pid in self.health.answered:
             log.warning("proxy worker %d (pid %d) missed %d health checks in a row (%.0f s apart); killing it, it "
                         "restarts from its journal", index, proc.pid, health.failures_allowed, health.interval_s)
-            self.health.forget(proc.pid)
-            proc.kill()
+        else:
+            log.warning("proxy worker %d (pid %d) has not answered a health check %.0f s after its start (stuck "
+                        "replaying its journal?); killing it, it restarts", index, proc.pid, health.startup_timeout_s)
+        self.health.forget(proc.pid)
+        proc.kill()
 
     def _probe(self) -> None:
         """Ask each worker's own port for /healthz every interval (a thread: a hung worker costs it a timeout)."""

@@ -7,7 +7,7 @@ naming an address outside the proxy is refused."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -17,16 +17,6 @@ from tests.fixtures.proxy_server import ProxyFactory
 from tests.integration.proxy_helpers import DIALECTS, assert_dialect_error, send
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    from harnessrl.runtime.engine.scripted import ScriptedEngine, ScriptedEngineServer, ScriptedReply, make_tokenizer
-
-    server = ScriptedEngineServer(ScriptedEngine(make_tokenizer("bytes"))).start()
-    server.set_script([ScriptedReply(content="Done.")])
-    yield server
-    server.stop()
 
 
 def _session(url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -40,7 +30,12 @@ def _without_ids(text: str) -> str:
     return re.sub(r"[A-Za-z0-9_-]{16,}|\d+", "#", text)
 
 
-def test_calls_at_another_replica_are_relayed_to_the_owner(proxy_factory: ProxyFactory, engine: Any) -> None:
+def test_calls_at_another_replica_are_relayed_to_the_owner(proxy_factory: ProxyFactory,
+                                                          scripted_engine_factory: Callable[..., Any]) -> None:
+    from harnessrl.runtime.engine.scripted import ScriptedReply
+
+    engine = scripted_engine_factory(tokenizer="bytes")
+    engine.set_script([ScriptedReply(content="Done.")])
     owner = proxy_factory([engine.root_url], replica_id="proxy-0")
     other = proxy_factory([engine.root_url], replica_id="proxy-1")
     sid = _session(owner.url, owner.admin_headers)["session_id"]

@@ -16,9 +16,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import psutil
@@ -184,6 +184,27 @@ def test_a_hung_worker_is_killed_and_restarted_with_its_sessions(proxy_factory: 
     assert _turns(proxy, victim_url, mine) == before
     assert _chat(victim_url, mine[0]).status_code == 200
     assert f"proxy worker 1 (pid {old[1].pid}) missed 3 health checks in a row" in proxy.log_text()
+
+
+def test_a_worker_stuck_in_its_start_is_killed_and_restarted(proxy_factory: ProxyFactory, engine: Any) -> None:
+    """A worker that never answers after a restart (SIGSTOPped while it starts: as one stuck replaying its
+    journal) is killed once `startup_timeout_s` has passed, and its successor serves its sessions."""
+    health = {"interval_s": 0.3, "timeout_s": 0.5, "failures_allowed": 3, "startup_timeout_s": 4.0}
+    proxy = proxy_factory([engine.root_url], workers=2, worker_health=health)
+    victim_url, mine = _served_sessions_of(proxy, 1, 16)
+    before = _turns(proxy, victim_url, mine)
+    old = _workers(proxy)[1]
+    old.kill()
+    deadline = time.monotonic() + 30
+    while (starting := _workers(proxy).get(1)) is None or starting.pid == old.pid:
+        assert time.monotonic() < deadline, proxy.log_text()
+        time.sleep(0.01)
+    starting.suspend()  # before it has imported its modules, let alone replayed its journal
+    _wait_restarted(proxy, 1, starting.pid)
+    assert f"proxy worker 1 (pid {starting.pid}) has not answered a health check 4 s after its start" in (
+        proxy.log_text())
+    assert _turns(proxy, victim_url, mine) == before
+    assert _chat(victim_url, mine[0]).status_code == 200
 
 
 def _served_sessions_of(proxy: ProxyProcess, index: int, count: int) -> tuple[str, list[str]]:

@@ -71,18 +71,19 @@ def test_a_scrape_of_several_workers_labels_each_series_with_its_worker() -> Non
     assert families["harnessrl_proxy_upstream_seconds"].type == "histogram"
 
 
-def test_a_worker_counts_as_hung_only_after_it_answered_and_then_missed_enough_checks_in_a_row() -> None:
-    health = HealthTracker(failures_allowed=3)
+def test_a_worker_is_hung_after_enough_missed_checks_in_a_row_or_when_it_never_answers_after_its_start() -> None:
+    health = HealthTracker(failures_allowed=3, startup_timeout_s=60)
     for _ in range(10):  # starting: replaying its journal, not listening yet
         health.observe(11, ok=False)
-    assert not health.hung(11)
+    assert not health.hung(11, age_s=59)
+    assert health.hung(11, age_s=61)  # still not answering a minute after its start
     health.observe(11, ok=True)
     health.observe(11, ok=False)
     health.observe(11, ok=False)
-    assert not health.hung(11)
+    assert not health.hung(11, age_s=600)
     health.observe(11, ok=True)  # an answer starts the count again
     for _ in range(3):
         health.observe(11, ok=False)
-    assert health.hung(11) and not health.hung(12)
+    assert health.hung(11, age_s=600) and not health.hung(12, age_s=1)
     health.forget(11)
-    assert not health.hung(11)
+    assert not health.hung(11, age_s=1)
