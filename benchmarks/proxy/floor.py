@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--instructions", action="store_true",
                         help="count user-space instructions under callgrind instead of measuring CPU time")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the working directory (server logs, callgrind dumps) and print where it is")
     args = parser.parse_args(argv)
     group = ProcessGroup()
     work_dir = Path(tempfile.mkdtemp(prefix="proxy-floor-"))
@@ -131,6 +134,10 @@ def main(argv: list[str]) -> int:
             print(f"| {'streamed' if stream else 'not streamed'} | {ours:.2f} | {floor:.2f} |", flush=True)
     finally:
         group.stop_all()
+        if args.keep:
+            print(f"logs and dumps: {work_dir}")
+        else:
+            shutil.rmtree(work_dir, ignore_errors=True)
     return 0
 
 

@@ -20,7 +20,7 @@ first sequence that contains them and are context (mask 0) in the others, so no 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -151,19 +151,25 @@ class PrefixIndex:
         return out[got - need :] if got > need else out
 
 
-def _common_prefix(label: array[int], seq: array[int], pos: int) -> int:
-    """Length of the common prefix of `label` and seq[pos:], by halving with memcmp-speed slice compares."""
-    hi = min(len(label), len(seq) - pos)
-    if label[:hi] == seq[pos : pos + hi]:
-        return hi
-    lo = 0  # invariant: label[:lo] matches, label[:hi] does not
+def common_prefix_length(n: int, agree: Callable[[int, int], bool]) -> int:
+    """The length of the common prefix of two sequences (at most `n`), by halving: `agree(lo, hi)` says whether
+    their items lo..hi-1 are equal, one memcmp-speed comparison of slices (bytes, token arrays)."""
+    if agree(0, n):
+        return n
+    lo, hi = 0, n  # invariant: items [0, lo) agree, [0, hi) do not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if label[lo:mid] == seq[pos + lo : pos + mid]:
+        if agree(lo, mid):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def _common_prefix(label: array[int], seq: array[int], pos: int) -> int:
+    """Length of the common prefix of `label` and seq[pos:]."""
+    return common_prefix_length(min(len(label), len(seq) - pos),
+                                lambda lo, hi: label[lo:hi] == seq[pos + lo : pos + hi])
 
 
 @dataclass(slots=True)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from json.scanner import make_scanner
 from typing import Any, cast
 
+from harnessrl.runtime.trajectory.graph import common_prefix_length
+
 # (value, end index) of the JSON value starting at an index: json.loads's own C scanner
 # (typeshed declares make_scanner's argument as the scanner class itself; it takes the decoder whose options it reads)
 _SCAN: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
@@ -129,14 +131,6 @@ def _expect(text: str, pos: int, char: str) -> None:
 
 
 def common_length(text: bytes, raw: bytes, start: int, end: int) -> int:
-    """Length of the common prefix of `text` and raw[start:end], by halving with memcmp-speed comparisons."""
-    lo, hi = 0, min(len(text), end - start)  # invariant: text[:lo] matches, text[:hi] does not
-    if raw.startswith(text[:hi], start):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if raw.startswith(text[lo:mid], start + lo):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    """Length of the common prefix of `text` and raw[start:end] (raw itself is not sliced)."""
+    return common_prefix_length(min(len(text), end - start),
+                                lambda lo, hi: raw.startswith(text[lo:hi], start + lo))
