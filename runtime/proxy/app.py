@@ -209,11 +209,15 @@ def create_app(config: ProxyConfig, role: WorkerRole | None = None) -> ProxyApp:
         await state.journal.compact(state.store.keeps)
         gc.freeze()  # what startup built (modules, rebuilt sessions) lives on: keep it out of every collection
         sweeper = asyncio.create_task(_sweep(state))
+        if role is not None and role.heartbeat is not None:
+            role.heartbeat.start()  # from here on the supervisor expects a beat every interval
         log.info("proxy %s up: %d sessions rebuilt, engines %s", config.replica_id, len(state.store),
                  [e.url for e in state.pool.engines])
         try:
             yield
         finally:
+            if role is not None and role.heartbeat is not None:
+                role.heartbeat.stop()
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper

@@ -36,19 +36,22 @@ class AdmissionLimits(BaseModel):
 
 
 class WorkerHealth(BaseModel):
-    """How the supervisor of a multi-worker replica tells a hung worker: it asks each worker's own port for
-    /healthz every `interval_s`; a worker that has answered since its start and then misses `failures_allowed`
-    answers in a row (none within `timeout_s`) is killed and restarted from its journal, and so is one that has
-    not answered yet `startup_timeout_s` after its start (stuck replaying its journal: its listening socket is
-    open from the start, so the kernel queues connections to the replica's port on it that nothing answers).
-    Kubernetes' probes reach the replica's shared port, where the kernel picks a worker per connection, so they
-    cannot tell which one hung."""
+    """How the supervisor of a multi-worker replica tells a hung worker from a busy one. Each worker's event loop
+    writes a byte to a pipe from the supervisor every `interval_s`, from a timer callback: a loop runs its due
+    timers on every iteration however many calls wait, so a saturated worker still beats and a stuck loop does
+    not. A worker that has beaten since its start and then misses `failures_allowed` intervals in a row is killed
+    and restarted from its journal, and so is one that has not beaten yet `startup_timeout_s` after its start
+    (stuck replaying its journal: its listening socket is open from the start, so the kernel queues connections to
+    the replica's port on it that nothing answers). An answer to a request would not do as the sign of life:
+    under overload a call waits seconds for the loop, and a probe with it, so a busy worker was taken for a hung
+    one and killed, and every session it held failed while it restarted (session 12, 5,000 sessions on 2
+    workers). Kubernetes' probes reach the replica's shared port, where the kernel picks a worker per connection,
+    so they cannot tell which one hung either."""
 
     model_config = ConfigDict(extra="forbid")
 
-    interval_s: float = Field(5.0, gt=0)
-    timeout_s: float = Field(5.0, gt=0)
-    failures_allowed: int = Field(3, ge=1)
+    interval_s: float = Field(1.0, gt=0)
+    failures_allowed: int = Field(10, ge=1)
     startup_timeout_s: float = Field(300.0, gt=0)
 
 

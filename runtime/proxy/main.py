@@ -16,6 +16,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, help="override the config's port")
     # Internal: the supervisor of a replica with `workers` > 1 starts each worker with its index (workers.py).
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--heartbeat-fd", type=int, help=argparse.SUPPRESS)  # the supervisor's pipe (workers.py)
     args = parser.parse_args(argv)
 
     import uvicorn
@@ -47,7 +48,8 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             print(f"harnessrl proxy: worker {args.worker} cannot listen: {exc}", file=sys.stderr)
             return 2
-        app = create_app(worker_config(config, args.worker), role=worker_role(config, args.worker))
+        app = create_app(worker_config(config, args.worker),
+                         role=worker_role(config, args.worker, args.heartbeat_fd))
     server = uvicorn.Server(uvicorn.Config(
         app,
         host=config.host,

@@ -11,8 +11,8 @@ any that exits. Worker K is a whole proxy for the sessions it creates:
 Replica-wide admin writes (`PUT /policy`, pause/resume, engine drain) that reach one worker are applied there and
 forwarded to the others (`forward`), so a caller still sees one replica; a worker that cannot be reached fails
 the write with 502, naming it, and the caller retries (each write is idempotent).
-The supervisor restarts a worker that exits, and kills (then restarts) one that stops answering /healthz at its
-own port (`WorkerHealth`): Kubernetes' probes reach the shared port, so they cannot single out a hung worker.
+The supervisor restarts a worker that exits, and kills (then restarts) one whose event loop stops beating
+(`Heartbeat`, `WorkerHealth`): Kubernetes' probes reach the shared port, so they cannot single out a hung worker.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,20 +63,48 @@ def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
     return ProxyConfig.model_validate({**config.model_dump(), **update})
 
 
+class Heartbeat:
+    """A worker's sign of life: a byte to the supervisor's pipe every `interval_s`, written by a timer on the
+    worker's event loop (see `WorkerHealth`)."""
+
+    def __init__(self, fd: int, interval_s: float) -> None:
+        self.fd, self.interval_s = fd, interval_s
+        self._timer: asyncio.TimerHandle | None = None
+        os.set_blocking(fd, False)
+
+    def start(self) -> None:
+        self._beat()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _beat(self) -> None:
+        try:
+            os.write(self.fd, b".")
+        except BlockingIOError:  # the pipe is full of beats the supervisor has not read yet: it is alive
+            pass
+        except OSError:  # the supervisor is gone; the worker dies with it (PR_SET_PDEATHSIG)
+            return
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._beat)
+
+
 @dataclass(frozen=True)
 class WorkerRole:
-    """Which worker of its replica an app is (`name`, the `worker` label of its metrics), and where the other
-    workers are (name -> loopback URL)."""
+    """Which worker of its replica an app is (`name`, the `worker` label of its metrics), where the other
+    workers are (name -> loopback URL), and its heartbeat to the supervisor (started once it serves)."""
 
     name: str
     siblings: dict[str, str]
+    heartbeat: Heartbeat | None = None
 
 
-def worker_role(config: ProxyConfig, index: int) -> WorkerRole:
+def worker_role(config: ProxyConfig, index: int, heartbeat_fd: int | None = None) -> WorkerRole:
     return WorkerRole(
         name=f"w{index}",
         siblings={f"w{k}": f"http://{config.local_host()}:{worker_port(config.port, k)}"
                   for k in range(config.workers) if k != index},
+        heartbeat=None if heartbeat_fd is None else Heartbeat(heartbeat_fd, config.worker_health.interval_s),
     )
 
 
@@ -164,9 +192,9 @@ def die_with_parent() -> None:
 
 @dataclass
 class HealthTracker:
-    """Missed health answers in a row, per worker process (by pid). A process that has answered counts as hung
-    after `failures_allowed` misses in a row; one that has never answered (a starting worker replays its journal
-    before it serves), once it is older than `startup_timeout_s`."""
+    """Intervals without a heartbeat in a row, per worker process (by pid). A process that has beaten counts as
+    hung after `failures_allowed` silent intervals in a row; one that has never beaten (a starting worker replays
+    its journal before it serves), once it is older than `startup_timeout_s`."""
 
     failures_allowed: int
     startup_timeout_s: float
@@ -197,15 +225,24 @@ class Supervisor:
         self.config = config
         self.worker_argv = worker_argv  # `harnessrl proxy` arguments; `--worker K` is appended per worker
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.beats: dict[int, int] = {}  # the read end of each worker's heartbeat pipe
         self.started_at: dict[int, float] = {}
         self.quick_exits: dict[int, int] = {}
         self.health = HealthTracker(config.worker_health.failures_allowed, config.worker_health.startup_timeout_s)
         self.stopping = False
-        self.stopped = threading.Event()
 
     def start(self, index: int) -> None:
-        argv = [sys.executable, "-P", "-m", "harnessrl.runtime.proxy.main", *self.worker_argv, "--worker", str(index)]
-        self.procs[index] = subprocess.Popen(argv, preexec_fn=die_with_parent)
+        if index in self.beats:
+            os.close(self.beats.pop(index))
+        beats, beat = os.pipe()
+        os.set_blocking(beats, False)
+        argv = [sys.executable, "-P", "-m", "harnessrl.runtime.proxy.main", *self.worker_argv,
+                "--worker", str(index), "--heartbeat-fd", str(beat)]
+        try:
+            self.procs[index] = subprocess.Popen(argv, preexec_fn=die_with_parent, pass_fds=(beat,))
+        finally:
+            os.close(beat)
+        self.beats[index] = beats
         self.started_at[index] = time.monotonic()
 
     def run(self) -> int:
@@ -216,9 +253,12 @@ class Supervisor:
         own = worker_ports(self.config.port, self.config.workers)
         log.info("proxy %s: %d workers on port %d (own ports %d-%d)", self.config.replica_id, self.config.workers,
                  self.config.port, own[0], own[-1])
-        threading.Thread(target=self._probe, name="worker-health", daemon=True).start()
         code = 0
+        next_check = time.monotonic() + self.config.worker_health.interval_s
         while not self.stopping:
+            if time.monotonic() >= next_check:
+                next_check += self.config.worker_health.interval_s
+                self._check_beats()
             for index, proc in list(self.procs.items()):
                 rc = proc.poll()
                 if rc is None:
@@ -235,44 +275,37 @@ class Supervisor:
                 log.warning("proxy worker %d exited with %s; restarting it (it rebuilds from its journal)", index, rc)
                 time.sleep(1.0 if quick else 0.0)
                 self.start(index)
-            time.sleep(0.2)
+            time.sleep(0.1)
         self._stop_all()
         return code
+
+    def _check_beats(self) -> None:
+        """Did each worker beat since the last check (bytes waiting in its pipe)?"""
+        for index, proc in self.procs.items():
+            try:
+                beat = bool(os.read(self.beats[index], 4096))
+            except BlockingIOError:
+                beat = False
+            self.health.observe(proc.pid, beat)
 
     def _kill_if_hung(self, index: int, proc: subprocess.Popen[bytes]) -> None:
         if not self.health.hung(proc.pid, time.monotonic() - self.started_at[index]):
             return
         health = self.config.worker_health
         if proc.pid in self.health.answered:
-            log.warning("proxy worker %d (pid %d) missed %d health checks in a row (%.0f s apart); killing it, it "
-                        "restarts from its journal", index, proc.pid, health.failures_allowed, health.interval_s)
+            log.warning("proxy worker %d (pid %d) has not beaten for %d intervals of %g s in a row (its event loop "
+                        "is stuck); killing it, it restarts from its journal", index, proc.pid,
+                        health.failures_allowed, health.interval_s)
         else:
-            log.warning("proxy worker %d (pid %d) has not answered a health check %.0f s after its start (stuck "
-                        "replaying its journal?); killing it, it restarts", index, proc.pid, health.startup_timeout_s)
+            log.warning("proxy worker %d (pid %d) has not beaten %g s after its start (stuck replaying its "
+                        "journal?); killing it, it restarts", index, proc.pid, health.startup_timeout_s)
         self.health.forget(proc.pid)
         proc.kill()
 
-    def _probe(self) -> None:
-        """Ask each worker's own port for /healthz every interval (a thread: a hung worker costs it a timeout)."""
-        health = self.config.worker_health
-        host = self.config.local_host()
-        # No kept-alive connections: the worker may close an idle one just as the next check reuses it.
-        with httpx.Client(timeout=health.timeout_s, limits=httpx.Limits(max_keepalive_connections=0)) as client:
-            while not self.stopped.wait(health.interval_s):
-                for index, proc in list(self.procs.items()):
-                    try:
-                        url = f"http://{host}:{worker_port(self.config.port, index)}/healthz"
-                        ok = client.get(url).status_code == 200
-                    except httpx.HTTPError:
-                        ok = False
-                    self.health.observe(proc.pid, ok)
-
     def _stop(self, signum: int, _frame: object) -> None:
         self.stopping = True
-        self.stopped.set()
 
     def _stop_all(self) -> None:
-        self.stopped.set()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -283,6 +316,8 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for beats in self.beats.values():
+            os.close(beats)
 
 
 def supervise(config: ProxyConfig, config_path: Path, port: int | None) -> int:

@@ -1,15 +1,19 @@
-"""What each worker of a multi-worker proxy replica serves as (workers.py), and a forwarded write that cannot
-reach a worker (a closed port on 127.0.0.1: the connection is refused)."""
+"""What each worker of a multi-worker proxy replica serves as (workers.py), a forwarded write that cannot
+reach a worker (a closed port on 127.0.0.1: the connection is refused), and how the supervisor tells a hung worker
+from a busy one (its heartbeat)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from pathlib import Path
 
 import pytest
 from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.main import main
 from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
-from harnessrl.runtime.proxy.workers import HealthTracker, forward, worker_config, worker_role
+from harnessrl.runtime.proxy.workers import HealthTracker, Heartbeat, forward, worker_config, worker_role
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -87,3 +91,39 @@ def test_a_worker_is_hung_after_enough_missed_checks_in_a_row_or_when_it_never_a
     assert health.hung(11, age_s=600) and not health.hung(12, age_s=1)
     health.forget(11)
     assert not health.hung(11, age_s=1)
+
+
+async def test_a_busy_event_loop_still_beats_and_a_blocked_one_does_not() -> None:
+    """The heartbeat is a loop timer: it fires between the callbacks of a saturated loop (here 2,000 ready tasks,
+    each holding the loop 1 ms at a time), where a request would wait its turn, and not while a callback blocks."""
+    beats, fd = os.pipe()
+    os.set_blocking(beats, False)
+    heartbeat = Heartbeat(fd, interval_s=0.05)
+
+    def read_beats() -> int:
+        try:
+            return len(os.read(beats, 4096))
+        except BlockingIOError:
+            return 0
+
+    async def busy() -> None:
+        for _ in range(20):
+            spin_until = time.perf_counter() + 0.001
+            while time.perf_counter() < spin_until:
+                pass
+            await asyncio.sleep(0)
+
+    try:
+        heartbeat.start()
+        read_beats()
+        started = time.perf_counter()
+        await asyncio.gather(*(busy() for _ in range(100)))  # 2,000 ms of callbacks, queued all at once
+        busy_s = time.perf_counter() - started
+        # Beats kept coming (one per loop iteration at most, and an iteration ran every ready task: ~100 ms).
+        assert read_beats() >= busy_s / 0.4
+        time.sleep(0.5)  # a callback that blocks the loop: no timer runs
+        assert read_beats() <= 1
+    finally:
+        heartbeat.stop()
+        os.close(beats)
+        os.close(fd)
