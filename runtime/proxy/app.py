@@ -159,9 +159,13 @@ def error_answer(dialect: Dialect, error: DialectError) -> Answer:
     return json_answer(rendered.body, rendered.status, rendered.headers)
 
 
-def session_for(state: ProxyState, scope: Scope) -> Session:
+def call_key(scope: Scope) -> str | None:
+    """The API key a call carries (its session id), or None."""
     headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-    key = session_key(headers, query_params(scope))
+    return session_key(headers, query_params(scope))
+
+
+def session_for(state: ProxyState, key: str | None) -> Session:
     if key is None:
         raise DialectError("missing API key: send the session id as the API key", "authentication")
     session = state.store.get(key)
@@ -434,10 +438,11 @@ async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Ans
     dialect = dialect_for(route)
     if route is None:
         return error_answer(dialect, DialectError(f"no dialect serves POST {path}", "not_found"))
+    key = call_key(scope)
     try:
-        session = session_for(state, scope)
+        session = session_for(state, key)
     except DialectError as exc:
-        address = _relay_address(state, scope)
+        address = _relay_address(state, scope, key)
         if address is not None:
             return await _relay(state, dialect, address, scope, receive)
         state.metrics.requests.labels(dialect.name, "unauthorized").inc()
@@ -455,14 +460,12 @@ async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Ans
     return error_answer(dialect, error)
 
 
-def _relay_address(state: ProxyState, scope: Scope) -> str | None:
-    """The owner of a call's session when another worker of this proxy holds it (relay.py); None for a call that
-    was relayed already."""
-    if header(scope, FORWARDED_HEADER.encode()) is not None:
+def _relay_address(state: ProxyState, scope: Scope, key: str | None) -> str | None:
+    """The owner of the session `key` names when another worker of this proxy holds it (relay.py); None for a
+    call that was relayed already."""
+    if key is None or header(scope, FORWARDED_HEADER.encode()) is not None:
         return None
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-    key = session_key(headers, query_params(scope))
-    return None if key is None else relay_address(key, state.store.owner)
+    return relay_address(key, state.store.owner)
 
 
 async def _relay(state: ProxyState, dialect: Dialect, address: str, scope: Scope,

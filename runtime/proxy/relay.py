@@ -66,8 +66,8 @@ def _is_ip(host: str) -> bool:
 
 def relayed_headers(scope: Scope) -> dict[str, str]:
     """The call's headers as the owner gets them: without the hop-by-hop ones, marked as relayed."""
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
-               if k.decode("latin-1") not in _HOP_BY_HOP}
+    decoded = ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+    headers = {k: v for k, v in decoded if k not in _HOP_BY_HOP}
     headers[FORWARDED_HEADER] = "1"
     return headers
 
