@@ -3,6 +3,8 @@
 A session is a coding-agent loop: a system prompt, one shell tool, a task; every turn the model answers with a
 tool call (the engine stand-in is scripted to), the harness appends that call and a ~500-token tool result, and
 sends the whole history again. So the context grows by ~500 tokens a turn, as it does for a real harness.
+Anthropic sessions send what Claude Code sends: content as blocks, and one prompt-cache marker (`cache_control`)
+on the newest message's last block, so the message that carried it is resent without it on the next call.
 
 Bodies are kept as pre-serialised JSON segments (`History`): each message is encoded once, when it is appended,
 and a call's body is a join of bytes, so the load generator's own cost per call stays small and flat while the
@@ -133,17 +135,27 @@ class ReplyError(ValueError):
 
 @dataclass
 class History:
-    """A session's request body as JSON segments: `head` + ",".join(items) + `tail`."""
+    """A session's request body as JSON segments: `head` + ",".join(items) + `tail`; with `cache_marker`, the last
+    item is sent as `last_marked`, which carries Claude Code's sliding prompt-cache marker."""
 
     head: bytes
     tail: bytes
     items: list[bytes] = field(default_factory=list)
+    cache_marker: bool = False
+    last_marked: bytes = b""
 
     def body(self) -> bytes:
-        return self.head + b",".join(self.items) + self.tail
+        if not self.cache_marker:
+            return self.head + b",".join(self.items) + self.tail
+        earlier = b",".join(self.items[:-1])
+        return self.head + earlier + (b"," if earlier else b"") + self.last_marked + self.tail
 
     def append(self, *messages: Any) -> None:
         self.items.extend(_dumps(m) for m in messages)
+        if self.cache_marker:
+            last = messages[-1]
+            marked = {**last["content"][-1], "cache_control": {"type": "ephemeral"}}
+            self.last_marked = _dumps({**last, "content": [*last["content"][:-1], marked]})
 
 
 # --------------------------------------------------------------------------------------------- the requests
@@ -224,13 +236,13 @@ class SessionWorkload:
                 "model": self.model,
                 "max_tokens": 1024,
                 "stream": self.stream,
-                "system": SYSTEM_PROMPT,
+                "system": [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
                 "tools": [
                     {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": TOOL_PARAMETERS}
                 ],
             }
-            history = _history(head, "messages")
-            history.append({"role": "user", "content": TASK})
+            history = _history(head, "messages", cache_marker=True)
+            history.append({"role": "user", "content": [{"type": "text", "text": TASK}]})
         else:
             head = {
                 "systemInstruction": {"parts": [{"text": SYSTEM_PROMPT}]},
@@ -361,12 +373,12 @@ class SessionWorkload:
         return reader.finish()
 
 
-def _history(head: dict[str, Any], list_key: str) -> History:
+def _history(head: dict[str, Any], list_key: str, *, cache_marker: bool = False) -> History:
     """Split `{..head, list_key: [...]}` around the list so items can be appended without re-encoding."""
     encoded = _dumps({**head, list_key: []})
     marker = f'"{list_key}":[]'.encode()
     cut = encoded.rindex(marker) + len(marker) - 1
-    return History(head=encoded[:cut], tail=encoded[cut:])
+    return History(head=encoded[:cut], tail=encoded[cut:], cache_marker=cache_marker)
 
 
 # The parts of each dialect's non-streamed answer that a session reads, as msgspec structs: decoding skips the

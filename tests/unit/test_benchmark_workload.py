@@ -48,6 +48,10 @@ def test_bodies_parse_in_the_proxys_dialect_as_the_history_grows(dialect: str, s
         if turn:
             assert messages[-2]["role"] == "assistant" and messages[-1]["role"] == "tool"
             assert json.loads(messages[-2]["tool_calls"][0]["function"]["arguments"]) == {"command": TOOL_COMMAND}
+        if dialect == "anthropic":  # Claude Code's one sliding cache marker, on the newest message
+            sent = json.loads(request.body)["messages"]
+            marked = [i for i, m in enumerate(sent) for block in m["content"] if "cache_control" in block]
+            assert marked == [len(sent) - 1]
         args = json.dumps({"command": TOOL_COMMAND})
         work.record_turn(Reply([ToolCall(f"call_{turn}", TOOL_NAME, args)]), output)
 

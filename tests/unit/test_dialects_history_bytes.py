@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -43,8 +44,8 @@ def test_a_longer_history_reads_as_the_full_parse_cut_to_its_new_items(dumps: di
     third = _body(ITEMS, **dumps)
     read = read_extension(second, KEY, _seen(first))
     assert read is not None
-    data, seen = read
-    assert data == _cut(second, 2) and seen.count == 4 and seen.end is not None
+    data, seen, reused = read
+    assert data == _cut(second, 2) and seen.count == 4 and seen.end is not None and reused == 2
     read = read_extension(third, KEY, seen)  # the end is now known: one memcmp
     assert read is not None and read[0] == _cut(third, 4) and read[1].count == len(ITEMS)
 
@@ -91,9 +92,12 @@ def _edit(rng: random.Random, items: list[Any]) -> list[Any]:
     return items
 
 
-def test_random_bodies_read_as_json_loads_or_not_at_all() -> None:
+@pytest.mark.parametrize("partial", [False, True], ids=["whole history", "partial"])
+def test_random_bodies_read_as_json_loads_or_not_at_all(partial: bool) -> None:
+    """Whole: only a body that extends all of the seen history is read. Partial: one that agrees with it up to
+    some item's end is read from there, and the item ends it keeps are each item's own."""
     rng = random.Random(7)
-    hits = 0
+    hits = reads_of_a_part = 0
     for _ in range(3000):
         items = [_random_value(rng) for _ in range(1 + rng.randrange(4))]
         style: dict[str, Any] = rng.choice([{}, {"indent": 1}, {"separators": (",", ":")}, {"ensure_ascii": False}])
@@ -102,11 +106,49 @@ def test_random_bodies_read_as_json_loads_or_not_at_all() -> None:
         later_items = _edit(rng, items)
         tail = {"stream": rng.random() < 0.5} if rng.random() < 0.8 else {"x": _random_value(rng)}
         later = _body(later_items, head=head, tail=tail, **style)
-        read = read_extension(later, KEY, _seen(first))
+        seen = _seen(first)
+        if rng.random() < 0.5:  # the item ends of a body read before, or found by a scan
+            seen = replace(seen, ends=_ends(first, items))
+        read = read_extension(later, KEY, seen, partial=partial)
         if read is None:
             continue
         hits += 1
-        data, seen = read
-        assert later_items[: len(items)] == items
-        assert data == _cut(later, len(items)) and seen.count == len(later_items)
+        data, seen_later, reused = read
+        assert later_items[:reused] == items[:reused] and (reused == len(items) or partial)
+        reads_of_a_part += reused < len(items)
+        assert data == _cut(later, reused) and seen_later.count == len(later_items)
+        if seen_later.ends is not None:
+            assert seen_later.ends == _ends(later, later_items)
     assert hits > 500
+    assert (reads_of_a_part > 100) == partial
+
+
+def _ends(body: bytes, items: list[Any]) -> tuple[int, ...]:
+    """Where each history item ends in `body`, found the slow way: the shortest text after the previous item
+    (and its `,`) that loads as the item."""
+    ends, at = [], body.index(b"[", body.index(f'"{KEY}"'.encode())) + 1
+    for item in items:
+        start = at
+        while True:
+            at += 1
+            try:
+                if json.loads(body[start:at].lstrip(b" \n\r\t,")) == item:
+                    break
+            except ValueError:
+                pass
+        ends.append(at)
+    return tuple(ends)
+
+
+def test_a_history_whose_last_item_was_rewritten_reuses_the_items_before_it() -> None:
+    """Claude Code's sliding cache marker: the newest message carries it, the one before is resent without it."""
+    marked = {"role": "user", "content": [{"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}]}
+    unmarked = {"role": "user", "content": [{"type": "text", "text": "b"}]}
+    first = _body([ITEMS[0], ITEMS[1], marked])
+    assert read_extension(_body([ITEMS[0], ITEMS[1], unmarked, ITEMS[2]]), KEY, _seen(first)) is None
+    read = read_extension(_body([ITEMS[0], ITEMS[1], unmarked, ITEMS[2]]), KEY, _seen(first), partial=True)
+    assert read is not None
+    data, seen, reused = read
+    assert reused == 2 and data[KEY] == [unmarked, ITEMS[2]] and seen.count == 4 and seen.ends is not None
+    # A body that changed its first item shares nothing to reuse.
+    assert read_extension(_body([ITEMS[1], marked, ITEMS[2]]), KEY, _seen(first), partial=True) is None

@@ -103,9 +103,10 @@ def test_a_growing_history_parses_as_a_full_parse_would(dialect: Dialect, turn: 
         sent = upstream_json(with_memo.canonical, "policy", encoded, training=True, stream=False)
         assert json.loads(sent) == upstream_body(full, "policy", training=True, stream=False)
         assert (encoded.reused > 0) == (n > 1)
-    # A harness that rewrites its history (compaction): the memo does not match, the parse is a full one.
+    # A harness that rewrites its history (compaction): a dialect whose items convert independently reuses the
+    # items before the first rewritten one, the others parse it whole; either way as a full parse gives it.
     rewritten = _body(dialect.name, [_first(dialect.name), *items[-2:]])
-    assert memo.read(dialect.name, rewritten, key).seen == 0
+    assert memo.read(dialect.name, rewritten, key).seen == {"openai_chat": 2, "anthropic": 1}.get(dialect.name, 0)
     assert (dialect.parse_request(rewritten, route, memo).canonical.upstream_body()
             == dialect.parse_request(rewritten, route).canonical.upstream_body())
 
@@ -151,3 +152,33 @@ def test_a_call_joining_a_remembered_message_leaves_the_earlier_request_as_it_wa
     after = dialect.parse_request(_body("openai_responses", items[:3]), route, memo)  # + a call that joins it
     assert before.canonical.messages[-1].tool_calls is None
     assert [c.id for c in after.canonical.messages[-1].tool_calls or []] == ["a0"]
+
+
+def _with_marker(message: dict[str, Any]) -> dict[str, Any]:
+    """Claude Code's one sliding prompt-cache marker, on the last content block of the newest message."""
+    content = message["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return {**message, "content": [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}]}
+
+
+def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    return {**message, "content": [{"type": "text", "text": content}] if isinstance(content, str) else content}
+
+
+@pytest.mark.parametrize("step", [1, 2], ids=["one item a call", "a turn a call"])
+def test_a_sliding_cache_marker_reparses_only_the_item_it_left(step: int) -> None:
+    """Each body moves the marker from the previous body's last message to its own: that message is resent
+    changed, so the memo reuses the items before it, and the parse is still the full parse's."""
+    dialect, route, memo, encoded = AnthropicDialect(), RouteInfo(dialect="anthropic"), HistoryMemo(), EncodedMessages()
+    items = [_first("anthropic")] + [item for i in range(6) for item in _anthropic_turn(i)]
+    previous = 0
+    for n in range(1, len(items) + 1, step):
+        body = _body("anthropic", [*(_unmarked(m) for m in items[: n - 1]), _with_marker(items[n - 1])])
+        assert memo.read("anthropic", body, "messages").seen == max(previous - 1, 0)
+        with_memo = dialect.parse_request(body, route, memo)
+        full = dialect.parse_request(body, route).canonical
+        assert with_memo.canonical.upstream_body() == full.upstream_body()
+        sent = upstream_json(with_memo.canonical, "policy", encoded, training=True, stream=False)
+        assert json.loads(sent) == upstream_body(full, "policy", training=True, stream=False)
+        previous = n

@@ -197,21 +197,15 @@ def _assistant(content: list[dict[str, Any]], where: str) -> ChatMessage:
     return ChatMessage(role="assistant", content=text, tool_calls=calls or None)
 
 
-def _history(messages: list[_MessageIn], first: int) -> list[ChatMessage]:
-    """The canonical messages of `messages`, which start at index `first` of the request's list. Each item
-    converts on its own (what `HistoryMemo` relies on)."""
-    out: list[ChatMessage] = []
-    for i, msg in enumerate(messages, first):
-        where = f"messages.{i}"
-        if msg.role == "system":
-            out += [m for m in [_system(msg.content)] if m is not None]
-        elif isinstance(msg.content, str):
-            out.append(ChatMessage(role=msg.role, content=msg.content))
-        elif msg.role == "user":
-            out += _user(msg.content, where)
-        else:
-            out.append(_assistant(msg.content, where))
-    return out
+def _item(msg: _MessageIn, where: str) -> list[ChatMessage]:
+    """The canonical messages of one history item: each converts on its own (what `HistoryMemo` relies on)."""
+    if msg.role == "system":
+        return [m for m in [_system(msg.content)] if m is not None]
+    if isinstance(msg.content, str):
+        return [ChatMessage(role=msg.role, content=msg.content)]
+    if msg.role == "user":
+        return _user(msg.content, where)
+    return [_assistant(msg.content, where)]
 
 
 def _tools(tools: list[_ToolIn] | None) -> tuple[list[FunctionTool] | None, list[str]]:
@@ -304,7 +298,7 @@ class AnthropicDialect(Dialect):
         if req.tool_choice is not None and req.tool_choice.disable_parallel_tool_use:
             parallel = False
         choice = _tool_choice(req.tool_choice)  # validated even when no tool is left to choose
-        converted = [*parsed.known, *_history(req.messages, parsed.seen)]
+        converted, marks = parsed.convert_items(req.messages, _item, "messages")
         canonical = CanonicalRequest(
             model=req.model,
             messages=[m for m in [_system(req.system)] if m is not None] + converted,
@@ -317,7 +311,7 @@ class AnthropicDialect(Dialect):
             stream=bool(req.stream) and not counting,
             response_format=_response_format(req),
         )
-        parsed.remember(memo, self.name, converted)
+        parsed.remember(memo, self.name, converted, marks=marks)
         return ParsedRequest(
             canonical=canonical,
             operation=route.operation,

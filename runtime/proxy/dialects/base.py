@@ -17,7 +17,7 @@ import json
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Literal, TypeVar
@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- errors
 
@@ -295,41 +296,65 @@ class HistoryMemo:
     open tool calls; None when items convert independently). Harnesses resend the whole conversation every turn,
     so when a body starts with the previous one's history byte for byte and goes on with more items, only the text
     after them is parsed, and only the new items are checked, validated and converted: parsing costs O(new items),
-    not O(history). One per session, owned by the proxy."""
+    not O(history). A dialect whose items convert independently also gives `marks` (how many canonical messages
+    the first 1, 2, ... items became), and then a body that rewrote its last items (Claude Code's sliding
+    `cache_control` marker) reuses the items before the first rewritten one. One per session, owned by the
+    proxy."""
 
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        # One tuple, replaced whole, so a parse in a worker thread always reads a consistent memo.
-        self._last: tuple[str, SeenHistory, list[ChatMessage], Any] | None = None
+        # One object, replaced whole, so a parse in a worker thread always reads a consistent memo.
+        self._last: _Remembered | None = None
 
     def read(self, dialect: str, body: bytes, key: str) -> MemoRead:
-        """The body's object, with `key` cut to the items after those of the previous request when it extends
-        it; a full parse otherwise."""
+        """The body's object, with `key` cut to the items it shares with the previous request when it extends
+        them; a full parse otherwise."""
         last = self._last
-        if last is not None and last[0] == dialect:
-            extended = read_extension(body, key, last[1])
+        if last is not None and last.dialect == dialect:
+            extended = read_extension(body, key, last.seen, partial=last.marks is not None)
             if extended is not None:
-                data, seen = extended
-                return MemoRead(data, last[1].count, last[2], last[3], seen)
+                data, seen, reused = extended
+                if reused == last.seen.count:
+                    return MemoRead(data, reused, last.messages, last.state, seen, last.marks)
+                assert last.marks is not None  # a partial read is asked for only with marks
+                marks = last.marks[:reused]
+                return MemoRead(data, reused, last.messages[: marks[-1]], None, seen, marks)
         data = load_json_object(body, check_depth=False)
-        return MemoRead(data, 0, [], None, seen_history(body, data, key))
+        return MemoRead(data, 0, [], None, seen_history(body, data, key), ())
 
-    def remember(self, dialect: str, seen: SeenHistory | None, messages: list[ChatMessage], state: Any = None) -> None:
-        self._last = None if seen is None else (dialect, seen, messages, state)
+    def remember(
+        self,
+        dialect: str,
+        seen: SeenHistory | None,
+        messages: list[ChatMessage],
+        state: Any = None,
+        marks: tuple[int, ...] | None = None,
+    ) -> None:
+        self._last = None if seen is None else _Remembered(dialect, seen, messages, state, marks)
+
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    dialect: str
+    seen: SeenHistory
+    messages: list[ChatMessage]
+    state: Any
+    marks: tuple[int, ...] | None
 
 
 @dataclass(frozen=True, slots=True)
 class MemoRead:
-    """A body as `HistoryMemo.read` gave it: the object (its history cut to the `seen` items after the
-    previous request's), the canonical messages of the cut items and the conversion state after them, and what
-    to remember of this body for the next one."""
+    """A body as `HistoryMemo.read` gave it: the object (its history cut to the `seen` items it shares with the
+    previous request's), the canonical messages of the cut items and the conversion state after them, what to
+    remember of this body for the next one, and the cut items' marks (None from a dialect that gives none)."""
 
     data: dict[str, Any]
     seen: int
     known: list[ChatMessage]
     state: Any
     history: SeenHistory | None
+    marks: tuple[int, ...] | None
 
 
 class EncodedMessages:
@@ -364,18 +389,40 @@ class EncodedMessages:
 class MemoParsed(Generic[M]):
     """A request validated by `parse_with_memo`: `request` holds only the history items after the first `seen`,
     which became `known` canonical messages, leaving the dialect's conversion in `state` (see `HistoryMemo`);
-    `history` is what to remember of the body."""
+    `history` is what to remember of the body, `marks` the seen items' marks."""
 
     request: M
     history: SeenHistory | None
     seen: int
     known: list[ChatMessage]
     state: Any
+    marks: tuple[int, ...] | None = ()
 
-    def remember(self, memo: HistoryMemo | None, dialect: str, messages: list[ChatMessage], state: Any = None) -> None:
-        """Record the whole history's canonical `messages` (and the state after them) for the next call."""
+    def remember(
+        self,
+        memo: HistoryMemo | None,
+        dialect: str,
+        messages: list[ChatMessage],
+        state: Any = None,
+        marks: tuple[int, ...] | None = None,
+    ) -> None:
+        """Record the whole history's canonical `messages` (and the state after them, or each item's mark) for
+        the next call."""
         if memo is not None:
-            memo.remember(dialect, self.history, messages, state)
+            memo.remember(dialect, self.history, messages, state, marks)
+
+    def convert_items(
+        self, items: Sequence[T], convert: Callable[[T, str], list[ChatMessage]], key: str
+    ) -> tuple[list[ChatMessage], tuple[int, ...]]:
+        """The canonical messages of the whole history, for a dialect whose items convert independently
+        (`convert(item, where)`): the known ones, then those of `items` (the items after the first `seen`), and
+        every item's mark."""
+        messages = list(self.known)
+        marks = list(self.marks or ())
+        for i, item in enumerate(items, self.seen):
+            messages += convert(item, f"{key}.{i}")
+            marks.append(len(messages))
+        return messages, tuple(marks)
 
 
 def parse_with_memo(
@@ -390,7 +437,7 @@ def parse_with_memo(
     read = memo.read(dialect, body, key)
     check_depth_of(read.data)
     return MemoParsed(validate_body(model, read.data, (key, read.seen)), read.history, read.seen, read.known,
-                      read.state)
+                      read.state, read.marks)
 
 
 def load_json_object(body: bytes | str | Mapping[str, Any], *, check_depth: bool = True) -> dict[str, Any]:

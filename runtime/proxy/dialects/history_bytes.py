@@ -14,12 +14,19 @@ the history's level: had it been inside an item or a string, the text after it w
 inside a string, than such a parse allows. Anything else returns None and the caller takes the full parse, which
 also words any error; the values read here are json.loads's, which decides what a request body is
 (`load_json_object`).
+
+Some harnesses edit the history's last items as they resend it: Claude Code moves its one sliding
+`cache_control` marker to the newest message, so the message that carried it comes back without it. For a
+dialect whose items convert independently, a body that agrees with the previous one only up to some item is read
+from that item's end (`partial`): the end of every item is kept (`SeenHistory.ends`), found by one scan of the body
+(json's C scanner) the first time it is needed, and carried on from then on.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from json.scanner import make_scanner
@@ -41,13 +48,15 @@ class _Unsure(Exception):
 @dataclass(frozen=True, slots=True)
 class SeenHistory:
     """A body as kept for reading the next one: the body itself (kept whole, not copied), where its history's
-    last item ends in it (None until found against the next body), how many history items it has, and the
-    object's members before the history (the same in any body that starts with the same bytes)."""
+    last item ends in it (None until found against the next body), how many history items it has, the object's
+    members before the history (the same in any body that starts with the same bytes), and where each history
+    item ends (None until a partial read needs them)."""
 
     body: bytes
     end: int | None
     count: int
     head: dict[str, Any]
+    ends: tuple[int, ...] | None = None
 
 
 def seen_history(body: bytes, data: dict[str, Any], key: str) -> SeenHistory | None:
@@ -63,17 +72,39 @@ def seen_history(body: bytes, data: dict[str, Any], key: str) -> SeenHistory | N
     return SeenHistory(body, None, len(items), head)
 
 
-def read_extension(body: bytes, key: str, seen: SeenHistory) -> tuple[dict[str, Any], SeenHistory] | None:
-    """The body's object with `key` holding only the items after `seen`'s, and the body's own `SeenHistory`;
-    None unless the body is `seen`'s history followed by at least one more item."""
+def read_extension(
+    body: bytes, key: str, seen: SeenHistory, *, partial: bool = False
+) -> tuple[dict[str, Any], SeenHistory, int] | None:
+    """The body's object with `key` holding only the items after the first `reused` of `seen`'s, the body's own
+    `SeenHistory`, and `reused`. Without `partial`, `reused` is all of `seen`'s items and None is returned unless
+    the body is `seen`'s history followed by at least one more item; with it, a body that agrees with `seen`'s
+    only up to the end of some item reuses the items before that point."""
     end = _history_end(seen, body)
-    if end is None:
+    if end is not None:
+        read = _read_after(body, end, key, seen, seen.count, seen.ends)
+        if read is not None or not partial:
+            return read
+    elif not partial:
         return None
+    ends = seen.ends if seen.ends is not None else _item_ends(seen.body, key)
+    if ends is None or len(ends) != seen.count:
+        return None
+    reused = bisect_right(ends, common_length(seen.body, body, 0, len(body)))
+    if not 0 < reused < seen.count:  # nothing to reuse, or all of it (which the read above refused)
+        return None
+    return _read_after(body, ends[reused - 1], key, seen, reused, ends)
+
+
+def _read_after(
+    body: bytes, end: int, key: str, seen: SeenHistory, reused: int, ends: tuple[int, ...] | None
+) -> tuple[dict[str, Any], SeenHistory, int] | None:
+    """The body read from `end`, where its history's first `reused` items (those of `seen`) end and at least
+    one more follows."""
     try:
         text = str(memoryview(body)[end:], "utf-8")
         pos = _skip(text, 0)
         _expect(text, pos, ",")
-        items, after_last, pos = _more_items(text, _skip(text, pos + 1))
+        items, item_ends, pos = _more_items(text, _skip(text, pos + 1))
         data = {**seen.head, key: items}
         pos = _skip(text, pos)
         while not text.startswith("}", pos):
@@ -91,8 +122,46 @@ def read_extension(body: bytes, key: str, seen: SeenHistory) -> tuple[dict[str, 
             raise _Unsure
     except (_Unsure, ValueError, StopIteration, RecursionError):
         return None
-    new_bytes = after_last if text.isascii() else len(text[:after_last].encode())
-    return data, SeenHistory(body, end + new_bytes, seen.count + len(items), seen.head)
+    new_ends = _byte_offsets(text, item_ends, end)
+    kept = None if ends is None else ends[:reused] + new_ends
+    return data, SeenHistory(body, new_ends[-1], reused + len(items), seen.head, kept), reused
+
+
+def _byte_offsets(text: str, offsets: list[int], base: int) -> tuple[int, ...]:
+    """`offsets` into `text` as offsets into the bytes it was decoded from, which start at `base`."""
+    if text.isascii():
+        return tuple(base + o for o in offsets)
+    out, at, size = [], 0, base
+    for o in offsets:
+        size += len(text[at:o].encode())
+        out.append(size)
+        at = o
+    return tuple(out)
+
+
+def _item_ends(body: bytes, key: str) -> tuple[int, ...] | None:
+    """Where each item of the history `key` ends in `body` (a body that parsed as an object), by one scan."""
+    try:
+        text = body.decode()
+        pos = _skip(text, 0)
+        _expect(text, pos, "{")
+        pos = _skip(text, pos + 1)
+        while True:
+            _expect(text, pos, '"')
+            name, pos = _SCAN(text, pos)
+            pos = _skip(text, pos)
+            _expect(text, pos, ":")
+            pos = _skip(text, pos + 1)
+            if name == key:
+                _expect(text, pos, "[")
+                _, item_ends, _ = _more_items(text, _skip(text, pos + 1))
+                return _byte_offsets(text, item_ends, 0)
+            _, pos = _SCAN(text, pos)
+            pos = _skip(text, pos)
+            _expect(text, pos, ",")
+            pos = _skip(text, pos + 1)
+    except (_Unsure, ValueError, StopIteration, RecursionError):
+        return None
 
 
 def _history_end(seen: SeenHistory, body: bytes) -> int | None:
@@ -105,16 +174,18 @@ def _history_end(seen: SeenHistory, body: bytes) -> int | None:
     return end if seen.body.startswith(b"]", closing.end()) else None
 
 
-def _more_items(text: str, pos: int) -> tuple[list[Any], int, int]:
-    """The items of an array from `pos`, where an item starts, to its `]`: the items, the index just after the last
+def _more_items(text: str, pos: int) -> tuple[list[Any], list[int], int]:
+    """The items of an array from `pos`, where an item starts, to its `]`: the items, the index just after each
     one, and the index after the `]`."""
     items: list[Any] = []
+    ends: list[int] = []
     while True:
-        item, after_last = _SCAN(text, pos)
+        item, after = _SCAN(text, pos)
         items.append(item)
-        pos = _skip(text, after_last)
+        ends.append(after)
+        pos = _skip(text, after)
         if text.startswith("]", pos):
-            return items, after_last, pos + 1
+            return items, ends, pos + 1
         _expect(text, pos, ",")
         pos = _skip(text, pos + 1)
 

@@ -239,7 +239,7 @@ class OpenAIChatDialect(Dialect):
         if req.n not in (None, 1):
             raise DialectError("n must be 1: each rollout samples one completion", param="n")
         extras = {k: v for k, v in (req.model_extra or {}).items() if k in _PASSTHROUGH_EXTRAS}
-        messages = [*parsed.known, *(_message(m, f"messages.{i}") for i, m in enumerate(req.messages, parsed.seen))]
+        messages, marks = parsed.convert_items(req.messages, lambda m, where: [_message(m, where)], "messages")
         canonical = CanonicalRequest(
             model=req.model,
             messages=messages,
@@ -255,7 +255,7 @@ class OpenAIChatDialect(Dialect):
             response_format=req.response_format,
             **extras,
         )
-        parsed.remember(memo, self.name, messages)
+        parsed.remember(memo, self.name, messages, marks=marks)
         return ParsedRequest(
             canonical=canonical,
             stream=bool(req.stream),
