@@ -1,6 +1,6 @@
 """CPU time of each stage of the harnessrl proxy's work for one call, in-process and without HTTP.
 
-    .venv/bin/python benchmarks/proxy/stages.py [--turns 20] [--repeat 3] [--best-of 1]
+    .venv/bin/python benchmarks/proxy/stages.py [--turns 20] [--repeat 3] [--best-of 1] [--tools 1]
 
 Plays the benchmark's sessions (every dialect, streamed and not) through the proxy's own functions, with the
 engine stand-in's own rendering of the upstream answers, and reports the mean CPU milliseconds per call of each
@@ -35,7 +35,7 @@ from harnessrl.runtime.engine.vllm_wire import COMPACT
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
 from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
-from harnessrl.runtime.proxy.engines import upstream_body
+from harnessrl.runtime.proxy.engines import upstream_json
 from harnessrl.runtime.proxy.journal import Journal
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import SessionStore
@@ -81,7 +81,7 @@ def _run(coroutine: Coroutine[Any, Any, int]) -> int:
     raise RuntimeError("the renderer waited on something")
 
 
-def play(clock: Clock, turns: int, model: str = "tiny") -> int:
+def play(clock: Clock, turns: int, model: str = "tiny", tools: int = 1) -> int:
     """One session per dialect x streaming mode; returns the number of calls."""
     engine = ScriptedEngine(make_tokenizer("fast"), model=model, record_calls=False)
     call = ScriptedToolCall(name=TOOL_NAME, arguments={"command": TOOL_COMMAND})
@@ -90,7 +90,7 @@ def play(clock: Clock, turns: int, model: str = "tiny") -> int:
     calls = 0
     for dialect_name in DIALECTS:
         for stream in (False, True):
-            work = SessionWorkload(dialect_name, stream, "key", model)
+            work = SessionWorkload(dialect_name, stream, "key", model, tools=tools)
             clock.mix = f"{dialect_name} {'stream' if stream else 'json'}"
             session, _ = store.create(
                 CreateSessionRequest(rollout_id="r", task_id="t", harness="h", group_id="g")
@@ -104,7 +104,7 @@ def play(clock: Clock, turns: int, model: str = "tiny") -> int:
                 with clock("1 parse dialect request"):
                     parsed = dialect.parse_request(request.body, route, session.history)
                 with clock("2 build + encode upstream body"):
-                    body = to_json(upstream_body(parsed.canonical, model, training=True, stream=stream))
+                    body = upstream_json(parsed.canonical, model, session.upstream_messages, training=True, stream=stream)
                 upstream = json.loads(body)
                 completion = engine.complete(upstream)
                 # The answer's bytes as vLLM (and the stand-in) write them: compact JSON.
@@ -147,6 +147,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/proxy/stages.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tools", type=int, default=1,
+                        help="tools each session sends (the shell tool, then ~1.5 KB ones; Claude Code sends ~20)")
     parser.add_argument(
         "--best-of", type=int, default=1,
         help="measure this many times and keep each figure's lowest: steadier on a machine whose speed drifts",
@@ -156,14 +158,14 @@ def main(argv: list[str]) -> int:
     mix_ms: dict[str, float] = {}
     for _ in range(args.best_of):
         clock = Clock()
-        calls = sum(play(clock, args.turns) for _ in range(args.repeat))
+        calls = sum(play(clock, args.turns, tools=args.tools) for _ in range(args.repeat))
         for stage, ms in [*clock.ms.items(), ("total", sum(clock.ms.values()))]:
             stage_ms[stage] = min(stage_ms.get(stage, float("inf")), ms / calls)
         for mix, ms in clock.by_mix.items():
             mix_ms[mix] = min(mix_ms.get(mix, float("inf")), ms / clock.calls_by_mix[mix])
     print(
-        f"harnessrl proxy stages, CPU ms per call (mean over {calls} calls, {args.turns}-turn sessions, "
-        f"every dialect, streamed and not; lowest of {args.best_of} runs):"
+        f"harnessrl proxy stages, CPU ms per call (mean over {calls} calls, {args.turns}-turn sessions of "
+        f"{args.tools} tool(s), every dialect, streamed and not; lowest of {args.best_of} runs):"
     )
     print("| stage | ms/call |\n|---|---|")
     for stage, ms in sorted(stage_ms.items(), key=lambda item: (item[0] == "total", item[0])):

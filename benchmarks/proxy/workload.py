@@ -33,6 +33,19 @@ TOOL_PARAMETERS: dict[str, Any] = {
     "required": ["command"],
 }
 TOOL_DESCRIPTION = "Run a shell command in the task's sandbox and return its output."
+
+
+def tool_specs(count: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, description, JSON schema) of a session's tools: the shell tool the engine stand-in calls, then
+    `count` - 1 more of about the size real harnesses send (~1.5 KB each; Claude Code sends ~20)."""
+    more = [
+        (f"tool_{i}", f"Tool {i} of the harness. " + "It reads and edits files in the task's repository. " * 20,
+         {"type": "object", "required": ["path"],
+          "properties": {p: {"type": "string", "description": f"the {p} to work on"} for p in
+                         ("path", "pattern", "content", "mode")}})
+        for i in range(1, count)
+    ]
+    return [(TOOL_NAME, TOOL_DESCRIPTION, TOOL_PARAMETERS), *more]
 SYSTEM_PROMPT = (
     "You are a coding agent working in a sandboxed repository. Use the shell tool to inspect files, run the "
     "tests and edit code until the task is solved. Keep answers short; prefer running commands over guessing. "
@@ -180,11 +193,13 @@ class SessionWorkload:
         model: str,
         *,
         baseline_fields: dict[str, Any] | None = None,
+        tools: int = 1,
     ) -> None:
         self.dialect: Dialect = "openai_chat" if baseline_fields is not None else dialect
         self.stream = stream
         self.key = key
         self.model = model
+        self.tools = tool_specs(tools)
         self.history = self._start(baseline_fields)
 
     # -- the body's fixed parts and first messages
@@ -197,14 +212,8 @@ class SessionWorkload:
                 "stream": self.stream,
                 "max_tokens": 1024,
                 "tools": [
-                    {
-                        "type": "function",
-                        "function": {
-                            "name": TOOL_NAME,
-                            "description": TOOL_DESCRIPTION,
-                            "parameters": TOOL_PARAMETERS,
-                        },
-                    }
+                    {"type": "function", "function": {"name": n, "description": d, "parameters": p}}
+                    for n, d, p in self.tools
                 ],
                 **(baseline_fields or {}),
             }
@@ -220,14 +229,7 @@ class SessionWorkload:
                 "stream": self.stream,
                 "instructions": SYSTEM_PROMPT,
                 "max_output_tokens": 1024,
-                "tools": [
-                    {
-                        "type": "function",
-                        "name": TOOL_NAME,
-                        "description": TOOL_DESCRIPTION,
-                        "parameters": TOOL_PARAMETERS,
-                    }
-                ],
+                "tools": [{"type": "function", "name": n, "description": d, "parameters": p} for n, d, p in self.tools],
             }
             history = _history(head, "input")
             history.append({"role": "user", "content": TASK})
@@ -237,9 +239,7 @@ class SessionWorkload:
                 "max_tokens": 1024,
                 "stream": self.stream,
                 "system": [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
-                "tools": [
-                    {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": TOOL_PARAMETERS}
-                ],
+                "tools": [{"name": n, "description": d, "input_schema": p} for n, d, p in self.tools],
             }
             history = _history(head, "messages", cache_marker=True)
             history.append({"role": "user", "content": [{"type": "text", "text": TASK}]})
@@ -247,15 +247,7 @@ class SessionWorkload:
             head = {
                 "systemInstruction": {"parts": [{"text": SYSTEM_PROMPT}]},
                 "tools": [
-                    {
-                        "functionDeclarations": [
-                            {
-                                "name": TOOL_NAME,
-                                "description": TOOL_DESCRIPTION,
-                                "parameters": TOOL_PARAMETERS,
-                            }
-                        ]
-                    }
+                    {"functionDeclarations": [{"name": n, "description": d, "parameters": p} for n, d, p in self.tools]}
                 ],
                 "generationConfig": {"maxOutputTokens": 1024},
             }

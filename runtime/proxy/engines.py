@@ -56,9 +56,10 @@ def upstream_json(
     max_tokens_cap: int | None = None,
 ) -> bytes:
     """`upstream_body` as the JSON bytes sent, its messages encoded through the session's `messages` memo."""
-    head = request.model_dump(mode="json", exclude_none=True, exclude={"messages"})
+    head = request.model_dump(mode="json", exclude_none=True, exclude={"messages", "tools"})
     _add_proxy_fields(head, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap)
-    return b"".join((b'{"messages":[', messages.encode(request.messages), b"],", memoryview(to_json(head))[1:]))
+    tools = (b'"tools":', messages.encode_tools(request.tools), b",") if request.tools is not None else ()
+    return b"".join((b'{"messages":[', messages.encode(request.messages), b"],", *tools, memoryview(to_json(head))[1:]))
 
 
 def _add_proxy_fields(

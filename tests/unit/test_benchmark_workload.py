@@ -56,6 +56,17 @@ def test_bodies_parse_in_the_proxys_dialect_as_the_history_grows(dialect: str, s
         work.record_turn(Reply([ToolCall(f"call_{turn}", TOOL_NAME, args)]), output)
 
 
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_sessions_can_send_as_many_tools_as_real_harnesses_do(dialect: str) -> None:
+    request = SessionWorkload(dialect, False, "key", "tiny", tools=20).request()  # type: ignore[arg-type]
+    path, _, query = request.path.partition("?")
+    route = match_route(path, dict([query.split("=")]) if query else {})
+    assert route is not None
+    tools = dialect_for(route).parse_request(request.body, route).canonical.tools or []
+    assert [t.function.name for t in tools] == [TOOL_NAME, *(f"tool_{i}" for i in range(1, 20))]
+    assert 25_000 < len(request.body) < 60_000  # ~1.5 KB a tool, as a real harness's definitions
+
+
 def test_tool_output_is_about_the_requested_tokens_and_deterministic() -> None:
     text = tool_output(3, 500)
     assert len(text.encode()) == 2000  # the stand-in's fast tokenizer: 4 bytes a token

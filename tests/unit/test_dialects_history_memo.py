@@ -6,6 +6,7 @@ falls back to, or reports like, a full parse)."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -182,3 +183,41 @@ def test_a_sliding_cache_marker_reparses_only_the_item_it_left(step: int) -> Non
         sent = upstream_json(with_memo.canonical, "policy", encoded, training=True, stream=False)
         assert json.loads(sent) == upstream_body(full, "policy", training=True, stream=False)
         previous = n
+
+
+def _tools_first(dialect: str, history: list[dict[str, Any]], tool_names: list[str]) -> bytes:
+    """A body whose tools come before its history, as the memo reads them from the previous body's bytes."""
+    body = json.loads(_body(dialect, history))
+    tools = body.pop("tools")
+    shape = tools[0]
+    if dialect == "gemini":
+        made = [{"functionDeclarations": [{**shape["functionDeclarations"][0], "name": n} for n in tool_names]}]
+    elif dialect == "openai_chat":
+        made = [{**shape, "function": {**shape["function"], "name": n}} for n in tool_names]
+    else:
+        made = [{**shape, "name": n} for n in tool_names]
+    return json.dumps({"tools": made, **body}).encode()
+
+
+@pytest.mark.parametrize(("dialect", "turn"), CASES, ids=lambda c: getattr(c, "name", ""))
+def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialect, turn: Any) -> None:
+    """Harnesses send the same tools on every call: while they are, the memo's validated tools are reused; a
+    call that changes them (an MCP server came up) converts them anew. The engine's body is a full parse's."""
+    route = RouteInfo(dialect=dialect.name, model="m" if dialect.name == "gemini" else None)
+    memo, encoded = HistoryMemo(), EncodedMessages()
+    items = [_first(dialect.name)] + [item for i in range(3) for item in turn(i)]
+    names = [f"tool_{i}" for i in range(5)]
+    validated = []
+    for n in range(1, len(items) + 1):
+        if n == len(items) - 1:
+            names = [*names, "mcp_search"]
+        body = _tools_first(dialect.name, items[:n], names)
+        with_memo = dialect.parse_request(body, route, memo)
+        full = dialect.parse_request(body, route).canonical
+        sent = upstream_json(with_memo.canonical, "policy", encoded, training=True, stream=False)
+        assert json.loads(sent) == upstream_body(full, "policy", training=True, stream=False)
+        assert [t.function.name for t in with_memo.canonical.tools or []] == names
+        assert memo.tools is not None
+        validated.append(memo.tools.validated)
+    reused = [now is before for before, now in pairwise(validated)]
+    assert reused == [True] * (len(items) - 3) + [False, True]

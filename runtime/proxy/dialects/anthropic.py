@@ -293,7 +293,7 @@ class AnthropicDialect(Dialect):
         counting = route.operation is Operation.COUNT_TOKENS
         if req.max_tokens is None and not counting:
             raise DialectError("invalid request: max_tokens: Field required", param="max_tokens")
-        tools, dropped = _tools(req.tools)
+        tools, dropped = parsed.convert_tools(req.tools, _tools)
         parallel = None
         if req.tool_choice is not None and req.tool_choice.disable_parallel_tool_use:
             parallel = False

@@ -17,10 +17,10 @@ import json
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 from harnessrl.runtime.proxy.dialects.history_bytes import SeenHistory, read_extension, seen_history
 from harnessrl.runtime.proxy.dialects.upstream import (
@@ -37,6 +37,7 @@ from pydantic_core import from_json
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+C = TypeVar("C")
 
 # --------------------------------------------------------------------------- errors
 
@@ -278,9 +279,10 @@ def reject_constrained_decoding(request: CanonicalRequest) -> None:
 MAX_JSON_DEPTH = 64  # deeper bodies are refused before any recursive code walks them
 
 
-def _depth_ok(value: Any) -> bool:
+def _depth_ok(value: dict[str, Any], checked: Container[str] = ()) -> bool:
+    """Whether `value` nests at most MAX_JSON_DEPTH levels; its members named in `checked` are not walked."""
     # Only containers go on the stack: a request is mostly strings, and this runs on every call.
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[Any, int]] = [(v, 2) for k, v in value.items() if isinstance(v, (dict, list)) and k not in checked]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
@@ -301,11 +303,12 @@ class HistoryMemo:
     `cache_control` marker) reuses the items before the first rewritten one. One per session, owned by the
     proxy."""
 
-    __slots__ = ("_last",)
+    __slots__ = ("_last", "tools")
 
     def __init__(self) -> None:
         # One object, replaced whole, so a parse in a worker thread always reads a consistent memo.
         self._last: _Remembered | None = None
+        self.tools: ToolsMemo | None = None
 
     def read(self, dialect: str, body: bytes, key: str) -> MemoRead:
         """The body's object, with `key` cut to the items it shares with the previous request when it extends
@@ -332,6 +335,19 @@ class HistoryMemo:
         marks: tuple[int, ...] | None = None,
     ) -> None:
         self._last = None if seen is None else _Remembered(dialect, seen, messages, state, marks)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsMemo:
+    """A request's `tools` member as parsed (`raw`), validated and converted by its dialect. Harnesses send the
+    same tools on every call (Claude Code ~20 definitions, tens of KB), and a body read through the memo holds the
+    very object the previous body's parse made for a member before its history, so `raw is` the new body's member
+    means the same JSON: its validation, conversion and upstream JSON are reused (`EncodedMessages.encode_tools`)
+    instead of being made again on every call."""
+
+    raw: Any
+    validated: Any
+    converted: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,11 +379,12 @@ class EncodedMessages:
     them are encoded: building the engine's body costs O(new messages), not O(history). One per session, used on
     the event loop only."""
 
-    __slots__ = ("_messages", "_pieces", "reused")
+    __slots__ = ("_messages", "_pieces", "_tools", "reused")
 
     def __init__(self) -> None:
         self._messages: list[ChatMessage] = []
         self._pieces: list[bytes] = []
+        self._tools: tuple[list[FunctionTool], bytes] = ([], b"[]")
         self.reused = 0  # how many leading messages the last `encode` took from the call before
 
     def encode(self, messages: list[ChatMessage]) -> bytes:
@@ -384,6 +401,14 @@ class EncodedMessages:
         self._messages, self._pieces, self.reused = list(messages), pieces, same
         return b",".join(pieces)
 
+    def encode_tools(self, tools: list[FunctionTool]) -> bytes:
+        """`tools` as a JSON array; the same tool objects as the last call's (`ToolsMemo`) keep their JSON."""
+        known, encoded = self._tools
+        if len(tools) != len(known) or any(new is not was for new, was in zip(tools, known, strict=True)):
+            encoded = b"[" + b",".join(t.__pydantic_serializer__.to_json(t, exclude_none=True) for t in tools) + b"]"
+            self._tools = (list(tools), encoded)
+        return encoded
+
 
 @dataclass(frozen=True)
 class MemoParsed(Generic[M]):
@@ -397,6 +422,18 @@ class MemoParsed(Generic[M]):
     known: list[ChatMessage]
     state: Any
     marks: tuple[int, ...] | None = ()
+    memo: HistoryMemo | None = None
+    raw_tools: Any = None  # the body's `tools` member as parsed
+
+    def convert_tools(self, tools: Any, convert: Callable[[Any], C]) -> C:
+        """`convert(tools)`, the validated `tools` member, or what it gave for the same tools on the previous call."""
+        known = self.memo.tools if self.memo is not None else None
+        if known is not None and tools is not None and tools is known.validated:
+            return cast(C, known.converted)
+        converted = convert(tools)
+        if self.memo is not None:
+            self.memo.tools = ToolsMemo(self.raw_tools, tools, converted) if self.raw_tools is not None else None
+        return converted
 
     def remember(
         self,
@@ -435,9 +472,16 @@ def parse_with_memo(
         check_depth_of(data)
         return MemoParsed(validate_body(model, data), None, 0, [], None)
     read = memo.read(dialect, body, key)
-    check_depth_of(read.data)
-    return MemoParsed(validate_body(model, read.data, (key, read.seen)), read.history, read.seen, read.known,
-                      read.state, read.marks)
+    # The members before the history are the previous body's, byte for byte, checked when it was first parsed.
+    check_depth_of(read.data, read.history.head if read.seen and read.history is not None else ())
+    raw_tools = read.data.get("tools")
+    tools = memo.tools
+    if tools is None or raw_tools is None or raw_tools is not tools.raw:
+        request = validate_body(model, read.data, (key, read.seen))
+    else:  # the same tools as the previous call's: validated then
+        request = validate_body(model, {k: v for k, v in read.data.items() if k != "tools"}, (key, read.seen))
+        request.tools = tools.validated  # type: ignore[attr-defined]  # every dialect's request has `tools`
+    return MemoParsed(request, read.history, read.seen, read.known, read.state, read.marks, memo, raw_tools)
 
 
 def load_json_object(body: bytes | str | Mapping[str, Any], *, check_depth: bool = True) -> dict[str, Any]:
@@ -463,8 +507,8 @@ def load_json_object(body: bytes | str | Mapping[str, Any], *, check_depth: bool
     return data
 
 
-def check_depth_of(data: dict[str, Any]) -> None:
-    if not _depth_ok(data):
+def check_depth_of(data: dict[str, Any], checked: Container[str] = ()) -> None:
+    if not _depth_ok(data, checked):
         raise DialectError(f"request body is nested more than {MAX_JSON_DEPTH} levels deep")
 
 

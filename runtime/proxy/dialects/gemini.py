@@ -350,7 +350,7 @@ class GeminiDialect(Dialect):
         config = req.generation_config or _GenerationConfig()
         if config.candidate_count not in (None, 1):
             raise DialectError("candidateCount must be 1: each rollout samples one completion", param="generationConfig.candidateCount")
-        tools, dropped = _tools(req.tools)
+        tools, dropped = parsed.convert_tools(req.tools, _tools)
         stream = bool(route.stream) and route.operation is Operation.GENERATE
         choice = _tool_choice(req.tool_config)  # validated even when no tool is left to choose
         canonical = CanonicalRequest(

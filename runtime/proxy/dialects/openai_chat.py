@@ -243,7 +243,7 @@ class OpenAIChatDialect(Dialect):
         canonical = CanonicalRequest(
             model=req.model,
             messages=messages,
-            tools=_tools(req.tools),
+            tools=parsed.convert_tools(req.tools, _tools),
             tool_choice=_tool_choice(req.tool_choice),
             parallel_tool_calls=req.parallel_tool_calls,
             max_tokens=req.max_completion_tokens or req.max_tokens,

@@ -369,7 +369,7 @@ class OpenAIResponsesDialect(Dialect):
                 "send the whole conversation in `input` (store: false)",
                 param="previous_response_id",
             )
-        tools, origins, dropped = _tools(req.tools)
+        tools, origins, dropped = parsed.convert_tools(req.tools, _tools)
         choice = _tool_choice(req.tool_choice)  # validated even when no tool is left to choose
         if isinstance(req.input, str):
             converted = [ChatMessage(role="user", content=req.input)]
