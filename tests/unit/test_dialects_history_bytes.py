@@ -97,7 +97,7 @@ def test_random_bodies_read_as_json_loads_or_not_at_all(partial: bool) -> None:
     """Whole: only a body that extends all of the seen history is read. Partial: one that agrees with it up to
     some item's end is read from there, and the item ends it keeps are each item's own."""
     rng = random.Random(7)
-    hits = reads_of_a_part = 0
+    hits = reads_of_a_part = tails_reused = 0
     for _ in range(3000):
         items = [_random_value(rng) for _ in range(1 + rng.randrange(4))]
         style: dict[str, Any] = rng.choice([{}, {"indent": 1}, {"separators": (",", ":")}, {"ensure_ascii": False}])
@@ -119,7 +119,15 @@ def test_random_bodies_read_as_json_loads_or_not_at_all(partial: bool) -> None:
         assert data == _cut(later, reused) and seen_later.count == len(later_items)
         if seen_later.ends is not None:
             assert seen_later.ends == _ends(later, later_items)
-    assert hits > 500
+        # A third body: one more item, and the members after the history as they were, or not.
+        same_tail = rng.random() < 0.5
+        third = _body([*later_items, _random_value(rng)], head=head, tail=tail if same_tail else {"stream": None},
+                      **style)
+        read = read_extension(third, KEY, seen_later, partial=partial)
+        assert read is not None
+        assert read[0] == _cut(third, len(later_items))
+        tails_reused += same_tail and all(read[0][k] is data[k] for k in tail)
+    assert hits > 500 and tails_reused > 200
     assert (reads_of_a_part > 100) == partial
 
 

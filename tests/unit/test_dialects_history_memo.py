@@ -185,8 +185,8 @@ def test_a_sliding_cache_marker_reparses_only_the_item_it_left(step: int) -> Non
         previous = n
 
 
-def _tools_first(dialect: str, history: list[dict[str, Any]], tool_names: list[str]) -> bytes:
-    """A body whose tools come before its history, as the memo reads them from the previous body's bytes."""
+def _with_tools(dialect: str, history: list[dict[str, Any]], tool_names: list[str], *, first: bool) -> bytes:
+    """A body with these tools, before its history or after it (then last)."""
     body = json.loads(_body(dialect, history))
     tools = body.pop("tools")
     shape = tools[0]
@@ -196,13 +196,15 @@ def _tools_first(dialect: str, history: list[dict[str, Any]], tool_names: list[s
         made = [{**shape, "function": {**shape["function"], "name": n}} for n in tool_names]
     else:
         made = [{**shape, "name": n} for n in tool_names]
-    return json.dumps({"tools": made, **body}).encode()
+    return json.dumps({"tools": made, **body} if first else {**body, "tools": made}).encode()
 
 
+@pytest.mark.parametrize("tools_first", [True, False], ids=["tools before the history", "tools after it"])
 @pytest.mark.parametrize(("dialect", "turn"), CASES, ids=lambda c: getattr(c, "name", ""))
-def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialect, turn: Any) -> None:
+def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialect, turn: Any, tools_first: bool) -> None:
     """Harnesses send the same tools on every call: while they are, the memo's validated tools are reused; a
-    call that changes them (an MCP server came up) converts them anew. The engine's body is a full parse's."""
+    call that changes them (an MCP server came up) converts them anew. The engine's body is a full parse's.
+    Tools after the history are known once a body has been read through the memo (the first is parsed whole)."""
     route = RouteInfo(dialect=dialect.name, model="m" if dialect.name == "gemini" else None)
     memo, encoded = HistoryMemo(), EncodedMessages()
     items = [_first(dialect.name)] + [item for i in range(3) for item in turn(i)]
@@ -211,7 +213,7 @@ def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialec
     for n in range(1, len(items) + 1):
         if n == len(items) - 1:
             names = [*names, "mcp_search"]
-        body = _tools_first(dialect.name, items[:n], names)
+        body = _with_tools(dialect.name, items[:n], names, first=tools_first)
         with_memo = dialect.parse_request(body, route, memo)
         full = dialect.parse_request(body, route).canonical
         sent = upstream_json(with_memo.canonical, "policy", encoded, training=True, stream=False)
@@ -220,4 +222,4 @@ def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialec
         assert memo.tools is not None
         validated.append(memo.tools.validated)
     reused = [now is before for before, now in pairwise(validated)]
-    assert reused == [True] * (len(items) - 3) + [False, True]
+    assert reused == [tools_first] + [True] * (len(items) - 4) + [False, True]

@@ -318,13 +318,14 @@ class HistoryMemo:
             extended = read_extension(body, key, last.seen, partial=last.marks is not None)
             if extended is not None:
                 data, seen, reused = extended
+                checked = _reused_members(last.seen, seen)
                 if reused == last.seen.count:
-                    return MemoRead(data, reused, last.messages, last.state, seen, last.marks)
+                    return MemoRead(data, reused, last.messages, last.state, seen, last.marks, checked)
                 assert last.marks is not None  # a partial read is asked for only with marks
                 marks = last.marks[:reused]
-                return MemoRead(data, reused, last.messages[: marks[-1]], None, seen, marks)
+                return MemoRead(data, reused, last.messages[: marks[-1]], None, seen, marks, checked)
         data = load_json_object(body, check_depth=False)
-        return MemoRead(data, 0, [], None, seen_history(body, data, key), ())
+        return MemoRead(data, 0, [], None, seen_history(body, data, key), (), ())
 
     def remember(
         self,
@@ -335,6 +336,13 @@ class HistoryMemo:
         marks: tuple[int, ...] | None = None,
     ) -> None:
         self._last = None if seen is None else _Remembered(dialect, seen, messages, state, marks)
+
+
+def _reused_members(before: SeenHistory, now: SeenHistory) -> set[str]:
+    """The members of a body read through the memo whose values are the previous body's objects: those before its
+    history, and those after it when they are the same bytes."""
+    tail = now.tail[1] if now.tail is not None and before.tail is not None and now.tail[1] is before.tail[1] else {}
+    return {*now.head, *tail}
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +379,7 @@ class MemoRead:
     state: Any
     history: SeenHistory | None
     marks: tuple[int, ...] | None
+    checked: Container[str]  # members that are the previous body's objects, checked when first parsed
 
 
 class EncodedMessages:
@@ -472,8 +481,7 @@ def parse_with_memo(
         check_depth_of(data)
         return MemoParsed(validate_body(model, data), None, 0, [], None)
     read = memo.read(dialect, body, key)
-    # The members before the history are the previous body's, byte for byte, checked when it was first parsed.
-    check_depth_of(read.data, read.history.head if read.seen and read.history is not None else ())
+    check_depth_of(read.data, read.checked)
     raw_tools = read.data.get("tools")
     tools = memo.tools
     if tools is None or raw_tools is None or raw_tools is not tools.raw:

@@ -20,6 +20,11 @@ Some harnesses edit the history's last items as they resend it: Claude Code move
 dialect whose items convert independently, a body that agrees with the previous one only up to some item is read
 from that item's end (`partial`): the end of every item is kept (`SeenHistory.ends`), found by one scan of the body
 (json's C scanner) the first time it is needed, and carried on from then on.
+
+The members after the history (most SDKs write the tools there, tens of KB) are parsed once: a body read this way
+keeps where they start and what they were (`SeenHistory.tail`), and the next body that ends with the same bytes
+from its history's `]` on (one memcmp) gets those very objects, which also tells the dialect that its tools are
+the previous call's (`ToolsMemo`, base.py).
 """
 
 from __future__ import annotations
@@ -49,14 +54,17 @@ class _Unsure(Exception):
 class SeenHistory:
     """A body as kept for reading the next one: the body itself (kept whole, not copied), where its history's
     last item ends in it (None until found against the next body), how many history items it has, the object's
-    members before the history (the same in any body that starts with the same bytes), and where each history
-    item ends (None until a partial read needs them)."""
+    members before the history (the same in any body that starts with the same bytes), where each history
+    item ends (None until a partial read needs them), and, once read from its text, where the members after the
+    history start (just after its `]`) and what they are (`tail`; the same in any body that ends with the same
+    bytes from its history's `]`)."""
 
     body: bytes
     end: int | None
     count: int
     head: dict[str, Any]
     ends: tuple[int, ...] | None = None
+    tail: tuple[int, dict[str, Any]] | None = None
 
 
 def seen_history(body: bytes, data: dict[str, Any], key: str) -> SeenHistory | None:
@@ -99,32 +107,49 @@ def _read_after(
     body: bytes, end: int, key: str, seen: SeenHistory, reused: int, ends: tuple[int, ...] | None
 ) -> tuple[dict[str, Any], SeenHistory, int] | None:
     """The body read from `end`, where its history's first `reused` items (those of `seen`) end and at least
-    one more follows."""
+    one more follows. Members after the history that are `seen`'s byte for byte (tools sent after the
+    conversation) are `seen`'s own objects, not parsed again."""
     try:
         text = str(memoryview(body)[end:], "utf-8")
         pos = _skip(text, 0)
         _expect(text, pos, ",")
         items, item_ends, pos = _more_items(text, _skip(text, pos + 1))
-        data = {**seen.head, key: items}
-        pos = _skip(text, pos)
-        while not text.startswith("}", pos):
-            _expect(text, pos, ",")
-            pos = _skip(text, pos + 1)
-            _expect(text, pos, '"')
-            name, pos = _SCAN(text, pos)
-            pos = _skip(text, pos)
-            _expect(text, pos, ":")
-            if name == key or name in seen.head:  # a duplicate member: the full parse decides which one counts
-                raise _Unsure
-            data[name], pos = _SCAN(text, _skip(text, pos + 1))
-            pos = _skip(text, pos)
-        if _skip(text, pos + 1) != len(text):
-            raise _Unsure
+        tail_at = end + (pos if text.isascii() else len(text[:pos].encode()))
+        if seen.tail is not None and _same_ending(body, tail_at, seen.body, seen.tail[0]):
+            tail = seen.tail[1]
+        else:
+            tail = _members_after(text, pos, key, seen.head)
     except (_Unsure, ValueError, StopIteration, RecursionError):
         return None
     new_ends = _byte_offsets(text, item_ends, end)
     kept = None if ends is None else ends[:reused] + new_ends
-    return data, SeenHistory(body, new_ends[-1], reused + len(items), seen.head, kept), reused
+    seen_now = SeenHistory(body, new_ends[-1], reused + len(items), seen.head, kept, (tail_at, tail))
+    return {**seen.head, key: items, **tail}, seen_now, reused
+
+
+def _same_ending(body: bytes, at: int, other: bytes, other_at: int) -> bool:
+    """Whether body[at:] == other[other_at:], without copying either (a memcmp)."""
+    return len(body) - at == len(other) - other_at and body.endswith(memoryview(other)[other_at:])
+
+
+def _members_after(text: str, pos: int, key: str, head: dict[str, Any]) -> dict[str, Any]:
+    """The members of the object from `pos`, just after its history's `]`, to its end."""
+    tail: dict[str, Any] = {}
+    pos = _skip(text, pos)
+    while not text.startswith("}", pos):
+        _expect(text, pos, ",")
+        pos = _skip(text, pos + 1)
+        _expect(text, pos, '"')
+        name, pos = _SCAN(text, pos)
+        pos = _skip(text, pos)
+        _expect(text, pos, ":")
+        if name == key or name in head or name in tail:  # a duplicate: the full parse decides which one counts
+            raise _Unsure
+        tail[name], pos = _SCAN(text, _skip(text, pos + 1))
+        pos = _skip(text, pos)
+    if _skip(text, pos + 1) != len(text):
+        raise _Unsure
+    return tail
 
 
 def _byte_offsets(text: str, offsets: list[int], base: int) -> tuple[int, ...]:
