@@ -21,10 +21,10 @@ dialect whose items convert independently, a body that agrees with the previous 
 from that item's end (`partial`): the end of every item is kept (`SeenHistory.ends`), found by one scan of the body
 (json's C scanner) the first time it is needed, and carried on from then on.
 
-The members after the history (most SDKs write the tools there, tens of KB) are parsed once: a body read this way
-keeps where they start and what they were (`SeenHistory.tail`), and the next body that ends with the same bytes
-from its history's `]` on (one memcmp) gets those very objects, which also tells the dialect that its tools are
-the previous call's (`ToolsMemo`, base.py).
+The members after the history (the OpenAI and Anthropic SDKs write the tools there, tens of KB) are parsed
+once: a body read this way keeps where they start and what they were (`SeenHistory.tail`), and the next body
+that ends with the same bytes from its history's `]` on (one memcmp) gets those very objects, which also tells
+the dialect that its tools are the previous call's (`ToolsMemo`, base.py).
 """
 
 from __future__ import annotations
