@@ -16,6 +16,7 @@ from typing import Any
 
 from harnessrl.runtime.proxy.config import UpstreamLimits
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, DialectError, EncodedMessages
+from harnessrl.runtime.proxy.dialects.shared_tools import tools_json
 from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, Completion, CompletionChunk
 from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool, UpstreamResponse
 from pydantic_core import to_json
@@ -58,7 +59,7 @@ def upstream_json(
     """`upstream_body` as the JSON bytes sent, its messages encoded through the session's `messages` memo."""
     head = request.model_dump(mode="json", exclude_none=True, exclude={"messages", "tools"})
     _add_proxy_fields(head, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap)
-    tools = (b'"tools":', messages.encode_tools(request.tools), b",") if request.tools is not None else ()
+    tools = (b'"tools":', tools_json(request.tools), b",") if request.tools is not None else ()
     return b"".join((b'{"messages":[', messages.encode(request.messages), b"],", *tools, memoryview(to_json(head))[1:]))
 
 

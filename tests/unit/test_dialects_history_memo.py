@@ -209,7 +209,7 @@ def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialec
     memo, encoded = HistoryMemo(), EncodedMessages()
     items = [_first(dialect.name)] + [item for i in range(3) for item in turn(i)]
     names = [f"tool_{i}" for i in range(5)]
-    validated = []
+    raw, validated = [], []
     for n in range(1, len(items) + 1):
         if n == len(items) - 1:
             names = [*names, "mcp_search"]
@@ -220,6 +220,26 @@ def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialec
         assert json.loads(sent) == upstream_body(full, "policy", training=True, stream=False)
         assert [t.function.name for t in with_memo.canonical.tools or []] == names
         assert memo.tools is not None
+        raw.append(memo.tools.raw)
         validated.append(memo.tools.validated)
-    reused = [now is before for before, now in pairwise(validated)]
-    assert reused == [tools_first] + [True] * (len(items) - 4) + [False, True]
+    # The parsed member is the previous body's own object (no parse, no validation) while the tools are unchanged.
+    assert [now is before for before, now in pairwise(raw)] == [tools_first] + [True] * (len(items) - 4) + [False, True]
+    # Validated once per distinct tool list in the process (shared_tools.py).
+    assert [now is before for before, now in pairwise(validated)] == [True] * (len(items) - 3) + [False, True]
+
+
+def test_sessions_with_the_same_tools_share_one_validated_and_converted_copy() -> None:
+    route = RouteInfo(dialect="anthropic")
+    sessions = [HistoryMemo() for _ in range(3)]
+    names = ["read", "edit", "bash"]
+    for memo in sessions:
+        AnthropicDialect().parse_request(_with_tools("anthropic", [_first("anthropic")], names, first=True), route, memo)
+    kept = [memo.tools for memo in sessions]
+    assert all(k is not None for k in kept)
+    assert len({id(k.validated) for k in kept if k}) == 1 and len({id(k.converted) for k in kept if k}) == 1
+    assert len({id(k.raw) for k in kept if k}) == 3  # each session's own parse: what its next body is checked against
+    # Another dialect's tools convert to other objects, even when the sessions' JSON were the same.
+    other = HistoryMemo()
+    OpenAIChatDialect().parse_request(_with_tools("openai_chat", [_first("openai_chat")], names, first=True),
+                                      RouteInfo(dialect="openai_chat"), other)
+    assert other.tools is not None and kept[0] is not None and other.tools.converted is not kept[0].converted

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
+from harnessrl.runtime.proxy.dialects import shared_tools
 from harnessrl.runtime.proxy.dialects.history_bytes import SeenHistory, read_extension, seen_history
 from harnessrl.runtime.proxy.dialects.upstream import (
     Choice,
@@ -349,9 +350,10 @@ def _reused_members(before: SeenHistory, now: SeenHistory) -> set[str]:
 class ToolsMemo:
     """A request's `tools` member as parsed (`raw`), validated and converted by its dialect. Harnesses send the
     same tools on every call (Claude Code ~20 definitions, tens of KB), and a body read through the memo holds the
-    very object the previous body's parse made for a member before its history, so `raw is` the new body's member
-    means the same JSON: its validation, conversion and upstream JSON are reused (`EncodedMessages.encode_tools`)
-    instead of being made again on every call."""
+    very object the previous body's parse made for a member before or after its history, so `raw is` the new
+    body's member means the same JSON: its validation, conversion and upstream JSON are reused instead of being
+    made again on every call. Sessions with the same tools share one validated and converted copy
+    (shared_tools.py)."""
 
     raw: Any
     validated: Any
@@ -388,12 +390,11 @@ class EncodedMessages:
     them are encoded: building the engine's body costs O(new messages), not O(history). One per session, used on
     the event loop only."""
 
-    __slots__ = ("_messages", "_pieces", "_tools", "reused")
+    __slots__ = ("_messages", "_pieces", "reused")
 
     def __init__(self) -> None:
         self._messages: list[ChatMessage] = []
         self._pieces: list[bytes] = []
-        self._tools: tuple[list[FunctionTool], bytes] = ([], b"[]")
         self.reused = 0  # how many leading messages the last `encode` took from the call before
 
     def encode(self, messages: list[ChatMessage]) -> bytes:
@@ -409,14 +410,6 @@ class EncodedMessages:
         pieces += [m.__pydantic_serializer__.to_json(m, exclude_none=True) for m in messages[same:]]
         self._messages, self._pieces, self.reused = list(messages), pieces, same
         return b",".join(pieces)
-
-    def encode_tools(self, tools: list[FunctionTool]) -> bytes:
-        """`tools` as a JSON array; the same tool objects as the last call's (`ToolsMemo`) keep their JSON."""
-        known, encoded = self._tools
-        if len(tools) != len(known) or any(new is not was for new, was in zip(tools, known, strict=True)):
-            encoded = b"[" + b",".join(t.__pydantic_serializer__.to_json(t, exclude_none=True) for t in tools) + b"]"
-            self._tools = (list(tools), encoded)
-        return encoded
 
 
 @dataclass(frozen=True)
@@ -441,7 +434,11 @@ class MemoParsed(Generic[M]):
             return cast(C, known.converted)
         converted = convert(tools)
         if self.memo is not None:
-            self.memo.tools = ToolsMemo(self.raw_tools, tools, converted) if self.raw_tools is not None else None
+            if self.raw_tools is None:
+                self.memo.tools = None
+            else:
+                validated, converted = shared_tools.share(convert, self.raw_tools, tools, converted)
+                self.memo.tools = ToolsMemo(self.raw_tools, validated, converted)
         return converted
 
     def remember(
