@@ -1,6 +1,6 @@
 """The proxy's CPU per call against the floor of its stack, with one call in flight at a time (low noise).
 
-    .venv/bin/python benchmarks/proxy/floor.py [--sessions 6] [--turns 20]
+    .venv/bin/python benchmarks/proxy/floor.py [--sessions 6] [--turns 20] [--tools 1]
 
 Plays the benchmark's OpenAI Chat sessions (the only dialect the engine stand-in reads as is), streamed and not,
 one call at a time, against two servers in front of the same engine stand-in: the harnessrl proxy, and the
@@ -38,12 +38,12 @@ from servers import ProcessGroup, Server, create_sessions, start_engine, start_f
 from workload import SessionWorkload, output_seed, tool_output
 
 
-async def play(url: str, keys: list[str], stream: bool, turns: int) -> None:
+async def play(url: str, keys: list[str], stream: bool, turns: int, tools: int = 1) -> None:
     """One session per key, one after the other, one call at a time."""
     http = UpstreamPool(Limits())
     try:
         for s, key in enumerate(keys):
-            work = SessionWorkload("openai_chat", stream, key, MODEL)
+            work = SessionWorkload("openai_chat", stream, key, MODEL, tools=tools)
             for t in range(turns):
                 request = work.request()
                 status, raw = await post_whole(http, url + request.path, request.headers, request.body, 60)
@@ -94,14 +94,16 @@ class Callgrind:
         subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=60)
 
 
-def per_call(meter: Meter, server: Server, keys: list[str], stream: bool, turns: int) -> float:
-    return meter(server, lambda: asyncio.run(play(server.url, keys, stream, turns))) / (len(keys) * turns)
+def per_call(meter: Meter, server: Server, keys: list[str], stream: bool, turns: int, tools: int = 1) -> float:
+    return meter(server, lambda: asyncio.run(play(server.url, keys, stream, turns, tools))) / (len(keys) * turns)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/proxy/floor.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--tools", type=int, default=1,
+                        help="tools each session sends (the shell tool, then ~1.5 KB ones; Claude Code sends ~20)")
     parser.add_argument("--instructions", action="store_true",
                         help="count user-space instructions under callgrind instead of measuring CPU time")
     parser.add_argument("--keep", action="store_true",
@@ -120,7 +122,7 @@ def main(argv: list[str]) -> int:
                                     wrapper=callgrind.wrapper("forwarder") if callgrind else ())
         load = " ".join(f"{x:.2f}" for x in psutil.getloadavg())
         unit = "Million user-space instructions" if callgrind else "CPU ms"
-        print(f"{unit} per call, OpenAI Chat sessions of {args.turns} turns, one call at a time, "
+        print(f"{unit} per call, OpenAI Chat sessions of {args.turns} turns and {args.tools} tool(s), one call at a time, "
               f"{args.sessions * args.turns} calls per figure (load average {load}):")
         print("| calls | harnessrl proxy | do-nothing forwarder (floor) |\n|---|---|---|")
         warm = [sid for sid, _ in create_sessions("harnessrl", proxy.url, token, 2, "floor-warm")]
@@ -129,8 +131,8 @@ def main(argv: list[str]) -> int:
             per_call(cpu_ms, forwarder, ["none"], stream, 3)
         for stream in (False, True):
             sids = [sid for sid, _ in create_sessions("harnessrl", proxy.url, token, args.sessions, f"floor-{stream}")]
-            ours = per_call(meter, proxy, sids, stream, args.turns)
-            floor = per_call(meter, forwarder, ["none"] * args.sessions, stream, args.turns)
+            ours = per_call(meter, proxy, sids, stream, args.turns, args.tools)
+            floor = per_call(meter, forwarder, ["none"] * args.sessions, stream, args.turns, args.tools)
             print(f"| {'streamed' if stream else 'not streamed'} | {ours:.2f} | {floor:.2f} |", flush=True)
     finally:
         group.stop_all()
