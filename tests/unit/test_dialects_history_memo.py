@@ -203,8 +203,7 @@ def _with_tools(dialect: str, history: list[dict[str, Any]], tool_names: list[st
 @pytest.mark.parametrize(("dialect", "turn"), CASES, ids=lambda c: getattr(c, "name", ""))
 def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialect, turn: Any, tools_first: bool) -> None:
     """Harnesses send the same tools on every call: while they are, the memo's validated tools are reused; a
-    call that changes them (an MCP server came up) converts them anew. The engine's body is a full parse's.
-    Tools after the history are known once a body has been read through the memo (the first is parsed whole)."""
+    call that changes them (an MCP server came up) converts them anew. The engine's body is a full parse's."""
     route = RouteInfo(dialect=dialect.name, model="m" if dialect.name == "gemini" else None)
     memo, encoded = HistoryMemo(), EncodedMessages()
     items = [_first(dialect.name)] + [item for i in range(3) for item in turn(i)]
@@ -222,22 +221,27 @@ def test_the_same_tools_are_validated_converted_and_encoded_once(dialect: Dialec
         assert memo.tools is not None
         raw.append(memo.tools.raw)
         validated.append(memo.tools.validated)
-    # The parsed member is the previous body's own object (no parse, no validation) while the tools are unchanged.
-    assert [now is before for before, now in pairwise(raw)] == [tools_first] + [True] * (len(items) - 4) + [False, True]
-    # Validated once per distinct tool list in the process (shared_tools.py).
-    assert [now is before for before, now in pairwise(validated)] == [True] * (len(items) - 3) + [False, True]
+    # The same parsed and validated tools while they are unchanged (one copy per process: shared_tools.py).
+    unchanged = [True] * (len(items) - 3) + [False, True]
+    assert [now is before for before, now in pairwise(raw)] == unchanged
+    assert [now is before for before, now in pairwise(validated)] == unchanged
 
 
-def test_sessions_with_the_same_tools_share_one_validated_and_converted_copy() -> None:
+@pytest.mark.parametrize("tools_first", [True, False], ids=["tools before the history", "tools after it"])
+def test_sessions_with_the_same_tools_share_one_copy_of_them(tools_first: bool) -> None:
+    """One parsed, validated and converted copy for all sessions, and each session's next body still reads its
+    tools as known (the parse it holds is the shared one)."""
     route = RouteInfo(dialect="anthropic")
     sessions = [HistoryMemo() for _ in range(3)]
     names = ["read", "edit", "bash"]
-    for memo in sessions:
-        AnthropicDialect().parse_request(_with_tools("anthropic", [_first("anthropic")], names, first=True), route, memo)
-    kept = [memo.tools for memo in sessions]
-    assert all(k is not None for k in kept)
-    assert len({id(k.validated) for k in kept if k}) == 1 and len({id(k.converted) for k in kept if k}) == 1
-    assert len({id(k.raw) for k in kept if k}) == 3  # each session's own parse: what its next body is checked against
+    items = [_first("anthropic"), *_anthropic_turn(0), *_anthropic_turn(1)]
+    for n in (1, 3, 5):
+        for memo in sessions:
+            body = _with_tools("anthropic", items[:n], names, first=tools_first)
+            AnthropicDialect().parse_request(body, route, memo)
+        kept = [memo.tools for memo in sessions]
+        assert len({id(k.raw) for k in kept if k}) == len({id(k.validated) for k in kept if k}) == 1
+    assert all(memo.tools is not None and memo.tools.raw is kept[0].raw for memo in sessions if kept[0])
     # Another dialect's tools convert to other objects, even when the sessions' JSON were the same.
     other = HistoryMemo()
     OpenAIChatDialect().parse_request(_with_tools("openai_chat", [_first("openai_chat")], names, first=True),

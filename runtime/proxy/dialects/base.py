@@ -437,8 +437,10 @@ class MemoParsed(Generic[M]):
             if self.raw_tools is None:
                 self.memo.tools = None
             else:
-                validated, converted = shared_tools.share(convert, self.raw_tools, tools, converted)
-                self.memo.tools = ToolsMemo(self.raw_tools, validated, converted)
+                raw, validated, converted = shared_tools.share(convert, self.raw_tools, tools, converted)
+                if self.history is not None:
+                    self.history.adopt("tools", raw)
+                self.memo.tools = ToolsMemo(raw, validated, converted)
         return converted
 
     def remember(

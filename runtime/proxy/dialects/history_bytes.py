@@ -66,6 +66,13 @@ class SeenHistory:
     ends: tuple[int, ...] | None = None
     tail: tuple[int, dict[str, Any]] | None = None
 
+    def adopt(self, name: str, value: Any) -> None:
+        """Keep `value`, equal to it and shared with other sessions, as the member `name` before or after the
+        history: the next body read this way then holds `value` itself."""
+        for members in (self.head, self.tail[1] if self.tail is not None else {}):
+            if name in members:
+                members[name] = value
+
 
 def seen_history(body: bytes, data: dict[str, Any], key: str) -> SeenHistory | None:
     """A fully parsed body as the next read starts from; None unless its member `key` is a non-empty list."""

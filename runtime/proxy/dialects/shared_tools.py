@@ -2,7 +2,8 @@
 
 Every session of a run sends the same tools (Claude Code ~20 definitions, tens of KB) on every call. A session's
 `ToolsMemo` (base.py) spares it validating and converting them again; this module spares each session holding its
-own validated, converted and encoded copy: sessions whose tools are the same JSON share one. Both tables are
+own parsed, validated, converted and encoded copy: sessions whose tools are the same JSON share one (the session's
+memo then holds the shared parse, `SeenHistory.adopt`, so its next body's tools are still known by identity). Both tables are
 small (a run's harnesses send a handful of distinct tool lists) and start again when full, so a caller that
 sends a new tool list on every call cannot grow them.
 """
@@ -10,7 +11,7 @@ sends a new tool list on every call cannot grow them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -18,22 +19,22 @@ from pydantic_core import to_json
 C = TypeVar("C")
 _LIMIT = 64
 
-# (the dialect's conversion, the tools' JSON) -> (validated, converted)
-_LISTS: dict[tuple[Callable[..., Any], bytes], tuple[Any, Any]] = {}
+# (the dialect's conversion, the tools' JSON) -> (parsed, validated, converted)
+_LISTS: dict[tuple[Callable[..., Any], bytes], tuple[Any, Any, Any]] = {}
 # the converted tools' ids -> (those tools, kept alive so that no other object takes their ids; their JSON array)
 _JSON: dict[tuple[int, ...], tuple[list[BaseModel], bytes]] = {}
 
 
-def share(convert: Callable[[Any], C], raw: Any, validated: Any, converted: C) -> tuple[Any, C]:
-    """The process's copy of (`validated`, `converted`) for tools whose parsed JSON is `raw`: these, the first
-    time they are seen."""
+def share(convert: Callable[[Any], C], raw: Any, validated: Any, converted: C) -> tuple[Any, Any, C]:
+    """The process's copy of (`raw`, `validated`, `converted`) for tools whose parsed JSON is `raw`: these, the
+    first time they are seen."""
     key = (convert, to_json(raw))
     found = _LISTS.get(key)
     if found is None:
         if len(_LISTS) >= _LIMIT:
             _LISTS.clear()
-        found = _LISTS[key] = (validated, converted)
-    return found[0], found[1]
+        found = _LISTS[key] = (raw, validated, converted)
+    return found[0], found[1], cast(C, found[2])
 
 
 def tools_json(tools: Sequence[BaseModel]) -> bytes:
