@@ -103,7 +103,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--tools", type=int, default=1,
-                        help="tools each session sends (the shell tool, then ~1.5 KB ones; Claude Code sends ~20)")
+                        help="tools each session sends (the shell tool, then ~1.5 KB ones; "
+                             "a captured Claude Code request carried 30)")
     parser.add_argument("--instructions", action="store_true",
                         help="count user-space instructions under callgrind instead of measuring CPU time")
     parser.add_argument("--keep", action="store_true",

@@ -49,6 +49,7 @@ class LoadSpec:
     pause_s: float
     stream_fraction: float = 0.5
     tool_tokens: int = 500
+    tools: int = 1  # tool definitions each session sends (workload.tool_specs)
     call_timeout_s: float = 60.0
     duration_limit_s: float = 600.0  # from the start of the level; calls in flight then are cut
     pause_spread: float = 0.0  # 0: every pause is pause_s, as the levels are defined
@@ -124,7 +125,8 @@ async def _session(
 ) -> bool:
     plan = SessionPlan.of(index, spec.stream_fraction)
     work = SessionWorkload(
-        plan.dialect, plan.stream, target.keys[index], target.model, baseline_fields=target.baseline_fields
+        plan.dialect, plan.stream, target.keys[index], target.model, baseline_fields=target.baseline_fields,
+        tools=spec.tools,
     )
     label = "openai_chat" if target.baseline_fields is not None else plan.dialect
     base_url = target.urls[index] if target.urls is not None else target.base_url

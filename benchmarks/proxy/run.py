@@ -107,6 +107,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "defined with (default 0): sessions that run tools of different lengths do not call in step",
     )
     p.add_argument("--tool-tokens", type=int, default=500, help="tokens of tool output appended per turn")
+    p.add_argument("--tools", type=int, default=1,
+                   help="tool definitions each session sends (the shell tool, then ~1.5 KB ones; "
+                        "a captured Claude Code request carried 30)")
     p.add_argument("--client-procs", type=int, default=2, help="load-generator processes")
     p.add_argument(
         "--call-timeout", type=float, default=60.0, help="seconds before one call counts as failed"
@@ -239,6 +242,7 @@ class Bench:
             pause_s=pause_s,
             stream_fraction=self.args.stream_fraction,
             tool_tokens=self.args.tool_tokens,
+            tools=self.args.tools,
             call_timeout_s=self.args.call_timeout,
             duration_limit_s=unloaded * self.args.time_factor + 30.0,
             pause_spread=self.args.pause_spread,

@@ -148,7 +148,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tools", type=int, default=1,
-                        help="tools each session sends (the shell tool, then ~1.5 KB ones; Claude Code sends ~20)")
+                        help="tools each session sends (the shell tool, then ~1.5 KB ones; "
+                             "a captured Claude Code request carried 30)")
     parser.add_argument(
         "--best-of", type=int, default=1,
         help="measure this many times and keep each figure's lowest: steadier on a machine whose speed drifts",

@@ -37,7 +37,8 @@ TOOL_DESCRIPTION = "Run a shell command in the task's sandbox and return its out
 
 def tool_specs(count: int) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, description, JSON schema) of a session's tools: the shell tool the engine stand-in calls, then
-    `count` - 1 more of about the size real harnesses send (~1.5 KB each; Claude Code sends ~20)."""
+    `count` - 1 more of about the size real harnesses send (~1.5 KB each; a captured Claude Code request carried
+    30)."""
     more = [
         (f"tool_{i}", f"Tool {i} of the harness. " + "It reads and edits files in the task's repository. " * 20,
          {"type": "object", "required": ["path"],

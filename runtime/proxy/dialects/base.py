@@ -348,12 +348,12 @@ def _reused_members(before: SeenHistory, now: SeenHistory) -> set[str]:
 
 @dataclass(frozen=True, slots=True)
 class ToolsMemo:
-    """A request's `tools` member as parsed (`raw`), validated and converted by its dialect. Harnesses send the
-    same tools on every call (Claude Code ~20 definitions, tens of KB), and a body read through the memo holds the
-    very object the previous body's parse made for a member before or after its history, so `raw is` the new
-    body's member means the same JSON: its validation, conversion and upstream JSON are reused instead of being
-    made again on every call. Sessions with the same tools share one validated and converted copy
-    (shared_tools.py)."""
+    """A request's `tools` member as parsed (`raw`), validated and converted by its dialect. Harnesses send
+    the same tools on every call (a captured Claude Code request carried 30 definitions, tens of KB), and a
+    body read through the memo holds the very object the previous body's parse made for a member before or
+    after its history, so `raw is` the new body's member means the same JSON: its validation, conversion and
+    upstream JSON are reused instead of being made again on every call. Sessions with the same tools share one
+    parsed, validated and converted copy (shared_tools.py)."""
 
     raw: Any
     validated: Any

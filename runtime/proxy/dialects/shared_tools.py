@@ -1,11 +1,11 @@
 """One copy per process of each distinct tool list a harness sends.
 
-Every session of a run sends the same tools (Claude Code ~20 definitions, tens of KB) on every call. A session's
-`ToolsMemo` (base.py) spares it validating and converting them again; this module spares each session holding its
-own parsed, validated, converted and encoded copy: sessions whose tools are the same JSON share one (the session's
-memo then holds the shared parse, `SeenHistory.adopt`, so its next body's tools are still known by identity). Both tables are
-small (a run's harnesses send a handful of distinct tool lists) and start again when full, so a caller that
-sends a new tool list on every call cannot grow them.
+Every session of a run sends the same tools (a captured Claude Code request carried 30 definitions, tens of KB) on
+every call. A session's `ToolsMemo` (base.py) spares it validating and converting them again; this module spares
+each session holding its own parsed, validated, converted and encoded copy: sessions whose tools are the same JSON
+share one (the session's memo then holds the shared parse, `SeenHistory.adopt`, so its next body's tools are still
+known by identity). Both tables are small (a run's harnesses send a handful of distinct tool lists) and start
+again when full, so a caller that sends a new tool list on every call cannot grow them.
 """
 
 from __future__ import annotations
