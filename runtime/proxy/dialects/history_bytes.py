@@ -121,15 +121,14 @@ def _read_after(
         pos = _skip(text, 0)
         _expect(text, pos, ",")
         items, item_ends, pos = _more_items(text, _skip(text, pos + 1))
-        tail_at = end + (pos if text.isascii() else len(text[:pos].encode()))
+        *new_ends, tail_at = _byte_offsets(text, [*item_ends, pos], end)  # each item's end, then just after the `]`
         if seen.tail is not None and _same_ending(body, tail_at, seen.body, seen.tail[0]):
             tail = seen.tail[1]
         else:
             tail = _members_after(text, pos, key, seen.head)
     except (_Unsure, ValueError, StopIteration, RecursionError):
         return None
-    new_ends = _byte_offsets(text, item_ends, end)
-    kept = None if ends is None else ends[:reused] + new_ends
+    kept = None if ends is None else ends[:reused] + tuple(new_ends)
     seen_now = SeenHistory(body, new_ends[-1], reused + len(items), seen.head, kept, (tail_at, tail))
     return {**seen.head, key: items, **tail}, seen_now, reused
 
