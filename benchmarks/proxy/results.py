@@ -23,6 +23,7 @@ class ProcessUsage(BaseModel):
     rss_end_mb: float
     rss_peak_mb: float
     cpu_s: float
+    kernel_cpu_s: float | None = None  # the part of cpu_s spent in the kernel (None in runs before it was kept)
 
 
 class TargetResult(BaseModel):
@@ -43,6 +44,7 @@ class TargetResult(BaseModel):
     engine_cpu_per_call_ms: float | None = None
     rss_per_session_mb: float | None = None
     cpu_per_call_ms: float | None = None
+    kernel_cpu_per_call_ms: float | None = None  # the kernel's part of cpu_per_call_ms: sockets, fsync, page faults
     client_procs: int
     client_cpu_pct_max: float  # busiest client process, % of one core
     client_cpu_per_call_ms: float | None = None  # all client processes' CPU time / calls answered
@@ -129,6 +131,8 @@ def target_result(
     if server is not None:
         result.rss_per_session_mb = (server.rss_end_mb - server.rss_idle_mb) / sessions if sessions else None
         result.cpu_per_call_ms = server.cpu_s / len(ok) * 1000 if ok else None
+        if server.kernel_cpu_s is not None and ok:
+            result.kernel_cpu_per_call_ms = server.kernel_cpu_s / len(ok) * 1000
     return result
 
 
@@ -156,6 +160,11 @@ def _cell(value: float | None, digits: int) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _cpu_cell(t: TargetResult) -> str:
+    cell = _cell(t.cpu_per_call_ms, 2)
+    return cell if t.kernel_cpu_per_call_ms is None else f"{cell} ({t.kernel_cpu_per_call_ms:.2f})"
+
+
 def _target_note(t: TargetResult) -> str:
     parts = [t.note] if t.note else []
     if t.error_kinds:
@@ -180,7 +189,8 @@ def render_markdown(run: RunResults) -> str:
         "its first); *cut* = calls still in flight at the level's time limit; latency = one call, request sent to "
         "last byte read (streams included); *added* = the target's percentile minus the baseline's in the same "
         "level; *RSS/session* = (server RSS with all sessions live at the end − idle RSS) / sessions; *CPU/call* "
-        "= server process CPU time over the level / calls answered; *client* = busiest load-generator process "
+        "= server process CPU time over the level / calls answered (in brackets, its part in the kernel: sockets, "
+        "fsync, page faults); *client* = busiest load-generator process "
         "(% of one core) and its event-loop lag p99; *client CPU/call* = all load-generator processes' CPU time "
         "/ calls answered. Below a table, the harnessrl proxy's own histograms (its `/metrics`) split its time: "
         "*engine call* = request to the engine's last byte, *journal* = a record's wait until durable (the "
@@ -192,14 +202,14 @@ def render_markdown(run: RunResults) -> str:
             f"## {level.sessions:,} sessions, {level.pause_s:g} s between calls, {level.turns} turns",
             "",
             "| target | finished | errors | cut | calls/s | p50 ms | p99 ms | p50 added ms | p99 added ms "
-            "| RSS/session MB | CPU/call ms | engine CPU/call ms | client CPU % / lag p99 ms | client CPU/call ms |",
+            "| RSS/session MB | CPU/call ms (kernel) | engine CPU/call ms | client CPU % / lag p99 ms | client CPU/call ms |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for t in level.targets:
             out.append(
                 f"| {t.target} | {t.sessions_finished:,}/{t.sessions:,} | {t.errors:,} | {t.cut_at_deadline:,} "
                 f"| {t.calls_per_s:.0f} | {_ms(t.p50_ms)} | {_ms(t.p99_ms)} | {_ms(t.p50_added_ms)} "
-                f"| {_ms(t.p99_added_ms)} | {_cell(t.rss_per_session_mb, 3)} | {_cell(t.cpu_per_call_ms, 2)} "
+                f"| {_ms(t.p99_added_ms)} | {_cell(t.rss_per_session_mb, 3)} | {_cpu_cell(t)} "
                 f"| {_cell(t.engine_cpu_per_call_ms, 2)} | {t.client_cpu_pct_max:.0f} / {t.client_lag_p99_ms:.0f} "
                 f"| {_cell(t.client_cpu_per_call_ms, 2)} |"
             )

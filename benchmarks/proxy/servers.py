@@ -88,8 +88,9 @@ class Server:
     def rss_mb(self) -> float:
         return sum(_rss(p) for p in self.processes()) / (1 << 20)
 
-    def cpu_s(self) -> float:
-        return sum(_cpu_s(p) for p in self.processes())
+    def cpu_s(self, kernel: bool = False) -> float:
+        """Its CPU time (its workers' included), or only the part spent in the kernel (`kernel`)."""
+        return sum(_cpu_s(p, kernel) for p in self.processes())
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -108,11 +109,12 @@ def _rss(process: psutil.Process) -> float:
     return 0.0
 
 
-def _cpu_s(process: psutil.Process) -> float:
-    """Its CPU time, and that of its children it has waited for."""
+def _cpu_s(process: psutil.Process, kernel: bool) -> float:
+    """Its CPU time, and that of its children it has waited for; only the system time with `kernel`."""
     with contextlib.suppress(psutil.NoSuchProcess):
         times = process.cpu_times()
-        return float(times.user + times.system + times.children_user + times.children_system)
+        system = times.system + times.children_system
+        return float(system if kernel else times.user + times.children_user + system)
     return 0.0
 
 
@@ -159,6 +161,7 @@ class UsageSampler:
         self.period_s = period_s
         self.rss_idle_mb = rss_idle_mb
         self.cpu0 = server.cpu_s()
+        self.kernel_cpu0 = server.cpu_s(kernel=True)
         self.peak_mb = server.rss_mb()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -183,6 +186,7 @@ class UsageSampler:
             rss_end_mb=end,
             rss_peak_mb=max(self.peak_mb, end),
             cpu_s=self.server.cpu_s() - self.cpu0,
+            kernel_cpu_s=self.server.cpu_s(kernel=True) - self.kernel_cpu0,
         )
 
 

@@ -38,6 +38,7 @@ def test_quick_benchmark_writes_its_tables_with_zero_errors(tmp_path: Path) -> N
     proxy = by_target["harnessrl"]
     assert proxy["p99_added_ms"] == pytest.approx(proxy["p99_ms"] - by_target["baseline"]["p99_ms"])
     assert proxy["cpu_per_call_ms"] > 0 and proxy["rss_per_session_mb"] is not None
+    assert 0 <= proxy["kernel_cpu_per_call_ms"] <= proxy["cpu_per_call_ms"]
     assert proxy["server"]["rss_end_mb"] > 0
     assert by_target["forwarder"]["cpu_per_call_ms"] > 0  # its own process, measured as the proxies are
     # The proxy's own histograms: every call's engine wait; the journal's every record (sessions, then calls).
