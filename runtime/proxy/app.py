@@ -45,6 +45,7 @@ from harnessrl.runtime.proxy.engines import (
     upstream_json,
 )
 from harnessrl.runtime.proxy.gc_policy import COLLECTOR
+from harnessrl.runtime.proxy.heap_trim import TRIMMER
 from harnessrl.runtime.proxy.journal import Journal, read_records
 from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
 from harnessrl.runtime.proxy.protocol import (
@@ -495,7 +496,7 @@ def models_list(model: str) -> dict[str, Any]:
 
 async def _sweep(state: ProxyState) -> None:
     """Expire sessions idle past the TTL; compact the journal once enough sessions have ended; when one is due,
-    a full garbage collection (gc_policy.py)."""
+    a full garbage collection (gc_policy.py) and a trim of the heap (heap_trim.py)."""
     interval = min(60.0, max(0.5, state.config.session_ttl_s / 10))
     while True:
         await asyncio.sleep(interval)
@@ -509,6 +510,7 @@ async def _sweep(state: ProxyState) -> None:
             state.ended_since_compaction = 0
             await state.journal.compact(state.store.keeps)
         COLLECTOR.collect_if_due()
+        TRIMMER.trim_if_due()
 
 
 # --------------------------------------------------------------------------- one dialect call

@@ -1,0 +1,55 @@
+"""Giving the heap's free pages back to the OS now and then (glibc's `malloc_trim`).
+
+A session keeps replacing its large objects (the last request body, its upstream messages' JSON, the known prompt
+ids' text: tens of KB each by its twentieth turn), and every call allocates and frees more of that size. glibc
+gives freed memory back to the OS only from the top of its heap, so the free pages between live chunks stay
+resident: a replica's RSS follows its peak, not its live sessions, and stays there after they end. `malloc_trim(0)`
+releases those pages: at 500 sessions @ 2 s it took a worker from 156 to 136 MB in 6-7 ms of CPU, at 5,000 @ 10 s
+from 929 to 825 MB in 34 ms (every 30 s there, 7-11% each time). It runs on the event loop, which waits for it:
+the sweeper's round comes every minute with the default TTL, so at ~250 calls/s a worker delays ~10 calls in
+15,000 by up to that long, far from its p99. Elsewhere than glibc (musl, macOS) there is no such call and nothing
+is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("harnessrl.proxy")
+
+
+def glibc_malloc_trim() -> Callable[[int], int] | None:
+    """The C library's `malloc_trim(pad)`, or None where the process's C library has none."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+@dataclass
+class HeapTrimmer:
+    """Trims the heap when the last trim is `every_s` old; the proxy's sweeper asks on each of its rounds."""
+
+    every_s: float = 30.0
+    trim: Callable[[int], int] | None = field(default_factory=glibc_malloc_trim)
+    last: float = field(default_factory=time.monotonic)
+
+    def trim_if_due(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        if self.trim is None or now - self.last < self.every_s:
+            return False
+        self.last = now
+        started = time.perf_counter()
+        self.trim(0)
+        log.debug("heap trimmed in %.1f ms", (time.perf_counter() - started) * 1000)
+        return True
+
+
+TRIMMER = HeapTrimmer()
