@@ -35,7 +35,7 @@ from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool
 from loadgen import post_whole
 from run import MODEL, engine_script
 from servers import ProcessGroup, Server, create_sessions, start_engine, start_forwarder, start_harnessrl
-from workload import SessionWorkload, output_seed, tool_output
+from workload import TOOLS_HELP, SessionWorkload, output_seed, tool_output
 
 
 async def play(url: str, keys: list[str], stream: bool, turns: int, tools: int = 1) -> None:
@@ -102,9 +102,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/proxy/floor.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--tools", type=int, default=1,
-                        help="tools each session sends (the shell tool, then ~1.5 KB ones; "
-                             "a captured Claude Code request carried 30)")
+    parser.add_argument("--tools", type=int, default=1, help=TOOLS_HELP)
     parser.add_argument("--instructions", action="store_true",
                         help="count user-space instructions under callgrind instead of measuring CPU time")
     parser.add_argument("--keep", action="store_true",

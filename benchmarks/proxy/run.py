@@ -49,7 +49,7 @@ from servers import (
     start_harnessrl,
     start_openenv,
 )
-from workload import TOOL_COMMAND, TOOL_NAME
+from workload import TOOL_COMMAND, TOOL_NAME, TOOLS_HELP
 
 HERE = Path(__file__).resolve().parent
 MODEL = "tiny"
@@ -107,9 +107,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "defined with (default 0): sessions that run tools of different lengths do not call in step",
     )
     p.add_argument("--tool-tokens", type=int, default=500, help="tokens of tool output appended per turn")
-    p.add_argument("--tools", type=int, default=1,
-                   help="tool definitions each session sends (the shell tool, then ~1.5 KB ones; "
-                        "a captured Claude Code request carried 30)")
+    p.add_argument("--tools", type=int, default=1, help=TOOLS_HELP)
     p.add_argument("--client-procs", type=int, default=2, help="load-generator processes")
     p.add_argument(
         "--call-timeout", type=float, default=60.0, help="seconds before one call counts as failed"

@@ -40,7 +40,16 @@ from harnessrl.runtime.proxy.journal import Journal
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import SessionStore
 from pydantic_core import to_json
-from workload import DIALECTS, TOOL_COMMAND, TOOL_NAME, Reply, SessionWorkload, ToolCall, tool_output
+from workload import (
+    DIALECTS,
+    TOOL_COMMAND,
+    TOOL_NAME,
+    TOOLS_HELP,
+    Reply,
+    SessionWorkload,
+    ToolCall,
+    tool_output,
+)
 
 
 class Clock:
@@ -147,9 +156,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/proxy/stages.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--tools", type=int, default=1,
-                        help="tools each session sends (the shell tool, then ~1.5 KB ones; "
-                             "a captured Claude Code request carried 30)")
+    parser.add_argument("--tools", type=int, default=1, help=TOOLS_HELP)
     parser.add_argument(
         "--best-of", type=int, default=1,
         help="measure this many times and keep each figure's lowest: steadier on a machine whose speed drifts",

@@ -35,6 +35,13 @@ TOOL_PARAMETERS: dict[str, Any] = {
 TOOL_DESCRIPTION = "Run a shell command in the task's sandbox and return its output."
 
 
+# `--tools N` of run.py, stages.py and floor.py: what `tool_specs(N)` sends.
+TOOLS_HELP = (
+    "tool definitions each session sends (the shell tool, then ~1.5 KB ones; a captured Claude Code request "
+    "carried 30)"
+)
+
+
 def tool_specs(count: int) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, description, JSON schema) of a session's tools: the shell tool the engine stand-in calls, then
     `count` - 1 more of about the size real harnesses send (~1.5 KB each; a captured Claude Code request carried
