@@ -213,7 +213,7 @@ def create_app(config: ProxyConfig, role: WorkerRole | None = None) -> ProxyApp:
         app.state.proxy = state
         await state.journal.compact(state.store.keeps)
         gc.freeze()  # what startup built (modules, rebuilt sessions) lives on: keep it out of every collection
-        sweeper = asyncio.create_task(_sweep(state))
+        background = [asyncio.create_task(_sweep(state)), asyncio.create_task(TRIMMER.run())]
         if role is not None and role.heartbeat is not None:
             role.heartbeat.start()  # from here on the supervisor expects a beat every interval
         log.info("proxy %s up: %d sessions rebuilt, engines %s", config.replica_id, len(state.store),
@@ -223,9 +223,10 @@ def create_app(config: ProxyConfig, role: WorkerRole | None = None) -> ProxyApp:
         finally:
             if role is not None and role.heartbeat is not None:
                 role.heartbeat.stop()
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await state.http.close()
             state.journal.close()
 
@@ -496,7 +497,7 @@ def models_list(model: str) -> dict[str, Any]:
 
 async def _sweep(state: ProxyState) -> None:
     """Expire sessions idle past the TTL; compact the journal once enough sessions have ended; when one is due,
-    a full garbage collection (gc_policy.py) and a trim of the heap (heap_trim.py)."""
+    a full garbage collection (gc_policy.py)."""
     interval = min(60.0, max(0.5, state.config.session_ttl_s / 10))
     while True:
         await asyncio.sleep(interval)
@@ -510,7 +511,6 @@ async def _sweep(state: ProxyState) -> None:
             state.ended_since_compaction = 0
             await state.journal.compact(state.store.keeps)
         COLLECTOR.collect_if_due()
-        TRIMMER.trim_if_due()
 
 
 # --------------------------------------------------------------------------- one dialect call

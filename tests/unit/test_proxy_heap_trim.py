@@ -1,9 +1,11 @@
-"""Giving the heap's free pages back to the OS (heap_trim.py): when a trim is due, and that glibc's `malloc_trim`
+"""Giving the heap's free pages back to the OS (heap_trim.py): the trimmer's rounds, and that glibc's `malloc_trim`
 really lowers the RSS of a process whose heap is full of holes, as a replica's is after its calls and sessions
 freed their large objects between live ones."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import subprocess
 import sys
 
@@ -11,20 +13,31 @@ import pytest
 from harnessrl.runtime.proxy.heap_trim import HeapTrimmer, glibc_malloc_trim
 
 
-def test_a_trim_is_due_every_every_s() -> None:
+def test_the_trimmer_trims_round_after_round_until_cancelled() -> None:
     pads: list[int] = []
 
-    def trim(pad: int) -> int:
-        pads.append(pad)
-        return 1
+    async def three_rounds() -> asyncio.Task[None]:
+        third = asyncio.Event()
 
-    trimmer = HeapTrimmer(every_s=30.0, trim=trim, last=0.0)
-    assert [trimmer.trim_if_due(now) for now in (10.0, 30.0, 45.0, 59.9, 60.0)] == [False, True, False, False, True]
-    assert pads == [0, 0]
+        def trim(pad: int) -> int:
+            pads.append(pad)
+            if len(pads) == 3:
+                third.set()
+            return 1
+
+        task = asyncio.create_task(HeapTrimmer(every_s=0.01, trim=trim).run())
+        await asyncio.wait_for(third.wait(), timeout=10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return task
+
+    assert asyncio.run(three_rounds()).cancelled()
+    assert pads == [0, 0, 0]
 
 
-def test_without_malloc_trim_nothing_is_done() -> None:
-    assert not HeapTrimmer(every_s=0.0, trim=None, last=0.0).trim_if_due(100.0)
+def test_without_malloc_trim_the_trimmer_returns_at_once() -> None:
+    asyncio.run(asyncio.wait_for(HeapTrimmer(every_s=0.0, trim=None).run(), timeout=5))
 
 
 # 1,600 objects of 40 KB (under glibc's mmap threshold: they live in the heap), three of every four freed: their
@@ -40,7 +53,7 @@ blocks = [bytes([k % 256]) * 40_000 for k in range(1600)]
 kept = blocks[::4]
 del blocks
 before = rss_mb()
-assert HeapTrimmer(every_s=0.0, last=0.0).trim_if_due()
+HeapTrimmer().trim_now()
 print(before, rss_mb())
 """
 
