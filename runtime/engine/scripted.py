@@ -51,7 +51,7 @@ from harnessrl.runtime.engine.vllm_wire import (
     stream_chunks,
 )
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 # Re-exported: tests and the benchmark import these from here.
 __all__ = [
@@ -318,8 +318,8 @@ class EventStream(Response):
         await send({"type": "http.response.body", "body": event, "more_body": False})
 
 
-def create_app(engine: ScriptedEngine) -> FastAPI:
-    """The FastAPI app: /v1/chat/completions, /v1/models, /health, /v1/load_lora_adapter, /v1/unload_lora_adapter,
+def create_app(engine: ScriptedEngine) -> ASGIApp:
+    """The ASGI app: /v1/chat/completions, /v1/models, /health, /v1/load_lora_adapter, /v1/unload_lora_adapter,
     and PUT /scripted/script to set the script of an out-of-process engine."""
     app = FastAPI()
 
@@ -409,7 +409,19 @@ def create_app(engine: ScriptedEngine) -> FastAPI:
         return EventStream(sse_events(completion, body, request_id, created))
 
     app.add_route("/v1/chat/completions", chat, methods=["POST"])
-    return app
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        """A chat call goes straight to its handler, the rest through FastAPI. The benchmark runs the stand-in on
+        the cores of the proxy it measures; without FastAPI's router and its two middleware layers (each streamed
+        event passed through both) a call cost 0.45-0.50 ms of CPU instead of 0.60 unstreamed, 0.95-1.13 instead
+        of 1.15-1.18 streamed (one call at a time, 600 calls per figure, two interleaved pairs)."""
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/chat/completions":
+            response = await chat(Request(scope, receive))
+            await response(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return serve
 
 
 class ScriptedEngineServer:
