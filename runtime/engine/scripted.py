@@ -385,7 +385,8 @@ def create_app(engine: ScriptedEngine) -> ASGIApp:
         return {"replies": len(script.replies)}
 
     # A plain Starlette route on the FastAPI app: FastAPI's per-request dependency solving and exit stacks are
-    # not needed for a handler that takes the raw Request.
+    # not needed for a handler that takes the raw Request. `serve` below sends POSTs to it directly; the route
+    # stays so that other methods get FastAPI's 405.
     async def chat(request: Request) -> Response:
         try:
             body = decode_json(await request.body())

@@ -9,8 +9,8 @@ from 929 to 825 MB in 34 ms (7-11% each time, every 30 s there). Its cost is the
 unmaps them), not the heap's size: a second trim right after the first took 3.7 ms where the first took 52 ms (a
 658 MB heap with 493 MB free). So it runs often, every 10 s in a task of its own, and a replica's RSS stays near
 its live sessions' memory rather than its last peak. It runs on the event loop, which waits for it: at ~250
-calls/s a worker delays up to ~10 calls in 2,500 (0.4%) by up to that long, far from its p99. Elsewhere than glibc (musl,
-macOS) there is no such call and nothing is done.
+calls/s a worker delays up to ~10 calls in 2,500 (0.4%) by up to that long, far from its p99. Elsewhere than
+glibc (musl, macOS) there is no such call and nothing is done.
 """
 
 from __future__ import annotations
