@@ -4,15 +4,16 @@
         .venv/bin/python benchmarks/proxy/run.py --levels 5000@10 --targets baseline,harnessrl --proxy-config workers=2
 
 Python imports `sitecustomize` at start-up from `PYTHONPATH` (an absolute path: the servers run in their own
-directories), so every process the run starts loads this file; it acts only in proxy workers (`--worker N` on
-their command line) and does nothing elsewhere. In a worker, once the heap trimmer's task starts (it starts with
-the loop), the loop writes a timestamp every 10 ms and a thread watches it. A tick later than `STALL_PROBE_MS`
-(default 80) is a stall. It is written to `$STALL_PROBE_DIR/<pid>.txt` with the loop thread's stack as it passed
-the threshold, then again once the loop runs: its full length (~10 ms of timer jitter), and how long the loop thread ran on a CPU from the first report to the end. That is about the
-same time when the loop was busy (a long step, a garbage collection), and far less when the process was not
-running or the loop waited in the kernel (an fsync). Each heap trim is timed there too. The thread needs the GIL
-to look, so a stall in the loop's Python code shows that code's stack ~5 ms (the switch interval) after the
-threshold; a stack that ends in `run_until_complete` means the loop was in C (uvloop) or not running.
+directories), so every process the run starts loads this file; it acts only in proxy workers (`--worker N` on their
+command line) and does nothing elsewhere. In a worker, once the heap trimmer's task starts (it starts with the
+loop), the loop writes a timestamp every 10 ms and a thread watches it. A tick later than `STALL_PROBE_MS` (default
+80) is a stall. It is written to `$STALL_PROBE_DIR/<pid>.txt` with the loop thread's stack as it passed the
+threshold, then again once the loop runs: its full length (~10 ms of timer jitter), and how long the loop thread
+ran on a CPU from the first report to the end. That is about the same time when the loop was busy (a long step, a
+garbage collection), and far less when the process was not running or the loop waited in the kernel (an fsync).
+Each heap trim is timed there too. The thread needs the GIL to look, so a stall in the loop's Python code shows
+that code's stack ~5 ms (the switch interval) after the threshold; a stack that ends in `run_until_complete` means
+the loop was in C (uvloop) or not running.
 """
 
 from __future__ import annotations
