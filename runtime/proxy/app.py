@@ -141,6 +141,7 @@ def build_state(config: ProxyConfig, role: WorkerRole | None) -> ProxyState:
         role=role,
     )
     state.flowing.set()
+    journal.hold_commits(config.journal_commit_delay_s, lambda: state.inflight)
     return state
 
 

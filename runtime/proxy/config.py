@@ -80,6 +80,9 @@ class ProxyConfig(BaseModel):
     admission: AdmissionLimits = AdmissionLimits()
     # Journal durability: fsync each turn (True) or only flush to the OS (survives a process kill, not a host crash).
     journal_fsync: bool = True
+    # Group commit: how long an fsync may wait for calls in flight to append their records too (journal.py): less
+    # CPU per call, more latency; off by default.
+    journal_commit_delay_s: float = Field(0.0, ge=0, le=1.0)
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
     # Worker processes of this replica (workers.py): one event loop serves ~one core's worth of calls, so a
     # replica with more cores runs one worker per core; worker K serves its own sessions at `port + 1 + K`.

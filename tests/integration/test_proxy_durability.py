@@ -4,6 +4,7 @@ engine replicas with session affinity and drain, pause/resume for weight sync, e
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -111,6 +112,34 @@ def test_journal_rebuilds_sessions_byte_for_byte_after_sigkill(proxy_factory: Pr
     assert nodes[-1]["parent"] == pending_id
     # A restart compacts the journal to the live sessions: the closed one's records are gone.
     assert closed not in (proxy.journal_dir / "proxy-0.jsonl").read_text()
+
+
+def test_group_commit_holds_records_for_calls_in_flight_and_loses_nothing_at_sigkill(
+        proxy_factory: ProxyFactory, engines: list[Any]) -> None:
+    """Group commit (`journal_commit_delay_s`): while a slow call is in flight (the engine takes 1.5 s), the other
+    sessions' records wait the delay for it before their fsync, and their responses with them; concurrent sessions
+    all finish, and a SIGKILL afterwards rebuilds every turn."""
+    delay = 0.3
+    proxy = proxy_factory([engines[0].root_url], journal_commit_delay_s=delay)
+    sids = [str(create_session(proxy.url, proxy.admin_headers, rollout_id=f"g{i}")["session_id"]) for i in range(4)]
+    chat = BY_NAME["openai_chat"]
+    slow = threading.Thread(target=lambda: send(proxy.url, chat, sids[0], chat.body("SLOW")))
+    slow.start()
+    time.sleep(0.2)  # the slow call is at the engine
+    started = time.perf_counter()
+    assert send(proxy.url, chat, sids[1], chat.body("quick")).status_code == 200
+    assert time.perf_counter() - started >= delay - 0.01  # held for the slow call, then synced without it
+    slow.join(timeout=10)
+    harnesses = [threading.Thread(target=_chat_turns, args=(proxy, sid, 3)) for sid in sids[1:]]
+    for harness in harnesses:
+        harness.start()
+    for harness in harnesses:
+        harness.join(timeout=60)
+    before = _snapshot(proxy, sids)
+    assert [len(json.loads(before[f"/sessions/{sid}/turns"])) for sid in sids] == [1, 4, 3, 3]
+    proxy.kill()
+    proxy.start()
+    assert _snapshot(proxy, sids) == before
 
 
 def _swallow(call: Any) -> None:

@@ -214,6 +214,48 @@ async def test_a_slow_fsync_moves_the_next_ones_off_the_loop_until_one_is_fast_a
         journal.close()
 
 
+async def test_a_held_commit_waits_for_the_calls_in_flight_and_one_fsync_covers_them(tmp_path: Path) -> None:
+    """Group commit (`hold_commits`): with three calls in flight, the first two records wait (written, not yet
+    synced) for the third, however long the delay; then one fsync releases all three."""
+    journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
+    journal.hold_commits(60.0, lambda: 3)
+    try:
+        first = [journal.append({"n": 1}), journal.append({"n": 2})]
+        await asyncio.sleep(0.05)
+        assert not any(f.done() for f in first) and journal.commits == 0
+        assert [r["n"] for r in read_records(journal.path)] == [1, 2]  # written: a killed process keeps them
+        await asyncio.wait_for(asyncio.gather(*first, journal.append({"n": 3})), timeout=5)
+        assert journal.commits == 1
+    finally:
+        journal.close()
+
+
+async def test_a_held_commit_runs_when_its_delay_is_over(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
+    journal.hold_commits(0.2, lambda: 5)  # four other calls in flight that never append
+    try:
+        started = time.perf_counter()
+        await asyncio.wait_for(journal.append({"n": 1}), timeout=5)
+        assert time.perf_counter() - started >= 0.19 and journal.commits == 1
+        journal.hold_commits(60.0, lambda: 1)  # only the appending call itself in flight: nothing to wait for
+        await asyncio.wait_for(journal.append({"n": 2}), timeout=5)
+        assert journal.commits == 2
+    finally:
+        journal.close()
+
+
+async def test_closing_syncs_what_a_held_commit_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: synced.append(fd))
+    journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
+    journal.hold_commits(60.0, lambda: 2)
+    journal.append({"n": 1})
+    await asyncio.sleep(0.05)
+    assert synced == []
+    journal.close()
+    assert len(synced) == 1 and [r["n"] for r in read_records(journal.path)] == [1]
+
+
 def test_read_records_skips_a_torn_tail(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     path.write_bytes(json.dumps({"a": 1}).encode() + b"\n" + b'{"a": 2, "b"')
