@@ -385,6 +385,7 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         admission=AdmissionLimits(max_sessions=-(-spec.proxy.max_sessions_per_replica // spec.proxy.workers)),
         workers=spec.proxy.workers,
         journal_fsync=spec.proxy.journal_fsync,
+        journal_commit_delay_s=spec.proxy.journal_commit_delay_milliseconds / 1000,
     )
     return Component(
         kind=ComponentKind.PROXY,

@@ -275,6 +275,14 @@ class ProxySpec(ApiModel):
         "survives the node's crash; false only hands it to the operating system (it survives the proxy's "
         "crash, not the node's) and saves ~0.1 ms of CPU and a disk flush per call.",
     )
+    journal_commit_delay_milliseconds: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Group commit: how long a turn's sync may wait for the calls in flight to capture theirs, so that "
+        "one sync covers them all. Less CPU per call, more latency (2 ms: 6-9% less CPU, p99 latency 2-3.5x in "
+        "the proxy benchmark); 0 syncs at once.",
+    )
 
 
 class LearnerSpec(ApiModel):

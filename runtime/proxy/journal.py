@@ -18,7 +18,7 @@ A commit may also wait a little for records still to come (`hold_commits`, after
 commit delay for them, and one fsync covers them all. It trades latency for CPU: at 1,000 sessions @ 2 s a 2 ms
 delay cut the proxy's CPU per call by ~6-9% (fewer fsyncs, and calls handled in bigger batches), but calls released
 together by one fsync come back together after the benchmark's fixed pause, so the bursts grew and p99 added rose
-2-3x (benchmarks/proxy/results-session16/). With one call in flight nothing is held.
+2-3.5x (benchmarks/proxy/results-session16/). With one call in flight nothing is held.
 
 Why not a writer thread that owns the file (sessions 1-3): every record was a hand-off to it, and a thread that
 needs the GIL while the loop is busy waits out the interpreter's switch interval, so under load a record's

@@ -276,8 +276,11 @@ def test_proxy_workers_get_their_own_ports_reachable_from_sandboxes() -> None:
     cfg = ProxyConfig.model_validate(yaml.safe_load(
         m[("ConfigMap", "run-proxy-config")]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "run-proxy-0")))
     assert (cfg.workers, cfg.admission.max_sessions, cfg.journal_fsync) == (3, 34, True)
-    relaxed = manifests(proxy={"journalFsync": False})[("ConfigMap", "run-proxy-config")]["data"]["config.yaml"]
-    assert ProxyConfig.model_validate(yaml.safe_load(relaxed.replace(POD_PLACEHOLDER, "p"))).journal_fsync is False
+    assert cfg.journal_commit_delay_s == 0
+    relaxed = manifests(proxy={"journalFsync": False, "journalCommitDelayMilliseconds": 2})[
+        ("ConfigMap", "run-proxy-config")]["data"]["config.yaml"]
+    relaxed_cfg = ProxyConfig.model_validate(yaml.safe_load(relaxed.replace(POD_PLACEHOLDER, "p")))
+    assert (relaxed_cfg.journal_fsync, relaxed_cfg.journal_commit_delay_s) == (False, 0.002)
     to_proxy = m[("NetworkPolicy", "run-sandboxes")]["spec"]["egress"][0]
     assert to_proxy["ports"] == [{"protocol": "TCP", "port": 8080, "endPort": 8083}]
     runner = RunnerConfig.model_validate(yaml.safe_load(
