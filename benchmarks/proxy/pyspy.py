@@ -14,7 +14,7 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::\d+)?\)$")
 
 
 class PySpy:
-    def __init__(self, pid: int, output: Path, rate: int = 100) -> None:
+    def __init__(self, pid: int, output: Path, rate: int = 100, gil: bool = False) -> None:
         self.output = output
         pyspy = Path(sys.executable).parent / "py-spy"
         argv = [
@@ -25,6 +25,7 @@ class PySpy:
             "--rate",
             str(rate),
             "--nonblocking",
+            *(["--gil"] if gil else []),
             "--subprocesses",  # a replica of several workers: the supervisor is idle, its workers do the work
             "--format",
             "raw",

@@ -144,6 +144,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="sample the harnessrl proxy with py-spy during each level; summary in OUT_DIR/profile.md",
     )
+    p.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="with --profile, sample only threads holding the GIL (py-spy --gil): otherwise a loop waiting in a "
+        "system call, such as the journal's fsync, counts as busy",
+    )
     p.add_argument("--out-dir", type=Path, default=HERE, help="where results.md / results.json go")
     args = p.parse_args(argv)
     if args.quick:
@@ -274,7 +280,7 @@ class Bench:
                 created = create_sessions(target, server.url, token, spec.sessions, tag)
                 tspec = TargetSpec(target, server.url, MODEL, [k for k, _ in created], urls=[u for _, u in created])
             if self.args.profile and target == "harnessrl" and server is not None:
-                spy = PySpy(server.pid, self.work_dir / f"pyspy-{tag}.txt")
+                spy = PySpy(server.pid, self.work_dir / f"pyspy-{tag}.txt", gil=self.args.profile_gil)
             sampler = UsageSampler(measured, rss_idle).start()
             engine_cpu0 = self.engine.cpu_s()
             began = time.perf_counter()
