@@ -140,11 +140,9 @@ class Journal:
     def _holding(self) -> bool:
         """Whether the written records' fsync waits for calls in flight to append theirs (`hold_commits`): until
         they all have, or the timer the first held record set runs it."""
-        if len(self._syncing) >= self._in_flight():
+        if self._commit_delay_s <= 0 or len(self._syncing) >= self._in_flight():
             return False
         if self._commit_timer is None:
-            if self._commit_delay_s <= 0:
-                return False
             self._commit_timer = asyncio.get_running_loop().call_later(self._commit_delay_s, self._commit_held)
         return True
 
