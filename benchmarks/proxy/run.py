@@ -164,6 +164,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("the baseline target is required: added latency is measured against it")
     if not 0 <= args.pause_spread < 1:
         p.error(f"--pause-spread must be at least 0 and below 1, not {args.pause_spread}")
+    if args.profile_gil and not args.profile:
+        p.error("--profile-gil changes how --profile samples: pass both")
     args.targets = ["baseline", *[t for t in args.targets if t != "baseline"]]
     return args
 

@@ -274,3 +274,12 @@ def test_profiles_of_a_replicas_workers_are_summed_by_function() -> None:
     assert "| `parse (harnessrl proxy/dialects/base.py)` | 80.0% |" in summary
     assert "| `main (harnessrl proxy/main.py)` | 100.0% |" in summary
     assert "process" not in summary
+
+
+def test_run_options_that_need_another_are_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from run import parse_args
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--profile-gil"])
+    assert exited.value.code == 2 and "--profile-gil changes how --profile samples" in capsys.readouterr().err
+    assert parse_args(["--profile", "--profile-gil"]).profile_gil
