@@ -280,8 +280,8 @@ class ProxySpec(ApiModel):
         ge=0,
         le=1000,
         description="Group commit: how long a turn's sync may wait for the calls in flight to capture theirs, so that "
-        "one sync covers them all. Less CPU per call, more latency (2 ms: 6-9% less CPU, p99 latency 2-3.5x in "
-        "the proxy benchmark); 0 syncs at once.",
+        "one sync covers them all. Less CPU per call, more latency (2 ms in the proxy benchmark: 6-9% less CPU, "
+        "2-3.5x the p99 latency the proxy adds); 0 syncs at once.",
     )
 
 
