@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/proxy/forwarder.py PORT ENGINE_URL [PROCESSES]
 
 uvicorn on uvloop + httptools, a plain ASGI function and the proxy's upstream client
-(runtime/proxy/upstream_http.py), as the proxy serves a call; it reads the body, posts it to the engine and
-relays the answer, or its stream read by read, unparsed. Its CPU per call is the floor of that stack: what any
-proxy built on it spends before parsing, capturing, linking, journaling or rendering anything. `floor.py`
+(runtime/proxy/upstream_http.py), on the proxy's allocator (mimalloc, allocator.py), as the proxy serves a call;
+it reads the body, posts it to the engine and relays the answer, or its stream read by read, unparsed. Its CPU per
+call is the floor of that stack: what any proxy built on it spends before parsing, capturing, linking, journaling
+or rendering anything. `floor.py`
 measures it one call at a time; `run.py --targets ...,forwarder` under the same load as the other targets, with as
 many processes as the harnessrl proxy has workers (PROCESSES > 1: that many children share PORT through
 SO_REUSEPORT, as a replica's workers share theirs, and the parent only waits for them).
@@ -19,6 +20,7 @@ import subprocess
 import sys
 from typing import Any
 
+from harnessrl.runtime.proxy.allocator import use_mimalloc
 from harnessrl.runtime.proxy.upstream_http import Limits, UpstreamPool
 from harnessrl.runtime.proxy.workers import bind_socket, die_with_parent
 
@@ -74,6 +76,7 @@ def supervise(port: int, engine_url: str, processes: int) -> None:
 
 
 if __name__ == "__main__":
+    use_mimalloc()  # the allocator `harnessrl proxy` runs on, so this stays the floor of the same stack
     port, engine, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1
     if count > 1:
         supervise(port, engine, count)

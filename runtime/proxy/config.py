@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
@@ -84,6 +85,9 @@ class ProxyConfig(BaseModel):
     # CPU per call, more latency; off by default.
     journal_commit_delay_s: float = Field(0.0, ge=0, le=1.0)
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
+    # The allocator `harnessrl proxy` runs on (allocator.py): mimalloc, preloaded where it is installed (less CPU
+    # per call and memory per session than glibc's malloc), or the system's.
+    allocator: Literal["mimalloc", "system"] = "mimalloc"
     # Worker processes of this replica (workers.py): one event loop serves ~one core's worth of calls, so a
     # replica with more cores runs one worker per core; worker K serves its own sessions at `port + 1 + K`.
     workers: int = Field(1, ge=1, le=64)

@@ -10,7 +10,8 @@ unmaps them), not the heap's size: a second trim right after the first took 3.7 
 658 MB heap with 493 MB free). So it runs often, every 10 s in a task of its own, and a replica's RSS stays near
 its live sessions' memory rather than its last peak. It runs on the event loop, which waits for it: at ~250
 calls/s a worker delays up to ~10 calls in 2,500 (0.4%) by up to that long, far from its p99. Elsewhere than
-glibc (musl, macOS) there is no such call and nothing is done.
+glibc (musl, macOS) there is no such call and nothing is done; nor on mimalloc (the proxy's allocator where it is
+installed, allocator.py), which gives freed pages back by itself.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harnessrl.runtime.proxy.allocator import mimalloc_loaded
+
 log = logging.getLogger("harnessrl.proxy")
 
 
 def glibc_malloc_trim() -> Callable[[int], int] | None:
-    """The C library's `malloc_trim(pad)`, or None where the process's C library has none."""
+    """The C library's `malloc_trim(pad)`, or None where the process's C library has none or it does not allocate
+    the process's memory (mimalloc does)."""
+    if mimalloc_loaded():
+        return None
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):

@@ -19,11 +19,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--heartbeat-fd", type=int, help=argparse.SUPPRESS)  # the supervisor's pipe (workers.py)
     args = parser.parse_args(argv)
 
-    import uvicorn
-    from harnessrl.runtime.proxy.app import create_app
+    from harnessrl.runtime.proxy.allocator import use_mimalloc
     from harnessrl.runtime.proxy.config import load_config
-    from harnessrl.runtime.proxy.gc_policy import COLLECTOR
-    from harnessrl.runtime.proxy.workers import listen_sockets, supervise, worker_config, worker_role
 
     try:
         config = load_config(args.config)
@@ -36,6 +33,14 @@ def main(argv: list[str]) -> int:
         print(f"harnessrl proxy: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.allocator == "mimalloc":
+        use_mimalloc()  # re-executes this process, before it has built anything, unless it runs on mimalloc already
+
+    import uvicorn
+    from harnessrl.runtime.proxy.app import create_app
+    from harnessrl.runtime.proxy.gc_policy import COLLECTOR
+    from harnessrl.runtime.proxy.workers import listen_sockets, supervise, worker_config, worker_role
+
     if config.workers > 1 and args.worker is None:
         return supervise(config, args.config, args.port)
     # Each collection walks only what is new; the workers take turns for the periodic full one (gc_policy.py).

@@ -257,3 +257,31 @@ def test_a_worker_that_cannot_start_stops_the_replica_with_the_reason(tmp_path: 
     assert f"worker 1 cannot listen: [Errno 98] 127.0.0.1:{first + 2}: Address already in use" in done.stderr
     assert "proxy worker 1 exited with 2 5 times in a row right after starting; stopping" in done.stderr
 
+
+
+def _allocator_of(process: psutil.Process) -> tuple[bool, str | None]:
+    """Whether mimalloc is mapped into a process, and the PYTHONMALLOC it runs with."""
+    from harnessrl.runtime.proxy.allocator import mapped
+
+    return mapped(Path(f"/proc/{process.pid}/maps").read_text()), process.environ().get("PYTHONMALLOC")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; cmeel-mimalloc ships Linux wheels")
+def test_a_replica_runs_on_mimalloc_in_every_process_and_the_system_allocator_when_configured(
+    proxy_factory: ProxyFactory, engine: Any
+) -> None:
+    """`harnessrl proxy` re-executes itself with mimalloc preloaded (allocator.py): the supervisor keeps the PID
+    it was started with, its workers inherit the allocator, and they serve calls on it."""
+    proxy = proxy_factory([engine.root_url], workers=2)
+    assert proxy.proc is not None
+    supervisor = psutil.Process(proxy.proc.pid)  # the PID Popen started: the re-executed process is the same one
+    workers = _workers(proxy)
+    assert sorted(workers) == [0, 1]
+    for process in [supervisor, *workers.values()]:
+        assert _allocator_of(process) == (True, "malloc"), process.cmdline()
+    session = _create_sessions(proxy, 1)[0]
+    assert _chat(session["base_url"], session["session_id"]).status_code == 200
+
+    plain = proxy_factory([engine.root_url], allocator="system")
+    assert plain.proc is not None
+    assert _allocator_of(psutil.Process(plain.proc.pid)) == (False, None)
