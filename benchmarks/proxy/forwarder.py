@@ -6,10 +6,10 @@ uvicorn on uvloop + httptools, a plain ASGI function and the proxy's upstream cl
 (runtime/proxy/upstream_http.py), on the proxy's allocator (mimalloc, allocator.py), as the proxy serves a call;
 it reads the body, posts it to the engine and relays the answer, or its stream read by read, unparsed. Its CPU per
 call is the floor of that stack: what any proxy built on it spends before parsing, capturing, linking, journaling
-or rendering anything. `floor.py`
-measures it one call at a time; `run.py --targets ...,forwarder` under the same load as the other targets, with as
-many processes as the harnessrl proxy has workers (PROCESSES > 1: that many children share PORT through
-SO_REUSEPORT, as a replica's workers share theirs, and the parent only waits for them).
+or rendering anything. `floor.py` measures it one call at a time; `run.py --targets ...,forwarder` under the
+same load as the other targets, with as many processes as the harnessrl proxy has workers (PROCESSES > 1: that
+many children share PORT through SO_REUSEPORT, as a replica's workers share theirs, and the parent only waits for
+them).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ stops every worker."""
 
 from __future__ import annotations
 
+import platform
 import signal
 import socket
 import subprocess
@@ -266,7 +267,8 @@ def _allocator_of(process: psutil.Process) -> tuple[bool, str | None]:
     return mapped(Path(f"/proc/{process.pid}/maps").read_text()), process.environ().get("PYTHONMALLOC")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; cmeel-mimalloc ships Linux wheels")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
+                    reason="reads /proc; cmeel-mimalloc ships wheels for Linux on x86_64 and aarch64")
 def test_a_replica_runs_on_mimalloc_in_every_process_and_the_system_allocator_when_configured(
     proxy_factory: ProxyFactory, engine: Any
 ) -> None:
