@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import sys
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, distribution
@@ -29,9 +30,16 @@ log = logging.getLogger("harnessrl.proxy")
 # Set in the environment of the re-executed process, so it never re-executes again (also when the preload failed).
 MARK = "HARNESSRL_ALLOCATOR"
 LIBRARY_NAME = "libmimalloc.so"
+# The machines cmeel-mimalloc ships Linux wheels for; pyproject.toml's marker for it names the same.
+WHEEL_MACHINES = ("x86_64", "aarch64")
 # mimalloc gives freed memory back to the OS after this many ms; its default, 10, returns memory the next calls
 # allocate again. A second still returns a replica's memory soon after its sessions end.
 PURGE_DELAY_MS = "1000"
+
+
+def installable() -> bool:
+    """Whether this platform gets cmeel-mimalloc when harnessrl is installed (Linux on WHEEL_MACHINES)."""
+    return sys.platform.startswith("linux") and platform.machine() in WHEEL_MACHINES
 
 
 def mimalloc_library() -> Path | None:
@@ -61,7 +69,7 @@ def preload_env(environ: Mapping[str, str], library: Path) -> dict[str, str] | N
 
 def mapped(maps: str) -> bool:
     """Whether a process's memory map (the text of /proc/PID/maps) has mimalloc loaded."""
-    return any(line.rsplit("/", 1)[-1].startswith(LIBRARY_NAME) for line in maps.splitlines() if "/" in line)
+    return any(line.rsplit("/", 1)[-1].startswith(LIBRARY_NAME) for line in maps.splitlines())
 
 
 def mimalloc_loaded() -> bool:

@@ -9,7 +9,6 @@ stops every worker."""
 
 from __future__ import annotations
 
-import platform
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ import httpx
 import psutil
 import pytest
 import yaml
+from harnessrl.runtime.proxy.allocator import installable, mapped
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.proxy_server import ProxyFactory, ProxyProcess
@@ -262,13 +262,10 @@ def test_a_worker_that_cannot_start_stops_the_replica_with_the_reason(tmp_path: 
 
 def _allocator_of(process: psutil.Process) -> tuple[bool, str | None]:
     """Whether mimalloc is mapped into a process, and the PYTHONMALLOC it runs with."""
-    from harnessrl.runtime.proxy.allocator import mapped
-
     return mapped(Path(f"/proc/{process.pid}/maps").read_text()), process.environ().get("PYTHONMALLOC")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
-                    reason="reads /proc; cmeel-mimalloc ships wheels for Linux on x86_64 and aarch64")
+@pytest.mark.skipif(not installable(), reason="reads /proc; cmeel-mimalloc ships wheels for Linux on x86_64 and aarch64")
 def test_a_replica_runs_on_mimalloc_in_every_process_and_the_system_allocator_when_configured(
     proxy_factory: ProxyFactory, engine: Any
 ) -> None:

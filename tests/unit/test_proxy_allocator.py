@@ -3,18 +3,22 @@ a real re-execution: same PID, mimalloc mapped, glibc's heap trimming then off."
 
 from __future__ import annotations
 
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.proxy.allocator import MARK, PURGE_DELAY_MS, mapped, mimalloc_library, preload_env
+from harnessrl.runtime.proxy.allocator import (
+    MARK,
+    PURGE_DELAY_MS,
+    installable,
+    mapped,
+    mimalloc_library,
+    preload_env,
+)
 
 LIBRARY = Path("/venv/lib/libmimalloc.so.3")
-# Where pyproject.toml installs cmeel-mimalloc: the platforms it has wheels for.
-ON_LINUX = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
-                              reason="cmeel-mimalloc ships wheels for Linux on x86_64 and aarch64")
+ON_LINUX = pytest.mark.skipif(not installable(), reason="cmeel-mimalloc ships wheels for Linux on x86_64 and aarch64")
 
 
 def test_the_environment_preloads_the_library_and_routes_python_s_small_objects_to_it() -> None:
