@@ -448,7 +448,7 @@ async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Ans
         address = _relay_address(state, scope, key)
         if address is not None:
             return await _relay(state, dialect, address, scope, receive)
-        state.metrics.requests.labels(dialect.name, "unauthorized").inc()
+        state.metrics.count_request(dialect.name, "unauthorized")
         return error_answer(dialect, exc)
     try:
         return await handle_call(state, dialect, route, session, scope, receive)
@@ -457,7 +457,7 @@ async def dialect_call(state: ProxyState, scope: Scope, receive: Receive) -> Ans
     except Exception as exc:  # a bug, or an error no layer classified: still answer in the dialect
         log.exception("unexpected error in a %s call", dialect.name)
         error = DialectError(f"internal proxy error: {type(exc).__name__}", "internal")
-    state.metrics.requests.labels(dialect.name, error.kind).inc()
+    state.metrics.count_request(dialect.name, error.kind)
     if error.kind not in ("overloaded", "rate_limit"):
         await state.durable(session.record_call(answered=False, error=error.message))
     return error_answer(dialect, error)
@@ -483,9 +483,9 @@ async def _relay(state: ProxyState, dialect: Dialect, address: str, scope: Scope
                              f"{type(exc).__name__}; retry", "overloaded",
                              retry_after=state.config.admission.retry_after_s)
     else:
-        state.metrics.requests.labels(dialect.name, "relayed").inc()
+        state.metrics.count_request(dialect.name, "relayed")
         return relayed
-    state.metrics.requests.labels(dialect.name, error.kind).inc()
+    state.metrics.count_request(dialect.name, error.kind)
     return error_answer(dialect, error)
 
 
@@ -575,7 +575,7 @@ async def handle_call(state: ProxyState, dialect: Dialect, route: RouteInfo, ses
             return await _final(state, dialect, parsed, session, SessionStatus.context_exhausted, CONTEXT_MESSAGE,
                                 error=str(exc))
         await _record_turn(state, session, capture, policy, started)
-        state.metrics.requests.labels(dialect.name, "ok").inc()
+        state.metrics.count_request(dialect.name, "ok")
         return json_answer(dialect.render_response(completion, parsed))
     finally:
         if not released:
@@ -646,15 +646,14 @@ async def _record_turn(state: ProxyState, session: Session, capture: CallCapture
                            finished_at=time.time())
     record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text, after=capture.after)
     await state.durable(record)
-    state.metrics.turns.labels("true" if record["turn"]["trainable"] else "false").inc()
-    state.metrics.tokens.labels("completion").inc(len(turn.completion_ids))
+    state.metrics.count_turn(record["turn"]["trainable"], len(turn.completion_ids))
 
 
 async def _final(state: ProxyState, dialect: Dialect, parsed: ParsedRequest, session: Session,
                  status: SessionStatus, message: str, error: str | None = None) -> Answer | StreamAnswer:
     """End the episode gracefully: a plain final message in the caller's dialect, no engine call."""
     await state.durable(session.record_call(status=status, answered=True, error=error))
-    state.metrics.requests.labels(dialect.name, status.value).inc()
+    state.metrics.count_request(dialect.name, status.value)
     rendered = dialect.render_final(message, parsed)
     if isinstance(rendered, dict):
         return json_answer(rendered)
@@ -710,11 +709,11 @@ class CapturedStream:
             finally:
                 self._release_upstream()
             await _record_turn(state, session, capture, self.policy, self.started)
-            state.metrics.requests.labels(self.dialect_name, "ok").inc()
+            state.metrics.count_request(self.dialect_name, "ok")
             for chunk in held:
                 yield chunk
         except DialectError as exc:
-            state.metrics.requests.labels(self.dialect_name, exc.kind).inc()
+            state.metrics.count_request(self.dialect_name, exc.kind)
             await state.durable(session.record_call(answered=False, error=exc.message))
             raise
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -40,6 +41,18 @@ class ProxyMetrics:
         )
         self.rejected = Counter("harnessrl_proxy_admission_rejected", "Calls refused by admission control", registry=r)
         self.policy_version = Gauge("harnessrl_proxy_policy_version", "Policy version sent upstream", registry=r)
+        # Each labelled series looked up once: `labels()` takes a lock and builds its key every time, and every call
+        # counts three series. The label values are few (dialects, outcomes, validity, kind).
+        self._request = functools.cache(self.requests.labels)
+        self._turn = functools.cache(self.turns.labels)
+        self._tokens = functools.cache(self.tokens.labels)
+
+    def count_request(self, dialect: str, outcome: str) -> None:
+        self._request(dialect, outcome).inc()
+
+    def count_turn(self, trainable: bool, completion_tokens: int) -> None:
+        self._turn("true" if trainable else "false").inc()
+        self._tokens("completion").inc(completion_tokens)
 
 
 class _Merged(Collector):

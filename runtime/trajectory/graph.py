@@ -138,17 +138,21 @@ class PrefixIndex:
         """Tokens `start` to `length` of the inserted sequence of `length` tokens that ends at edge number `end`,
         read up the tree."""
         need = length - start
-        labels: list[array[int]] = []
+        labels: list[array[int] | memoryview] = []
         number, got = end, 0
         while got < need:
             edge = self.edges[number]
             labels.append(edge.label)
             got += len(edge.label)
             number = edge.parent
+        labels.reverse()
+        if got > need:
+            labels[0] = memoryview(labels[0])[got - need :]
+        # Joined as bytes, one copy of each run: growing an array run by run reallocates it each time (~4x slower
+        # for a 20-turn session's 10,000 tokens on mimalloc).
         out = array(TOKEN_TYPE)
-        for label in reversed(labels):
-            out += label
-        return out[got - need :] if got > need else out
+        out.frombytes(b"".join(labels))
+        return out
 
 
 def common_prefix_length(n: int, agree: Callable[[int, int], bool]) -> int:

@@ -165,21 +165,26 @@ async def test_a_failed_write_fails_the_waiting_calls(tmp_path: Path) -> None:
         journal.close()
 
 
-async def test_a_failed_fsync_fails_the_calls_it_covered_and_the_journal_goes_on(tmp_path: Path) -> None:
+async def test_a_failed_fsync_fails_the_calls_it_covered_and_the_journal_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = [True]
+
+    def fdatasync(fd: int) -> None:
+        if failing[0]:
+            raise OSError(5, "Input/output error")
+        os.fsync(fd)
+
+    monkeypatch.setattr(journal_module, "PREFILL_BYTES", 0)  # only the commits' syncs
+    monkeypatch.setattr(journal_module.os, "fdatasync", fdatasync)
     journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
-    file_fd = journal._fd
-    read_end, write_end = os.pipe()
-    journal._fd = write_end  # writes to a pipe succeed; fsync on it fails (EINVAL)
     try:
         results = await asyncio.gather(journal.append({"n": 1}), journal.append({"n": 2}), return_exceptions=True)
         assert all(isinstance(r, OSError) for r in results)
-        journal._fd = file_fd  # the disk is back: the next record is synced
+        failing[0] = False  # the disk is back: the next record is synced
         await journal.append({"n": 3})
-        assert list(read_records(journal.path)) == [{"n": 3}]
+        assert [r["n"] for r in read_records(journal.path)] == [1, 2, 3]  # written, not known to be durable
     finally:
-        journal._fd = file_fd
-        os.close(read_end)
-        os.close(write_end)
         journal.close()
 
 
@@ -191,13 +196,14 @@ async def test_a_slow_fsync_moves_the_next_ones_off_the_loop_until_one_is_fast_a
     synced_on: list[str] = []
     slow = [True]
 
-    def fsync(fd: int) -> None:
+    def fdatasync(fd: int) -> None:
         synced_on.append(threading.current_thread().name)
         if slow[0]:
             time.sleep(INLINE_SYNC_MAX_S * 2)
-        os.fdatasync(fd)
+        os.fsync(fd)
 
-    monkeypatch.setattr(journal_module.os, "fsync", fsync)
+    monkeypatch.setattr(journal_module, "PREFILL_BYTES", 0)  # only the commits' syncs
+    monkeypatch.setattr(journal_module.os, "fdatasync", fdatasync)
     loop_thread = threading.current_thread().name
     journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
     try:
@@ -246,6 +252,7 @@ async def test_a_held_commit_runs_when_its_delay_is_over(tmp_path: Path) -> None
 
 async def test_closing_syncs_what_a_held_commit_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[int] = []
+    monkeypatch.setattr(journal_module, "PREFILL_BYTES", 0)
     monkeypatch.setattr(journal_module.os, "fsync", lambda fd: synced.append(fd))
     journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
     journal.hold_commits(60.0, lambda: 2)
@@ -254,6 +261,67 @@ async def test_closing_syncs_what_a_held_commit_wrote(tmp_path: Path, monkeypatc
     assert synced == []
     journal.close()
     assert len(synced) == 1 and [r["n"] for r in read_records(journal.path)] == [1]
+
+
+async def test_the_file_is_zero_filled_ahead_of_its_records_and_a_clean_close_trims_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "PREFILL_BYTES", 1 << 16)
+    path = tmp_path / "proxy-0.jsonl"
+    journal = Journal(path, fsync=True)
+    records = [{"n": i, "pad": "x" * 1000} for i in range(200)]  # ~200 KB: three stretches filled
+    try:
+        for record in records:
+            await journal.append(record)
+        end = sum(len(Journal.encode(r)) for r in records)
+        for _ in range(500):  # the last stretch's fill, in the helper thread
+            if path.stat().st_size >= end + (1 << 15):
+                break
+            await asyncio.sleep(0.01)
+        data = path.read_bytes()
+        assert len(data) >= end + (1 << 15) and not data[end:].strip(b"\0") and data[end - 1 : end] == b"\n"
+        assert list(read_records(path)) == records
+    finally:
+        journal.close()
+    assert path.stat().st_size == end
+
+
+async def test_a_journal_left_with_its_zero_tail_goes_on_where_its_records_end(tmp_path: Path) -> None:
+    """A killed process leaves the filled tail: reopened, the journal appends right after its last record."""
+    path = tmp_path / "proxy-0.jsonl"
+    path.write_bytes(b'{"n": 1}\n' + bytes(200_000))
+    journal = Journal(path, fsync=True)
+    try:
+        await journal.append({"n": 2})
+        assert list(read_records(path)) == [{"n": 1}, {"n": 2}]
+    finally:
+        journal.close()
+    assert path.read_bytes() == b'{"n": 1}\n{"n":2}\n'
+
+
+async def test_records_past_the_filled_end_wait_for_the_fill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "PREFILL_BYTES", 4096)
+    release = threading.Event()
+    fill = Journal._prefill
+
+    def held_fill(self: Journal, *args: object) -> None:
+        release.wait(10)
+        fill(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Journal, "_prefill", held_fill)
+    path = tmp_path / "proxy-0.jsonl"
+    journal = Journal(path, fsync=True)
+    try:
+        await journal.append({"n": 1, "pad": "x" * 3000})  # the file's first stretch: its fill starts, and waits
+        second = journal.append({"n": 2, "pad": "x" * 3000})  # would go past the filled end
+        await asyncio.sleep(0.1)
+        assert not second.done() and [r["n"] for r in read_records(path)] == [1]
+        release.set()
+        await asyncio.wait_for(second, timeout=5)
+        assert [r["n"] for r in read_records(path)] == [1, 2]
+    finally:
+        release.set()
+        journal.close()
 
 
 def test_read_records_skips_a_torn_tail(tmp_path: Path) -> None:
