@@ -32,6 +32,7 @@ from harnessrl.runtime.trajectory.models import (
     TurnDelta,
     capture_problems,
     has_negative,
+    pack,
 )
 
 TOKEN_TYPE: Final = "i"  # int32 token ids
@@ -263,14 +264,13 @@ class SessionGraph:
 
     def delta(self, turn_id: int) -> dict[str, Any]:
         """The turn as the journal stores it, a `TurnDelta` in its JSON form: only the tokens beyond its
-        parent's prompt+completion. Built as a dict, not validated: its lists come from the graph's typed
-        arrays, and validating ~500 ids again per turn cost more than the rest of recording it. Replay
-        validates it."""
+        parent's prompt+completion, packed. Built as a dict, not validated: its arrays are the graph's own, and
+        validating ~500 ids again per turn cost more than the rest of recording it. Replay validates it."""
         r = self._record(turn_id)
         tokens = self.index.tokens(r.end, r.seq_len, r.shared)  # prompt tail, then completion
         cut = r.prompt_len - r.shared
-        return {"id": turn_id, "parent": r.parent, "prompt_tail": tokens[:cut].tolist(),
-                "completion_ids": tokens[cut:].tolist(), "logprobs": r.logprobs.tolist(), **r.scalars()}
+        return {"id": turn_id, "parent": r.parent, "prompt_tail": pack(tokens[:cut]),
+                "completion_ids": pack(tokens[cut:]), "logprobs": pack(r.logprobs), **r.scalars()}
 
     def decode_delta(self, delta: TurnDelta) -> Turn:
         """The full turn a journal delta stands for; its parent must already be in this graph."""

@@ -8,13 +8,22 @@ Token ids and logprobs are the engine's own (vLLM's `prompt_token_ids`, `choices
 
 from __future__ import annotations
 
+import base64
 import math
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    computed_field,
+    model_validator,
+)
 
 
 class Turn(BaseModel):
@@ -76,16 +85,41 @@ class Node(BaseModel):
     turn: Turn
 
 
+def pack(values: array[Any]) -> str:
+    """An int32 or float64 array as the journal writes it: base64 of its little-endian bytes. Encoding each item as
+    a JSON number cost ~3x more per record, and JSON numbers are no more exact."""
+    if sys.byteorder != "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return base64.b64encode(values).decode("ascii")
+
+
+def _unpacked(typecode: str) -> BeforeValidator:
+    """Read what `pack` wrote (a list, as journals before it wrote, passes through to the field's own check)."""
+
+    def unpack(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        values = array(typecode)
+        values.frombytes(base64.b64decode(value, validate=True))  # a ValueError on bad text or a torn item
+        if sys.byteorder != "little":
+            values.byteswap()
+        return values.tolist()
+
+    return BeforeValidator(unpack)
+
+
 class TurnDelta(BaseModel):
     """A turn as the proxy's journal stores it: only the prompt tokens beyond its parent's prompt+completion.
+    Its token ids and logprobs are packed (`pack`) in the journal.
 
     Decoding needs the parent's full sequence, so deltas are replayed in order (see `graph.decode_delta`)."""
 
     id: int
     parent: int | None
-    prompt_tail: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
+    prompt_tail: Annotated[list[int], _unpacked("i")]
+    completion_ids: Annotated[list[int], _unpacked("i")]
+    logprobs: Annotated[list[float], _unpacked("d")]
     finish_reason: str | None = None
     policy_version: int = 0
     model: str = ""

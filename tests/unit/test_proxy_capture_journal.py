@@ -28,7 +28,7 @@ from harnessrl.runtime.proxy.dialects.upstream import (
 from harnessrl.runtime.proxy.journal import INLINE_SYNC_MAX_S, Journal, read_records
 from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
-from harnessrl.runtime.trajectory.models import capture_problems
+from harnessrl.runtime.trajectory.models import TurnDelta, capture_problems
 
 
 def _completion(logprobs: list[float]) -> Completion:
@@ -106,7 +106,7 @@ def test_replaying_the_records_rebuilds_the_same_session() -> None:
         records.append(live.record_call(answered=True, turn=turn, at=float(i)))
         prompt = [*prompt, 7, 8, 9, 100 + i]
     # Prefix de-duplication: each later record stores only the new prompt token.
-    assert [len(r["turn"]["prompt_tail"]) for r in records] == [3, 1, 1, 1]
+    assert [len(TurnDelta.model_validate(r["turn"]).prompt_tail) for r in records] == [3, 1, 1, 1]
     rebuilt = Session(id=live.id, request=live.request, call_budget=live.call_budget, created_at=live.created_at,
                       last_activity_at=live.created_at)
     for record in records:

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import pytest
-from harnessrl.runtime.trajectory.models import SessionSequences, TrainingSequence, Turn, capture_problems
+from harnessrl.runtime.trajectory.models import (
+    SessionSequences,
+    TrainingSequence,
+    Turn,
+    TurnDelta,
+    capture_problems,
+    pack,
+)
 from pydantic import ValidationError
 
 
@@ -71,3 +79,21 @@ def test_capture_problems_name_the_defect(turn: Turn, problem: str) -> None:
 
 def test_a_good_capture_has_no_problems() -> None:
     assert capture_problems(Turn(prompt_ids=[1, 2], completion_ids=[3], logprobs=[0.0])) == []
+
+
+def test_a_journal_delta_packs_its_arrays_exactly_and_old_list_records_still_read() -> None:
+    logprobs = [-0.0, -1e-300, -math.inf, math.nan, -0.1 + -0.2]
+    packed = {"id": 0, "parent": None, "prompt_tail": pack(array("i", [0, 2**31 - 1, -1])),
+              "completion_ids": pack(array("i", [7])), "logprobs": pack(array("d", logprobs))}
+    assert all(isinstance(packed[k], str) for k in ("prompt_tail", "completion_ids", "logprobs"))
+    delta = TurnDelta.model_validate(packed)
+    assert delta.prompt_tail == [0, 2**31 - 1, -1] and delta.completion_ids == [7]
+    assert array("d", delta.logprobs).tobytes() == array("d", logprobs).tobytes()  # bit for bit, NaN and -0.0 too
+    as_lists = {**packed, "prompt_tail": [0, 2**31 - 1, -1], "completion_ids": [7], "logprobs": [-0.5]}
+    assert TurnDelta.model_validate(as_lists).prompt_tail == delta.prompt_tail  # a journal from before packing
+
+
+@pytest.mark.parametrize("bad", ["not base64!", pack(array("i", [1]))[:-4] + "AAA=", 5])
+def test_a_delta_whose_packed_array_is_unreadable_is_refused(bad: object) -> None:
+    with pytest.raises(ValidationError):
+        TurnDelta.model_validate({"id": 0, "parent": None, "prompt_tail": bad, "completion_ids": [], "logprobs": []})
