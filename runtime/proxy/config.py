@@ -90,6 +90,8 @@ class ProxyConfig(BaseModel):
     allocator: Literal["mimalloc", "system"] = "mimalloc"
     # Worker processes of this replica (workers.py): one event loop serves ~one core's worth of calls, so a
     # replica with more cores runs one worker per core; worker K serves its own sessions at `port + 1 + K`.
+    # One worker carried 500 calls/s in half a core of the benchmark's 2 (benchmarks/proxy/results-session18/);
+    # a second cut the p99 it added from 28-62 to ~10 ms, for ~12% more CPU per call.
     workers: int = Field(1, ge=1, le=64)
     worker_health: WorkerHealth = WorkerHealth()
 
