@@ -251,7 +251,6 @@ class Journal:
     def _prefill(self, fd: int, generation: int, start: int, loop: asyncio.AbstractEventLoop) -> None:
         """Zero-fill PREFILL_BYTES from `start` and sync it. A failure (a full disk) only means records grow the
         file again; their own writes say so if it matters."""
-        filled = start
         try:
             filled = _write_all(fd, bytes(PREFILL_BYTES), start)
             os.fdatasync(fd)
