@@ -259,7 +259,6 @@ def test_a_worker_that_cannot_start_stops_the_replica_with_the_reason(tmp_path: 
     assert "proxy worker 1 exited with 2 5 times in a row right after starting; stopping" in done.stderr
 
 
-
 def _allocator_of(process: psutil.Process) -> tuple[bool, str | None]:
     """Whether mimalloc is mapped into a process, and the PYTHONMALLOC it runs with."""
     return mapped(Path(f"/proc/{process.pid}/maps").read_text()), process.environ().get("PYTHONMALLOC")
