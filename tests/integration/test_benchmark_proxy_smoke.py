@@ -40,7 +40,11 @@ def test_quick_benchmark_writes_its_tables_with_zero_errors(tmp_path: Path) -> N
     assert proxy["cpu_per_call_ms"] > 0 and proxy["rss_per_session_mb"] is not None
     assert 0 <= proxy["kernel_cpu_per_call_ms"] <= proxy["cpu_per_call_ms"]
     assert proxy["server"]["rss_end_mb"] > 0
-    assert by_target["forwarder"]["cpu_per_call_ms"] > 0  # its own process, measured as the proxies are
+    # The forwarder is its own process, measured as the proxies are. /proc counts CPU time in 10 ms ticks, and its
+    # 24 calls take a few ms, so its figure may read 0 here; that it is measured at all is what is checked.
+    forwarder = by_target["forwarder"]
+    assert forwarder["cpu_per_call_ms"] >= 0 and forwarder["server"]["rss_end_mb"] > 0
+    assert by_target["baseline"]["cpu_per_call_ms"] is None  # no server of its own to measure
     # The proxy's own histograms: every call's engine wait; the journal's every record (sessions, then calls).
     waits = proxy["proxy_waits"]
     assert waits["engine call"]["count"] == 24 and waits["journal"]["count"] == 8 + 24
