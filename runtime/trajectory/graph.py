@@ -22,9 +22,11 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from harnessrl.runtime.trajectory.models import (
+    LOGPROB_TYPE,
+    TOKEN_TYPE,
     Node,
     SessionSequences,
     TrainingSequence,
@@ -34,9 +36,6 @@ from harnessrl.runtime.trajectory.models import (
     has_negative,
     pack,
 )
-
-TOKEN_TYPE: Final = "i"  # int32 token ids
-LOGPROB_TYPE: Final = "d"  # float64: the engine's logprobs, kept exactly
 
 
 def as_tokens(ids: Sequence[int]) -> array[int]:

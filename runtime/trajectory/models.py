@@ -13,7 +13,7 @@ import math
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,10 @@ from pydantic import (
     computed_field,
     model_validator,
 )
+
+# The array types token ids and logprobs are kept in, in the call graph and packed in the journal.
+TOKEN_TYPE: Final = "i"  # int32 token ids
+LOGPROB_TYPE: Final = "d"  # float64: the engine's logprobs, kept exactly
 
 
 class Turn(BaseModel):
@@ -69,7 +73,7 @@ def has_negative(ids: Sequence[int]) -> bool:
     """Whether any id is negative, in C either way: this runs on every turn's new tokens. On an int32 array (what
     the proxy links) it reads only the sign bytes (`isascii`: no byte has its top bit set) instead of making a
     Python int per id, which `min` over an array does."""
-    if isinstance(ids, array) and ids.typecode == "i" and ids.itemsize == 4:
+    if isinstance(ids, array) and ids.typecode == TOKEN_TYPE and ids.itemsize == 4:
         return not memoryview(ids).cast("B")[_SIGN_BYTE::4].tobytes().isascii()
     return min(ids, default=0) < 0
 
@@ -117,9 +121,9 @@ class TurnDelta(BaseModel):
 
     id: int
     parent: int | None
-    prompt_tail: Annotated[list[int], _unpacked("i")]
-    completion_ids: Annotated[list[int], _unpacked("i")]
-    logprobs: Annotated[list[float], _unpacked("d")]
+    prompt_tail: Annotated[list[int], _unpacked(TOKEN_TYPE)]
+    completion_ids: Annotated[list[int], _unpacked(TOKEN_TYPE)]
+    logprobs: Annotated[list[float], _unpacked(LOGPROB_TYPE)]
     finish_reason: str | None = None
     policy_version: int = 0
     model: str = ""
