@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.scripted  # the benchmark's subprocess starts the scripted engine
 
 
 @pytest.mark.timeout(180)
