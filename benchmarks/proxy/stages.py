@@ -22,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest
 from harnessrl.runtime.engine.scripted import (
     Script,
     ScriptedEngine,
@@ -37,7 +38,6 @@ from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
 from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
 from harnessrl.runtime.proxy.engines import upstream_json
 from harnessrl.runtime.proxy.journal import Journal
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import SessionStore
 from pydantic_core import to_json
 from workload import (

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from harnessrl.operator.api.harnesspool import HarnessPoolStatus, PoolRolloutCounts
 from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition
 from harnessrl.operator.api.trainingrun import RolloutCounts, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.progress import LearnerProgress
+from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
@@ -74,7 +74,7 @@ class Observed(BaseModel):
     learner: Manifest | None = None  # the Job
     runners: dict[str, Manifest | None] = {}  # pool -> Deployment
     pods: list[Manifest] = []
-    progress: LearnerProgress | None = None
+    progress: CoordinatorStatus | None = None
 
 
 class Event(BaseModel):

@@ -19,7 +19,6 @@ from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
 from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, Snapshot, path
 from harnessrl.operator.handlers.context import Context
-from harnessrl.operator.handlers.progress import fetch
 from harnessrl.operator.handlers.status import (
     Event,
     Observed,
@@ -39,6 +38,7 @@ from harnessrl.operator.plan import (
     child_name,
     pool_names,
 )
+from harnessrl.runtime.contracts.status import fetch
 from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger("harnessrl.operator.trainingrun")

@@ -31,7 +31,13 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, LeaseResponse, OutcomeKind, Timings
+from harnessrl.runtime.contracts.coordinator import (
+    Completion,
+    LeaseRequest,
+    LeaseResponse,
+    OutcomeKind,
+    Timings,
+)
 
 from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner
 from tests.ports import free_port

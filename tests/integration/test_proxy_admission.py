@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest
 
 from tests.fixtures.proxy_server import ProxyFactory
 from tests.integration.proxy_helpers import BY_NAME, DIALECTS, assert_dialect_error, create_session, send

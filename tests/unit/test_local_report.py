@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 from harnessrl.operator.report import RunSummary, main, moving_average, summarize, tool_calls_by_harness
-from harnessrl.runtime.learner.journal import JournalEntry
-from harnessrl.runtime.learner.metrics import StepMetrics
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     Completion,
     CoordinatorStatus,
     EvalProgress,
@@ -16,6 +14,8 @@ from harnessrl.runtime.learner.protocol import (
     OutcomeKind,
     PoolScore,
 )
+from harnessrl.runtime.learner.journal import JournalEntry
+from harnessrl.runtime.learner.metrics import StepMetrics
 
 
 def metrics(step: int, reward: float) -> StepMetrics:
