@@ -42,7 +42,7 @@ lint: venv
 # mypy sees harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps folders).
 typecheck: venv
 	rm -rf .mypy_src && mkdir -p .mypy_src/harnessrl
-	for f in harnessrl/*.py; do ln -s ../../$$f .mypy_src/harnessrl/; done
+	for f in harnessrl/*.py harnessrl/local; do ln -s ../../$$f .mypy_src/harnessrl/; done
 	ln -s ../../operator .mypy_src/harnessrl/operator
 	ln -s ../../runtime .mypy_src/harnessrl/runtime
 	MYPYPATH=.mypy_src $(VENV)/bin/mypy -p harnessrl

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from harnessrl.operator import evaluate as ev
 from harnessrl.runtime.engine.config import EngineConfig
+
+from harnessrl.local import evaluate as ev
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"

@@ -9,11 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus, EvalRecord
 from harnessrl.runtime.contracts.status import fetch as fetch_status
 from harnessrl.runtime.learner.evaluation import read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
-from pydantic import ValidationError
 
 
 def step_line(m: StepMetrics) -> str:
