@@ -31,7 +31,7 @@ venv: $(VENV)/.installed
 
 # The real harness CLIs, installed from npm as a user would (pinned in runtime/harness/versions.json).
 $(TOOLS)/.installed: runtime/harness/versions.json
-	$(PY) -P -m harnessrl.runtime.harness.install --prefix $(TOOLS)
+	$(PY) -P -m harnessrl.local.install_clis --prefix $(TOOLS)
 	touch $@
 
 tools: venv $(TOOLS)/.installed
