@@ -7,7 +7,7 @@ from typing import Any
 
 from harnessrl.operator.api.harnesspool import PoolRolloutCounts
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.status import Observed, pool_status, run_status, transitions
+from harnessrl.operator.handlers.status import Observed, blocked_status, pool_status, run_status, transitions
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 
 SPEC = TrainingRunSpec.model_validate({
@@ -150,3 +150,31 @@ def test_the_learners_eval_results_map_into_status() -> None:
     status = run_status(SPEC, 1, status, observed.model_copy(update={"progress": later}), T0)
     assert status.step == 6 and status.pass_at1 == {"p": 0.25, "eval-only": 0.75}
     assert next(c for c in status.conditions if c.type == "Training").message == "step 6/10, policy v6"
+
+
+def test_every_condition_and_reason_written_is_documented() -> None:
+    """What the status code writes, across the states above, is listed (and so documented) in api/reasons.py,
+    and Warning Events are exactly the reasons marked as trouble there."""
+    from harnessrl.operator.api.reasons import CONDITION_TYPES, REASONS
+
+    crash = pod("engine", {"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]})
+    learner = {"status": {"active": 1, "ready": 1}}
+    states = [
+        run_status(SPEC, 1, None, Observed(), T0),
+        run_status(SPEC, 1, None, Observed(engine={"spec": {"replicas": 1}}, proxy=ready(), runners={"p": ready()},
+                                           pods=[crash]), T0),
+        run_status(SPEC, 1, None, Observed(engine=ready(), proxy=ready(), runners={"p": ready()}, learner=learner,
+                                           progress=learner_status(step=1, policy_version=1, export_error="x")), T0),
+        run_status(SPEC.model_copy(update={"suspend": True}), 1, None, Observed(), T0),
+        run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Complete", "status": "True"}]}}), T0),
+        run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Failed", "status": "True"}]}}), T0),
+        blocked_status(1, None, "InvalidSpec", "bad"),
+        pool_status(1, None, "p", [], [], PoolRolloutCounts(), T0),
+        pool_status(1, None, "p", [ready()], [], PoolRolloutCounts(), T0),
+    ]
+    written = [c for s in states for c in s.conditions]
+    assert {c.type for c in written} <= set(CONDITION_TYPES)
+    assert {c.reason for c in written} <= set(REASONS)
+    for s in states:
+        for event in transitions([], s.conditions):
+            assert (event.type == "Warning") == REASONS[event.reason].warning, event
