@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools lint typecheck test demo crds clean
+.PHONY: all venv tools src-tree lint typecheck test demo crds clean
 
 all: test
 
@@ -31,20 +31,25 @@ venv: $(VENV)/.installed
 
 # The real harness CLIs, installed from npm as a user would (pinned in runtime/harness/versions.json).
 $(TOOLS)/.installed: runtime/harness/versions.json
-	$(PY) -P -m harnessrl.runtime.harness.install --prefix $(TOOLS)
+	$(PY) -P -m harnessrl.local.install_clis --prefix $(TOOLS)
 	touch $@
 
 tools: venv $(TOOLS)/.installed
 
-lint: venv
-	$(VENV)/bin/ruff check .
-
-# mypy sees harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps folders).
-typecheck: venv
+# mypy and import-linter see harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps
+# folders, see pyproject.toml).
+src-tree:
 	rm -rf .mypy_src && mkdir -p .mypy_src/harnessrl
-	for f in harnessrl/*.py; do ln -s ../../$$f .mypy_src/harnessrl/; done
+	for f in harnessrl/*.py harnessrl/local; do ln -s ../../$$f .mypy_src/harnessrl/; done
 	ln -s ../../operator .mypy_src/harnessrl/operator
 	ln -s ../../runtime .mypy_src/harnessrl/runtime
+
+# lint-imports runs inside the tree: it puts the working directory first on sys.path.
+lint: venv src-tree
+	$(VENV)/bin/ruff check .
+	cd .mypy_src && ../$(VENV)/bin/lint-imports ../pyproject.toml
+
+typecheck: venv src-tree
 	MYPYPATH=.mypy_src $(VENV)/bin/mypy -p harnessrl
 
 crds: venv

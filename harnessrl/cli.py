@@ -13,13 +13,13 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "crds": ("harnessrl.operator.api.crdgen", "generate the CRD YAML from the API models"),
     "operator": ("harnessrl.operator.main", "run the kopf operator"),
-    "run": ("harnessrl.operator.local", "run a TrainingRun on this machine, without a cluster"),
+    "run": ("harnessrl.local.run", "run a TrainingRun on this machine, without a cluster"),
     "proxy": ("harnessrl.runtime.proxy.main", "run the capture proxy"),
     "learner": ("harnessrl.runtime.learner.main", "run the learner and its coordinator"),
     "runner": ("harnessrl.runtime.harness.main", "run a HarnessPool runner"),
-    "eval": ("harnessrl.operator.evaluate", "pass@1 of a checkpoint under each harness"),
-    "report": ("harnessrl.operator.report", "plots and a summary of a run directory"),
-    "tiny-model": ("harnessrl.runtime.engine.tiny_model", "build the tiny test/quickstart model offline"),
+    "eval": ("harnessrl.local.evaluate", "pass@1 of a checkpoint under each harness"),
+    "report": ("harnessrl.local.report", "plots and a summary of a run directory"),
+    "tiny-model": ("harnessrl.local.tiny_model", "build the tiny test/quickstart model offline"),
     "adapter-store": ("harnessrl.runtime.engine.adapter_store", "receive LoRA adapters beside an engine (a sidecar)"),
 }
 

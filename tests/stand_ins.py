@@ -16,14 +16,17 @@ import pytest
 SCRIPTED_FIXTURES = {"scripted_engine", "scripted_engine_factory", "scripted_tiny_tokenizer"}
 # Fixtures that are the scripted engine where they are defined (a module may override them with vLLM).
 SCRIPTED_BY_DEFAULT = {"cli_backend": "tests.fixtures.harness_clis"}
-SCRIPTED_MODULE = ".scripted"
+SCRIPTED_MODULE = "tests.fakes.scripted_engine"
 
 
 def imports_scripted(node: ast.AST) -> bool:
-    """`from ....scripted import X`, `from ... import scripted` or `import ....scripted`."""
+    """`from tests.fakes.scripted_engine import X`, `from tests.fakes import scripted_engine` or
+    `import tests.fakes.scripted_engine`."""
     if isinstance(node, ast.ImportFrom):
-        return (node.module or "").endswith(SCRIPTED_MODULE) or any(a.name == "scripted" for a in node.names)
-    return isinstance(node, ast.Import) and any(a.name.endswith(SCRIPTED_MODULE) for a in node.names)
+        module = node.module or ""
+        return module == SCRIPTED_MODULE or (f"{module}.scripted_engine" == SCRIPTED_MODULE
+                                             and any(a.name == "scripted_engine" for a in node.names))
+    return isinstance(node, ast.Import) and any(a.name == SCRIPTED_MODULE for a in node.names)
 
 
 @functools.cache

@@ -33,6 +33,8 @@ import httpx
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repo root for tests.fakes (the scripted engine), after the stdlib: its operator/ folder would shadow it.
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 
 from loadgen import LoadSpec, TargetSpec, raise_fd_limit, run_clients
 from proxy_waits import summarize_waits
@@ -172,7 +174,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def engine_script() -> dict[str, Any]:
     """Every call that offers tools gets the shell tool call; anything else (a probe) a short text."""
-    from harnessrl.runtime.engine.scripted import Script, ScriptedReply, ScriptedToolCall
+    from tests.fakes.scripted_engine import Script, ScriptedReply, ScriptedToolCall
 
     call = ScriptedToolCall(name=TOOL_NAME, arguments={"command": TOOL_COMMAND})
     script = Script(

@@ -198,10 +198,15 @@ def start_engine(group: ProcessGroup, work_dir: Path, script: dict[str, Any], mo
     script_path = work_dir / "engine-script.json"
     script_path.write_text(json.dumps(script))
     port = free_ports()
+    # `python -m tests.fakes.scripted_engine` with the repo root appended to sys.path, not prepended as
+    # PYTHONPATH would: the root's operator/ folder would shadow the standard library's.
     argv = [
         sys.executable,
-        "-m",
-        "harnessrl.runtime.engine.scripted",
+        "-P",
+        "-c",
+        "import runpy, sys; sys.path.append(sys.argv.pop(1)); "
+        "runpy.run_module('tests.fakes.scripted_engine', run_name='__main__', alter_sys=True)",
+        str(REPO),
         "--host",
         "127.0.0.1",
         "--port",

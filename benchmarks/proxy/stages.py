@@ -21,23 +21,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repo root for tests.fakes (the scripted engine), after the stdlib: its operator/ folder would shadow it.
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 
-from harnessrl.runtime.engine.scripted import (
-    Script,
-    ScriptedEngine,
-    ScriptedReply,
-    ScriptedToolCall,
-    chat_response,
-    make_tokenizer,
-    stream_chunks,
-)
-from harnessrl.runtime.engine.vllm_wire import COMPACT
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route
 from harnessrl.runtime.proxy.dialects.upstream import CompletionChunk
 from harnessrl.runtime.proxy.engines import upstream_json
 from harnessrl.runtime.proxy.journal import Journal
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import SessionStore
 from pydantic_core import to_json
 from workload import (
@@ -50,6 +42,17 @@ from workload import (
     ToolCall,
     tool_output,
 )
+
+from tests.fakes.scripted_engine import (
+    Script,
+    ScriptedEngine,
+    ScriptedReply,
+    ScriptedToolCall,
+    chat_response,
+    make_tokenizer,
+    stream_chunks,
+)
+from tests.fakes.vllm_wire import COMPACT
 
 
 class Clock:

@@ -9,8 +9,8 @@ from harnessrl.operator.api.common import GROUP, VERSION, ApiModel
 from harnessrl.operator.api.harnesspool import KIND as POOL_KIND
 from harnessrl.operator.api.harnesspool import PLURAL as POOL_PLURAL
 from harnessrl.operator.api.harnesspool import HarnessPool, HarnessPoolSpec, HarnessPoolStatus
+from harnessrl.operator.api.reasons import COMPLETE, READY, TRAINING
 from harnessrl.operator.api.schema import structural_schema
-from harnessrl.operator.api.status import COMPLETE, READY, TRAINING
 from harnessrl.operator.api.structural import structural_errors
 from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.api.trainingrun import PLURAL as RUN_PLURAL

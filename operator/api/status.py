@@ -10,12 +10,6 @@ from pydantic import Field, StringConstraints
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
-# Condition types. Printer columns read them by type, so they are part of the API.
-READY = "Ready"  # every component is up (TrainingRun) / every runner replica is ready (HarnessPool)
-TRAINING = "Training"  # the learner is taking steps
-COMPLETE = "Complete"  # the run reached spec.grpo.steps
-FAILED = "Failed"  # the run stopped for good (restart budget spent, bad spec discovered late, ...)
-SUSPENDED = "Suspended"  # spec.suspend is true and the run's Pods are gone
 
 
 class Condition(ApiModel):

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import kubernetes.client
 from harnessrl.operator.handlers.apply import Kube
-from harnessrl.operator.handlers.progress import LearnerProgress
 from harnessrl.operator.plan import Images
+from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger("harnessrl.operator")
@@ -41,7 +41,7 @@ class Context:
         self.options = options
         self.kube = Kube(api, timeout=options.request_timeout_s)
         self.known: set[Key] = set()
-        self.progress: dict[tuple[str, str], LearnerProgress] = {}  # (namespace, run) -> last learner status
+        self.progress: dict[tuple[str, str], CoordinatorStatus] = {}  # (namespace, run) -> last learner status
         self._reconcilers: dict[str, Callable[[Context, str, str], None]] = {}
         self._mu = threading.Lock()
         self._running: set[Key] = set()

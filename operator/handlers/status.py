@@ -25,38 +25,28 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.harnesspool import HarnessPoolStatus, PoolRolloutCounts
+from harnessrl.operator.api.reasons import (
+    COMPLETE,
+    ENGINE_READY,
+    FAILED,
+    HARNESSES_READY,
+    PROXY_READY,
+    READY,
+    SUSPENDED,
+    TRAINING,
+)
 from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition
 from harnessrl.operator.api.trainingrun import RolloutCounts, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.progress import LearnerProgress
+from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
 
-ENGINE_READY = "EngineReady"
-PROXY_READY = "ProxyReady"
-HARNESSES_READY = "HarnessesReady"
-READY = "Ready"
-TRAINING = "Training"
-SUSPENDED = "Suspended"
-COMPLETE = "Complete"
-FAILED = "Failed"
-
+# Kubernetes's own container reasons, mapped onto ours (api/reasons.py).
 IMAGE_PULL = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
-# Reasons that are trouble (a Warning Event), as opposed to progress (Normal).
-WARNING_REASONS = {
-    "ImagePullBackOff",
-    "InsufficientGPU",
-    "Unschedulable",
-    "CrashLoopBackOff",
-    "ConfigError",
-    "HubExportFailing",
-    "RestartBudgetExhausted",
-    "LearnerFailed",
-    "HarnessPoolNotFound",
-    "InvalidSpec",
-}
 
 
 class Trouble(BaseModel):
@@ -74,7 +64,7 @@ class Observed(BaseModel):
     learner: Manifest | None = None  # the Job
     runners: dict[str, Manifest | None] = {}  # pool -> Deployment
     pods: list[Manifest] = []
-    progress: LearnerProgress | None = None
+    progress: CoordinatorStatus | None = None
 
 
 class Event(BaseModel):
@@ -93,18 +83,18 @@ def pod_trouble(pods: list[Manifest]) -> Trouble | None:
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
                 message = cond.get("message", "")
-                reason = "InsufficientGPU" if "nvidia.com/gpu" in message else "Unschedulable"
+                reason = R.INSUFFICIENT_GPU if "nvidia.com/gpu" in message else R.UNSCHEDULABLE
                 return Trouble(reason=reason, message=f"pod {name}: {message}")
         for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             why = waiting.get("reason", "")
             detail = f"pod {name} container {cs.get('name')}: {why}" + (f": {waiting['message']}" if waiting.get("message") else "")
             if why in IMAGE_PULL:
-                return Trouble(reason="ImagePullBackOff", message=detail)
+                return Trouble(reason=R.IMAGE_PULL_BACK_OFF, message=detail)
             if why == "CrashLoopBackOff":
-                return Trouble(reason="CrashLoopBackOff", message=detail)
+                return Trouble(reason=R.CRASH_LOOP_BACK_OFF, message=detail)
             if why in CONFIG_ERRORS:
-                return Trouble(reason="ConfigError", message=detail)
+                return Trouble(reason=R.CONFIG_ERROR, message=detail)
     return None
 
 
@@ -119,17 +109,17 @@ def _pods_of(pods: list[Manifest], component: str, pool: str | None = None) -> l
 def workload_condition(workload: Manifest | None, pods: list[Manifest], what: str) -> tuple[ConditionStatus, str, str]:
     """(status, reason, message) of a StatefulSet or Deployment and its Pods."""
     if workload is None:
-        return "False", "Creating", f"{what} is being created"
+        return "False", R.CREATING, f"{what} is being created"
     want = int((workload.get("spec") or {}).get("replicas", 1))
     ready = int((workload.get("status") or {}).get("readyReplicas") or 0)
     if want == 0:
-        return "False", "Suspended", f"{what} is scaled to zero"
+        return "False", R.SUSPENDED_REASON, f"{what} is scaled to zero"
     if ready >= want:
-        return "True", "AllReplicasReady", f"{what}: {ready}/{want} replicas ready"
+        return "True", R.ALL_REPLICAS_READY, f"{what}: {ready}/{want} replicas ready"
     trouble = pod_trouble(pods)
     if trouble is not None:
         return "False", trouble.reason, trouble.message
-    return "False", "ReplicasNotReady", f"{what}: {ready}/{want} replicas ready"
+    return "False", R.REPLICAS_NOT_READY, f"{what}: {ready}/{want} replicas ready"
 
 
 def _job_condition(job: Manifest | None, kind: str) -> Manifest | None:
@@ -167,40 +157,40 @@ def run_status(
     complete = _job_condition(observed.learner, "Complete")
     failed = _job_condition(observed.learner, "Failed")
     if not finished and complete:
-        put(COMPLETE, "True", "TrainingComplete", f"the learner finished {spec.grpo.steps} steps")
-        put(FAILED, "False", "TrainingComplete", "")
+        put(COMPLETE, "True", R.TRAINING_COMPLETE, f"the learner finished {spec.grpo.steps} steps")
+        put(FAILED, "False", R.TRAINING_COMPLETE, "")
         finished = True
     elif not finished and failed:
-        reason = "RestartBudgetExhausted" if failed.get("reason") == "BackoffLimitExceeded" else "LearnerFailed"
+        reason = R.RESTART_BUDGET_EXHAUSTED if failed.get("reason") == "BackoffLimitExceeded" else R.LEARNER_FAILED
         detail = failed.get("message") or "the learner failed"
         put(FAILED, "True", reason, f"{detail} (restart budget {spec.learner.restart_budget})")
         put(COMPLETE, "False", reason, "")
         finished = True
     elif not finished:
-        put(COMPLETE, "False", "TrainingNotFinished", "")
-        put(FAILED, "False", "NoFailure", "")
+        put(COMPLETE, "False", R.TRAINING_NOT_FINISHED, "")
+        put(FAILED, "False", R.NO_FAILURE, "")
 
     pods = observed.pods
     if finished:
         for type_ in (ENGINE_READY, PROXY_READY, HARNESSES_READY, READY, TRAINING):
-            put(type_, "False", "RunFinished", "the run has finished; its Pods are scaled to zero")
-        put(SUSPENDED, "False", "RunFinished", "")
+            put(type_, "False", R.RUN_FINISHED, "the run has finished; its Pods are scaled to zero")
+        put(SUSPENDED, "False", R.RUN_FINISHED, "")
     elif spec.suspend:
         for type_ in (ENGINE_READY, PROXY_READY, HARNESSES_READY, READY, TRAINING):
-            put(type_, "False", "Suspended", "the run is suspended")
-        put(SUSPENDED, "True", "SuspendedByUser", "Pods scaled to zero; checkpoints kept")
+            put(type_, "False", R.SUSPENDED_REASON, "the run is suspended")
+        put(SUSPENDED, "True", R.SUSPENDED_BY_USER, "Pods scaled to zero; checkpoints kept")
     else:
-        put(SUSPENDED, "False", "NotSuspended", "")
+        put(SUSPENDED, "False", R.NOT_SUSPENDED, "")
         put(ENGINE_READY, *workload_condition(observed.engine, _pods_of(pods, "engine"), "engine"))
         put(PROXY_READY, *workload_condition(observed.proxy, _pods_of(pods, "proxy"), "proxy"))
         put(HARNESSES_READY, *_harnesses_condition(observed, pods))
         parts = [c for c in conds if c.type in (ENGINE_READY, PROXY_READY, HARNESSES_READY)]
         # Trouble first: a crash-looping proxy matters more than an engine that is still starting.
-        not_ready = sorted((c for c in parts if c.status != "True"), key=lambda c: c.reason not in WARNING_REASONS)
+        not_ready = sorted((c for c in parts if c.status != "True"), key=lambda c: c.reason not in R.WARNING_REASONS)
         if not_ready:
             put(READY, "False", not_ready[0].reason, f"{not_ready[0].type}: {not_ready[0].message}")
         else:
-            put(READY, "True", "AllComponentsReady", "engine, proxy and harness runners are ready")
+            put(READY, "True", R.ALL_COMPONENTS_READY, "engine, proxy and harness runners are ready")
         put(TRAINING, *_training_condition(spec, observed, pods))
 
     training_now = _is_true(conds, TRAINING)
@@ -236,7 +226,7 @@ def _harnesses_condition(observed: Observed, pods: list[Manifest]) -> tuple[Cond
         result = workload_condition(deployment, _pods_of(pods, "runner", pool), f"runners of pool {pool}")
         if result[0] != "True":
             return result
-    return "True", "AllReplicasReady", f"runners of {len(observed.runners)} pool(s) ready"
+    return "True", R.ALL_REPLICAS_READY, f"runners of {len(observed.runners)} pool(s) ready"
 
 
 def _training_condition(spec: TrainingRunSpec, observed: Observed, pods: list[Manifest]) -> tuple[ConditionStatus, str, str]:
@@ -248,12 +238,12 @@ def _training_condition(spec: TrainingRunSpec, observed: Observed, pods: list[Ma
         if progress is not None and (e := progress.evaluating) is not None:
             step += f", evaluating step {e.step} ({e.finished}/{e.rollouts} rollouts)"
         if progress is not None and progress.export_error:
-            return "True", "HubExportFailing", f"{step}; Hub export failing: {progress.export_error}"
-        return "True", "Training", step
+            return "True", R.HUB_EXPORT_FAILING, f"{step}; Hub export failing: {progress.export_error}"
+        return "True", R.TRAINING_REASON, step
     trouble = pod_trouble(_pods_of(pods, "learner"))
     if trouble is not None:
         return "False", trouble.reason, trouble.message
-    return "False", "WaitingForLearner", "the learner is not running yet"
+    return "False", R.WAITING_FOR_LEARNER, "the learner is not running yet"
 
 
 def _phase(conds: list[Condition]) -> Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]:
@@ -286,12 +276,12 @@ def transitions(old: list[Condition], new: list[Condition]) -> list[Event]:
         previous = before.get(cond.type)
         if previous == (cond.status, cond.reason):
             continue
-        kind: Literal["Normal", "Warning"] = "Warning" if cond.reason in WARNING_REASONS else "Normal"
+        kind: Literal["Normal", "Warning"] = "Warning" if cond.reason in R.WARNING_REASONS else "Normal"
         # Complete/Failed False is bookkeeping; a False that is not trouble is news only when it ends a True
         # (e.g. resumed: Suspended True -> False).
         if cond.status != "True" and (
             cond.type in (COMPLETE, FAILED)
-            or cond.reason in ("RunFinished", "Suspended")  # consequences of an announced transition
+            or cond.reason in (R.RUN_FINISHED, R.SUSPENDED_REASON)  # consequences of an announced transition
             or (kind == "Normal" and (previous or ("",))[0] != "True")
         ):
             continue
@@ -315,13 +305,13 @@ def pool_status(
     ready = sum(int((d.get("status") or {}).get("readyReplicas") or 0) for d in deployments)
     want = sum(int((d.get("spec") or {}).get("replicas") or 0) for d in deployments)
     if not deployments:
-        cond: tuple[ConditionStatus, str, str] = ("False", "NotInUse", "no TrainingRun uses this pool")
+        cond: tuple[ConditionStatus, str, str] = ("False", R.NOT_IN_USE, "no TrainingRun uses this pool")
         phase: Literal["Pending", "Ready", "Degraded"] = "Pending"
     elif ready >= want:
-        cond, phase = ("True", "AllReplicasReady", f"{ready}/{want} runners ready"), "Ready"
+        cond, phase = ("True", R.ALL_REPLICAS_READY, f"{ready}/{want} runners ready"), "Ready"
     else:
         trouble = pod_trouble(pods)
-        reason, message = (trouble.reason, trouble.message) if trouble else ("ReplicasNotReady", f"{ready}/{want} runners ready")
+        reason, message = (trouble.reason, trouble.message) if trouble else (R.REPLICAS_NOT_READY, f"{ready}/{want} runners ready")
         cond, phase = ("False", reason, message), ("Degraded" if ready else "Pending")
     conds = set_condition(list(old.conditions), READY, *cond, generation=generation, now=now)
     return old.model_copy(

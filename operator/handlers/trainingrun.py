@@ -14,12 +14,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
 from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, Snapshot, path
 from harnessrl.operator.handlers.context import Context
-from harnessrl.operator.handlers.progress import fetch
 from harnessrl.operator.handlers.status import (
     Event,
     Observed,
@@ -39,6 +39,7 @@ from harnessrl.operator.plan import (
     child_name,
     pool_names,
 )
+from harnessrl.runtime.contracts.status import fetch
 from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger("harnessrl.operator.trainingrun")
@@ -126,7 +127,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         spec = TrainingRunSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         # The CRD's schema rejects this at the API server; an older object may still fail the current model.
-        _finish(kube, body, old, blocked_status(generation, old, "InvalidSpec", str(exc)[:2000]))
+        _finish(kube, body, old, blocked_status(generation, old, R.INVALID_SPEC, str(exc)[:2000]))
         return
     if is_terminal(old):
         _finished(ctx, body, spec, old)
@@ -141,7 +142,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     try:
         plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
     except PlanError as exc:
-        reason = "HarnessPoolNotFound" if len(pools) < len(wanted) else "InvalidSpec"
+        reason = R.HARNESS_POOL_NOT_FOUND if len(pools) < len(wanted) else R.INVALID_SPEC
         _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])

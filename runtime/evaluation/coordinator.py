@@ -1,6 +1,6 @@
 """The eval coordinator: the ledger plus its journal and results file (the only I/O), and its HTTP surface.
 
-It speaks the learner's runner protocol (runtime/learner/protocol.py) so unmodified runners serve it:
+It speaks the learner's runner protocol (runtime/contracts/coordinator.py) so unmodified runners serve it:
 `POST /v1/leases`, `POST /v1/completions`, plus `GET /v1/status` and `GET /v1/results` for `harnessrl eval`.
 A completion is journaled before it is acked; a restarted coordinator replays the journal.
 """
@@ -14,9 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
-from harnessrl.runtime.evaluation import ledger as L
-from harnessrl.runtime.evaluation.config import EvalConfig
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     AckStatus,
     Completion,
     CompletionAck,
@@ -29,6 +27,8 @@ from harnessrl.runtime.learner.protocol import (
     PoolScore,
     renew_every,
 )
+from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.evaluation.config import EvalConfig
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)

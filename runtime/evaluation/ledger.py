@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable
 from enum import StrEnum
 from typing import Protocol
 
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     SCORED_OUTCOMES,
     AckStatus,
     Completion,

@@ -10,7 +10,7 @@ import csv
 import math
 from pathlib import Path
 
-from harnessrl.runtime.learner.protocol import PoolScore
+from harnessrl.runtime.contracts.coordinator import PoolScore
 from pydantic import BaseModel
 
 

@@ -1,6 +1,6 @@
 """The HarnessPool runner: lease a rollout, open a capture session, run the harness in a sandbox, grade, complete.
 
-Outcomes (learner/protocol.py OutcomeKind):
+Outcomes (contracts/coordinator.py OutcomeKind):
 - solved / wrong: the verifier ran; correctness is its reward.
 - timeout: the harness ran past its wall-clock limit, or stopped on its step budget (its own or the proxy's).
 - harness_error: the harness failed on the model's output (or crashed) while the proxy was healthy.
@@ -22,11 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx
-from harnessrl.runtime.harness.adapters.base import Adapter, HarnessStatus, RunContext, RunOutput
-from harnessrl.runtime.harness.config import Dialect, RunnerConfig
-from harnessrl.runtime.harness.sandboxes.base import Sandbox, SandboxError, SandboxProvider
-from harnessrl.runtime.harness.tasks import Task
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     Completion,
     CompletionAck,
     Lease,
@@ -39,13 +35,17 @@ from harnessrl.runtime.learner.protocol import (
     OutcomeKind,
     Timings,
 )
-from harnessrl.runtime.proxy.protocol import (
+from harnessrl.runtime.contracts.proxy import (
     CreateSessionRequest,
     CreateSessionResponse,
     DialectBaseUrls,
     SessionInfo,
     SessionStatus,
 )
+from harnessrl.runtime.harness.adapters.base import Adapter, HarnessStatus, RunContext, RunOutput
+from harnessrl.runtime.harness.config import Dialect, RunnerConfig
+from harnessrl.runtime.harness.sandboxes.base import Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.tasks import Task
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)

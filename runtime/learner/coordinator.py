@@ -16,10 +16,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from harnessrl.runtime.evaluation import ledger as L
-from harnessrl.runtime.learner import evaluation as E
-from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, RewardConfig
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     AckStatus,
     Completion,
     CompletionAck,
@@ -30,6 +27,9 @@ from harnessrl.runtime.learner.protocol import (
     OutcomeKind,
     PoolRollouts,
 )
+from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.learner import evaluation as E
+from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, RewardConfig
 from harnessrl.runtime.learner.reward import group_advantages, reward
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.trajectory.models import TrainingSequence

@@ -19,9 +19,9 @@ import math
 import secrets
 from pathlib import Path
 
+from harnessrl.runtime.contracts.coordinator import EvalProgress, EvalRecord
 from harnessrl.runtime.evaluation import ledger as L
 from harnessrl.runtime.learner.config import EvalSchedule
-from harnessrl.runtime.learner.protocol import EvalProgress, EvalRecord
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel
 

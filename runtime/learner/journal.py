@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from harnessrl.runtime.learner.protocol import Completion
+from harnessrl.runtime.contracts.coordinator import Completion
 from harnessrl.runtime.trajectory.models import TrainingSequence
 from pydantic import BaseModel
 

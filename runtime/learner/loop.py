@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.learner.checkpoint import (
     latest_checkpoint,
     load_optimizer_state,
@@ -31,7 +32,6 @@ from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, load_policy
-from harnessrl.runtime.proxy.protocol import PolicyState
 
 log = logging.getLogger(__name__)
 

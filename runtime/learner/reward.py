@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, OutcomeKind
 from harnessrl.runtime.learner.config import RewardConfig
-from harnessrl.runtime.learner.protocol import SCORED_OUTCOMES, OutcomeKind
 
 
 def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: RewardConfig) -> float | None:

@@ -13,10 +13,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
-from harnessrl.runtime.learner.coordinator import Coordinator, CoordinatorError, UnknownRollout
-from harnessrl.runtime.learner.evaluation import is_eval_rollout
-from harnessrl.runtime.learner.journal import Journal, JournalEntry
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     SCORED_OUTCOMES,
     Completion,
     CompletionAck,
@@ -30,6 +27,9 @@ from harnessrl.runtime.learner.protocol import (
     OutcomeKind,
     renew_every,
 )
+from harnessrl.runtime.learner.coordinator import Coordinator, CoordinatorError, UnknownRollout
+from harnessrl.runtime.learner.evaluation import is_eval_rollout
+from harnessrl.runtime.learner.journal import Journal, JournalEntry
 from harnessrl.runtime.trajectory.models import TrainingSequence
 from prometheus_client import CollectorRegistry, generate_latest
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+from harnessrl.runtime.contracts.proxy import PolicyState, SequencesResponse
 from harnessrl.runtime.engine.adapter_store import StoredAdapter, adapter_tar
 from harnessrl.runtime.engine.lora import (
     LoraEndpointError,
@@ -29,7 +30,6 @@ from harnessrl.runtime.engine.lora import (
 )
 from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
 from harnessrl.runtime.learner.config import EngineLink, ProxyLink, SyncMode
-from harnessrl.runtime.proxy.protocol import PolicyState, SequencesResponse
 
 log = logging.getLogger(__name__)
 

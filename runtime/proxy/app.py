@@ -23,6 +23,14 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from harnessrl.runtime.contracts.proxy import (
+    CreateSessionRequest,
+    CreateSessionResponse,
+    DialectBaseUrls,
+    PolicyState,
+    SequencesResponse,
+    SessionStatus,
+)
 from harnessrl.runtime.proxy.asgi import Answer, Flusher, StreamAnswer, header, json_answer, read_body
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.config import ProxyConfig
@@ -48,14 +56,6 @@ from harnessrl.runtime.proxy.gc_policy import COLLECTOR
 from harnessrl.runtime.proxy.heap_trim import TRIMMER
 from harnessrl.runtime.proxy.journal import Journal, read_records
 from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
-from harnessrl.runtime.proxy.protocol import (
-    CreateSessionRequest,
-    CreateSessionResponse,
-    DialectBaseUrls,
-    PolicyState,
-    SequencesResponse,
-    SessionStatus,
-)
 from harnessrl.runtime.proxy.relay import Relayed, owner_address, relay, relay_address
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from harnessrl.runtime.proxy.upstream_http import (

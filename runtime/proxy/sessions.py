@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.proxy.dialects.base import EncodedMessages, HistoryMemo
 from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.trajectory.graph import SessionGraph
 from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta, capture_problems
 

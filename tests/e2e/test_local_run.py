@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harnessrl.runtime.learner.protocol import SCORED_OUTCOMES
+from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart" / "trainingrun.yaml"

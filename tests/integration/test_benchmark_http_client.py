@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from harnessrl.runtime.engine.scripted import (
+from tests.fakes.scripted_engine import (
     ByteChatTokenizer,
     ScriptedEngine,
     ScriptedEngineServer,

@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from harnessrl.runtime.engine.scripted import ScriptedEngineServer, ScriptedReply, ScriptedToolCall
+
+from tests.fakes.scripted_engine import ScriptedEngineServer, ScriptedReply, ScriptedToolCall
 
 CAPTURE: dict[str, Any] = {"return_token_ids": True, "top_logprobs": 0}
 TOOLS: list[Any] = [

@@ -196,7 +196,7 @@ def test_scripted_engine_speaks_vllms_exact_shape(
 ) -> None:
     """The same request to vLLM and to the scripted stand-in: same fields and types, streaming and not, and the
     same prompt token ids (both template with the tiny model's tokenizer)."""
-    from harnessrl.runtime.engine.scripted import ScriptedReply, ScriptedToolCall
+    from tests.fakes.scripted_engine import ScriptedReply, ScriptedToolCall
 
     scripted_engine.set_script(
         [ScriptedReply(tool_calls=[ScriptedToolCall(name="bash", arguments={"command": "ls"})])]

@@ -20,11 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from harnessrl.runtime.engine.scripted import ScriptedReply
-from harnessrl.runtime.evaluation.config import EvalConfig
-from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults, EvalStatus, create_app
-from harnessrl.runtime.evaluation.ledger import PoolHarness
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     AckStatus,
     Completion,
     CompletionAck,
@@ -36,7 +32,11 @@ from harnessrl.runtime.learner.protocol import (
     LeaseResponse,
     OutcomeKind,
 )
+from harnessrl.runtime.evaluation.config import EvalConfig
+from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults, EvalStatus, create_app
+from harnessrl.runtime.evaluation.ledger import PoolHarness
 
+from tests.fakes.scripted_engine import ScriptedReply
 from tests.fixtures.proxy_server import serve_in_thread
 from tests.ports import free_port
 from tests.waiting import wait_until

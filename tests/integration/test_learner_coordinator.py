@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from harnessrl.runtime.contracts.coordinator import Completion, LeaseResponse, OutcomeKind
 from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, ProxyLink, RewardConfig
 from harnessrl.runtime.learner.coordinator import Coordinator
 from harnessrl.runtime.learner.journal import Journal
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics
-from harnessrl.runtime.learner.protocol import Completion, LeaseResponse, OutcomeKind
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl

@@ -20,10 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.learner.checkpoint import latest_checkpoint
-from harnessrl.runtime.learner.evaluation import read_records
-from harnessrl.runtime.learner.journal import JournalEntry
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     Completion,
     CoordinatorStatus,
     Lease,
@@ -31,6 +28,9 @@ from harnessrl.runtime.learner.protocol import (
     LeaseResponse,
     OutcomeKind,
 )
+from harnessrl.runtime.learner.checkpoint import latest_checkpoint
+from harnessrl.runtime.learner.evaluation import read_records
+from harnessrl.runtime.learner.journal import JournalEntry
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
 from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner

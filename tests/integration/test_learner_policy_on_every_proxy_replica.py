@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.learner.config import ProxyLink
 from harnessrl.runtime.learner.sync import ProxyControl
-from harnessrl.runtime.proxy.protocol import PolicyState
 
 from tests.fixtures.proxy_server import ProxyFactory
 

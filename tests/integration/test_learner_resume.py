@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, LeaseResponse, OutcomeKind
+from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, LeaseResponse, OutcomeKind
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
 from tests.fixtures.hub_server import HubServer

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest
 
 from tests.fixtures.proxy_server import ProxyFactory
 from tests.integration.proxy_helpers import BY_NAME, DIALECTS, assert_dialect_error, create_session, send
@@ -27,7 +27,7 @@ LIMIT = 2
 
 @pytest.fixture(scope="module")
 def slow_engine() -> Iterator[Any]:
-    from harnessrl.runtime.engine import scripted
+    from tests.fakes import scripted_engine as scripted
 
     server = scripted.ScriptedEngineServer(scripted.ScriptedEngine(scripted.make_tokenizer("bytes"))).start()
     server.set_script([scripted.ScriptedReply(content="slow answer", when_contains="SLOW", delay_s=4.0),

@@ -24,9 +24,10 @@ MAX_BODY = 64 * 1024
 
 @pytest.fixture(scope="module")
 def proxy_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from harnessrl.runtime.engine.scripted import ScriptedEngine, ScriptedEngineServer, make_tokenizer
     from harnessrl.runtime.proxy.app import create_app
     from harnessrl.runtime.proxy.config import ProxyConfig
+
+    from tests.fakes.scripted_engine import ScriptedEngine, ScriptedEngineServer, make_tokenizer
 
     engine = ScriptedEngineServer(ScriptedEngine(make_tokenizer("bytes"))).start()
     workdir: Path = tmp_path_factory.mktemp("proxy")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def _engine() -> Any:
-    from harnessrl.runtime.engine.scripted import (
+    from tests.fakes.scripted_engine import (
         ScriptedEngine,
         ScriptedEngineServer,
         ScriptedReply,

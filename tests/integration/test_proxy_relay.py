@@ -32,7 +32,7 @@ def _without_ids(text: str) -> str:
 
 def test_calls_at_another_replica_are_relayed_to_the_owner(proxy_factory: ProxyFactory,
                                                           scripted_engine_factory: Callable[..., Any]) -> None:
-    from harnessrl.runtime.engine.scripted import ScriptedReply
+    from tests.fakes.scripted_engine import ScriptedReply
 
     engine = scripted_engine_factory(tokenizer="bytes")
     engine.set_script([ScriptedReply(content="Done.")])

@@ -1,4 +1,4 @@
-"""The proxy process (real uvicorn, real socket) in front of the scripted engine (runtime.engine.scripted, vLLM's
+"""The proxy process (real uvicorn, real socket) in front of the scripted engine (tests.fakes.scripted_engine, vLLM's
 wire shape over loopback): sessions, auth, capture, budget, context length, constrained decoding, metrics."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ MAX_MODEL_LEN = 4000  # bytes tokenizer: one id per byte, so a 5,000-character m
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
-    from harnessrl.runtime.engine.scripted import ScriptedEngine, ScriptedEngineServer, make_tokenizer
+    from tests.fakes.scripted_engine import ScriptedEngine, ScriptedEngineServer, make_tokenizer
 
     server = ScriptedEngineServer(ScriptedEngine(make_tokenizer("bytes"), max_model_len=MAX_MODEL_LEN)).start()
     yield server
@@ -44,7 +44,7 @@ def proxy(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
 
 @pytest.fixture(autouse=True)
 def _default_script(engine: Any) -> None:
-    from harnessrl.runtime.engine.scripted import ScriptedReply, ScriptedToolCall
+    from tests.fakes.scripted_engine import ScriptedReply, ScriptedToolCall
 
     engine.set_script([
         # No text before the call: with text, the template re-renders "text\n" + "\n<tool_call>" and the history

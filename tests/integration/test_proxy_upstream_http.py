@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
-    from harnessrl.runtime.engine import scripted
+    from tests.fakes import scripted_engine as scripted
 
     server = scripted.ScriptedEngineServer(scripted.ScriptedEngine(scripted.make_tokenizer("bytes"))).start()
     server.set_script([scripted.ScriptedReply(content="Done.")])

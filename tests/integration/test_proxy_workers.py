@@ -38,7 +38,7 @@ CHAT = BY_NAME["openai_chat"]
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
-    from harnessrl.runtime.engine.scripted import (
+    from tests.fakes.scripted_engine import (
         ScriptedEngine,
         ScriptedEngineServer,
         ScriptedReply,

@@ -11,10 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.engine.scripted import ScriptedReply, ScriptedToolCall
+from harnessrl.runtime.contracts.coordinator import OutcomeKind
 from harnessrl.runtime.harness.sandboxes.local import tagged_pids
-from harnessrl.runtime.learner.protocol import OutcomeKind
 
+from tests.fakes.scripted_engine import ScriptedReply, ScriptedToolCall
 from tests.fixtures.harness_clis import TASK, TASKS, one_rollout
 from tests.ports import free_port
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.learner.protocol import OutcomeKind
+from harnessrl.runtime.contracts.coordinator import OutcomeKind
 
 from tests.fixtures.harness_clis import one_rollout
 from tests.fixtures.proxy_server import EngineTee, engine_truth

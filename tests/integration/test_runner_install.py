@@ -7,8 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.harness.install import install, launcher_target
 from harnessrl.runtime.harness.versions import pins
+
+from harnessrl.local.install_clis import install, launcher_target
 
 pytestmark = pytest.mark.clis
 PREFIX = Path(__file__).resolve().parents[2] / ".tools"

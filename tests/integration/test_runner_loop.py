@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 import yaml
-from harnessrl.runtime.engine.scripted import ScriptedReply
+from harnessrl.runtime.contracts.coordinator import LeaseRequest, LeaseResponse
 from harnessrl.runtime.harness.sandboxes.local import tagged_pids
-from harnessrl.runtime.learner.protocol import LeaseRequest, LeaseResponse
 
+from tests.fakes.scripted_engine import ScriptedReply
 from tests.waiting import wait_until
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from harnessrl.operator.api.harnesspool import PoolRolloutCounts
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.progress import LearnerProgress
 from harnessrl.operator.handlers.status import Observed, pool_status, run_status
+
+from tests.unit.test_operator_status import learner_status
 
 lupa = pytest.importorskip("lupa.luajit21")
 
@@ -48,7 +49,7 @@ def test_trainingrun_health() -> None:
     cases = {
         "Progressing": Observed(),
         "Healthy": Observed(engine=READY, proxy=READY, runners={"p": READY}, learner=job_ready,
-                            progress=LearnerProgress(step=1, policy_version=1)),
+                            progress=learner_status(step=1, policy_version=1)),
         "Degraded": Observed(engine={"spec": {"replicas": 1}}, proxy=READY, runners={"p": READY}, pods=[crash]),
     }
     for expected, observed in cases.items():

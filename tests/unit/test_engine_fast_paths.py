@@ -8,11 +8,12 @@ import json
 from typing import Any
 
 import pytest
-from harnessrl.runtime.engine.chat_tokenizers import ByteChatTokenizer
-from harnessrl.runtime.engine.scripted import token_logprob
-from harnessrl.runtime.engine.vllm_wire import COMPACT, decode_json, encode_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.fakes.chat_tokenizers import ByteChatTokenizer
+from tests.fakes.scripted_engine import token_logprob
+from tests.fakes.vllm_wire import COMPACT, decode_json, encode_json
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),

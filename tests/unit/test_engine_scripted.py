@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from harnessrl.runtime.engine.scripted import (
+
+from tests.fakes.scripted_engine import (
     ByteChatTokenizer,
     Script,
     ScriptedEngine,

@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harnessrl.runtime.engine.scripted import (
+from starlette.testclient import TestClient
+
+from tests.fakes.scripted_engine import (
     ByteChatTokenizer,
     ScriptedEngine,
     ScriptedReply,
     ScriptedToolCall,
     create_app,
 )
-from starlette.testclient import TestClient
 
 GOLDEN = Path(__file__).with_suffix(".json")
 RANDOM_IDS = re.compile(rb"chatcmpl-(tool-)?[0-9a-f]{16}")

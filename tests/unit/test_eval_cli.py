@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from harnessrl.operator import evaluate as ev
 from harnessrl.runtime.engine.config import EngineConfig
+
+from harnessrl.local import evaluate as ev
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"
@@ -115,10 +116,10 @@ def test_plan_for_eval_serves_adapters_and_keeps_only_chosen_pools(tmp_path: Pat
 
 
 def test_finished_results_are_reused_only_for_the_same_evaluation(tmp_path: Path) -> None:
+    from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind
     from harnessrl.runtime.evaluation.config import EvalConfig
     from harnessrl.runtime.evaluation.coordinator import EvalCoordinator
     from harnessrl.runtime.evaluation.ledger import PoolHarness
-    from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, OutcomeKind
 
     cfg = EvalConfig(label="base", pools=[PoolHarness(pool="p", harness="h")], task_ids=["a"], model="m",
                      proxy_url="http://p", journal=tmp_path / "e" / "journal.jsonl",

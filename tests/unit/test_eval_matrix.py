@@ -6,11 +6,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind, PoolScore
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults
 from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
-from harnessrl.runtime.learner.protocol import Completion, LeaseRequest, OutcomeKind, PoolScore
 
 
 def score(pool: str, harness: str, solved: int, scored: int, rollouts: int = 4) -> PoolScore:

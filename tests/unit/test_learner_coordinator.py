@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from harnessrl.runtime.contracts.coordinator import AckStatus, Completion, LeaseRequest, OutcomeKind
 from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, RewardConfig
 from harnessrl.runtime.learner.coordinator import (
     Coordinator,
@@ -11,7 +12,6 @@ from harnessrl.runtime.learner.coordinator import (
     SlotStatus,
     UnknownRollout,
 )
-from harnessrl.runtime.learner.protocol import AckStatus, Completion, LeaseRequest, OutcomeKind
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.trajectory.models import TrainingSequence
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harnessrl.runtime.contracts.coordinator import AckStatus, Completion, LeaseRequest
 from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
 from harnessrl.runtime.learner.coordinator import (
@@ -15,7 +16,6 @@ from harnessrl.runtime.learner.coordinator import (
     UnknownRollout,
 )
 from harnessrl.runtime.learner.evaluation import EvalLog, is_eval_rollout, read_records
-from harnessrl.runtime.learner.protocol import AckStatus, Completion, LeaseRequest
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from prometheus_client import CollectorRegistry, generate_latest
 

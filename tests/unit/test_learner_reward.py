@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 import torch
+from harnessrl.runtime.contracts.coordinator import OutcomeKind
 from harnessrl.runtime.learner.config import HarnessWeight, RewardConfig
-from harnessrl.runtime.learner.protocol import OutcomeKind
 from harnessrl.runtime.learner.reward import group_advantages, reward
 from harnessrl.runtime.learner.schedule import GroupPlanner, swrr_cycle, task_for_group
 from trl.trainer.utils import nanstd

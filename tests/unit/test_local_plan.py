@@ -8,7 +8,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from harnessrl.operator.local import (
+from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
+
+from harnessrl.local.run import (
     EngineRestarts,
     LocalRunError,
     main,
@@ -16,8 +18,7 @@ from harnessrl.operator.local import (
     process_specs,
     published_policy,
 )
-from harnessrl.operator.supervisor import ProcessSpec, Supervisor
-from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
+from harnessrl.local.supervisor import ProcessSpec, Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart" / "trainingrun.yaml"

@@ -5,10 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harnessrl.operator.report import RunSummary, main, moving_average, summarize, tool_calls_by_harness
-from harnessrl.runtime.learner.journal import JournalEntry
-from harnessrl.runtime.learner.metrics import StepMetrics
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     Completion,
     CoordinatorStatus,
     EvalProgress,
@@ -16,6 +13,10 @@ from harnessrl.runtime.learner.protocol import (
     OutcomeKind,
     PoolScore,
 )
+from harnessrl.runtime.learner.journal import JournalEntry
+from harnessrl.runtime.learner.metrics import StepMetrics
+
+from harnessrl.local.report import RunSummary, main, moving_average, summarize, tool_calls_by_harness
 
 
 def metrics(step: int, reward: float) -> StepMetrics:
@@ -78,7 +79,7 @@ def test_report_without_metrics_says_so(tmp_path: Path, capsys) -> None:  # type
 
 
 def test_live_view_shows_each_step_once_across_a_rewrite_and_a_torn_line(tmp_path: Path) -> None:
-    from harnessrl.operator.live import LiveView
+    from harnessrl.local.live import LiveView
 
     path = tmp_path / "metrics.jsonl"
     view = LiveView(path, tmp_path / "eval.jsonl", "http://127.0.0.1:9", live=False)
@@ -120,7 +121,7 @@ def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> No
 
 
 def test_live_view_prints_each_evaluation_round_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harnessrl.operator.live import LiveView, status_line
+    from harnessrl.local.live import LiveView, status_line
 
     metrics_path = tmp_path / "metrics.jsonl"
     metrics_path.write_text(metrics(1, 0.1).model_dump_json() + "\n" + metrics(2, 0.2).model_dump_json() + "\n")

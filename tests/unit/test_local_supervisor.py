@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from harnessrl.operator.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.runtime.ports import free_ports
+
+from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 
 # A tiny HTTP server that answers /health with 200, then optionally dies after a delay.
 SERVER = """

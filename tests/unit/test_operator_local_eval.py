@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 import yaml
-from harnessrl.operator.local import plan_run, process_specs
 from harnessrl.runtime.harness.tasks import load_dir, split_tasks
+
+from harnessrl.local.run import plan_run, process_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart" / "trainingrun.yaml"

@@ -7,8 +7,8 @@ from typing import Any
 
 from harnessrl.operator.api.harnesspool import PoolRolloutCounts
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.progress import LearnerProgress
-from harnessrl.operator.handlers.status import Observed, pool_status, run_status, transitions
+from harnessrl.operator.handlers.status import Observed, blocked_status, pool_status, run_status, transitions
+from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 
 SPEC = TrainingRunSpec.model_validate({
     "model": {"base": {"hub": {"repo": "a/b"}}},
@@ -27,6 +27,13 @@ def pod(component: str, status: dict[str, Any], name: str = "x-0") -> dict[str, 
     return {"metadata": {"name": name, "labels": {"app.kubernetes.io/component": component}}, "status": status}
 
 
+def learner_status(**fields: Any) -> CoordinatorStatus:
+    """A coordinator status with the counters a test does not care about at zero."""
+    zero = {"open_groups": 0, "ready_groups": 0, "leased": 0, "rollouts_scored": 0, "rollouts_unscored": 0,
+            "rollouts_stale": 0, "groups_skipped_zero_variance": 0, "policy_model": "m", "done": False}
+    return CoordinatorStatus.model_validate(zero | fields)
+
+
 def conds(status: Any) -> dict[str, tuple[str, str]]:
     return {c.type: (c.status, c.reason) for c in status.conditions}
 
@@ -35,7 +42,7 @@ def test_pending_then_training_with_progress() -> None:
     first = run_status(SPEC, 1, None, Observed(engine=ready(), proxy=ready(), runners={"p": ready()}), T0)
     assert conds(first)["Ready"] == ("True", "AllComponentsReady")
     assert conds(first)["Training"] == ("False", "WaitingForLearner") and first.phase == "Pending"
-    progress = LearnerProgress(step=4, policy_version=4, rollouts_scored=32, mean_reward=0.4, pass_at1={"p": 0.5})
+    progress = learner_status(step=4, policy_version=4, rollouts_scored=32, mean_reward=0.4, pass_at1={"p": 0.5})
     job = {"status": {"active": 1, "ready": 1}}
     second = run_status(SPEC, 1, first, Observed(engine=ready(), proxy=ready(), runners={"p": ready()}, learner=job,
                                                  progress=progress), T0 + timedelta(seconds=5))
@@ -76,7 +83,7 @@ def test_learner_trouble_and_hub_export_failing() -> None:
                             "reason": "CrashLoopBackOff"}}}]})])
     assert conds(run_status(SPEC, 1, None, observed, T0))["Training"] == ("False", "CrashLoopBackOff")
     failing = observed.model_copy(update={"learner": {"status": {"ready": 1}}, "pods": [],
-                                          "progress": LearnerProgress(step=2, policy_version=2, export_error="401")})
+                                          "progress": learner_status(step=2, policy_version=2, export_error="401")})
     status = run_status(SPEC, 1, None, failing, T0)
     assert conds(status)["Training"] == ("True", "HubExportFailing")
     assert any(e.type == "Warning" and e.reason == "HubExportFailing" for e in transitions([], status.conditions))
@@ -117,7 +124,7 @@ def test_the_learners_eval_results_map_into_status() -> None:
     """What the learner serves (its own CoordinatorStatus model) read as the operator reads it: the latest
     round's pass@1 by pool, the round in progress in the Training message, the last step's reward, the
     checkpoint and the Hub branch; a later status without a new evaluation keeps the last pass@1."""
-    from harnessrl.runtime.learner.protocol import CoordinatorStatus, EvalProgress, EvalRecord, PoolScore
+    from harnessrl.runtime.contracts.coordinator import CoordinatorStatus, EvalProgress, EvalRecord, PoolScore
 
     def score(pool: str, solved: int) -> PoolScore:
         return PoolScore(pool=pool, harness=pool, rollouts=4, scored=4, solved=solved, unscored=0, pending=0,
@@ -130,7 +137,7 @@ def test_the_learners_eval_results_map_into_status() -> None:
                              done=False, mean_reward=0.625, pass_at1=record.pass_at1(), last_eval=record,
                              evaluating=EvalProgress(step=5, policy_version=5, rollouts=8, finished=3),
                              latest_checkpoint="/ckpt/step-0000004", hub_revision="step-4")
-    progress = LearnerProgress.model_validate(wire.model_dump(mode="json"))
+    progress = CoordinatorStatus.model_validate(wire.model_dump(mode="json"))
     observed = Observed(engine=ready(), proxy=ready(), runners={"p": ready()}, learner={"status": {"active": 1, "ready": 1}},
                         progress=progress)
     status = run_status(SPEC, 1, None, observed, T0)
@@ -138,8 +145,36 @@ def test_the_learners_eval_results_map_into_status() -> None:
     assert (status.mean_reward, status.latest_checkpoint, status.hub_revision) == (0.625, "/ckpt/step-0000004", "step-4")
     training = next(c for c in status.conditions if c.type == "Training")
     assert training.message == "step 5/10, policy v5, evaluating step 5 (3/8 rollouts)"
-    later = LearnerProgress.model_validate(wire.model_copy(update={"step": 6, "policy_version": 6, "pass_at1": {}, "evaluating": None})
+    later = CoordinatorStatus.model_validate(wire.model_copy(update={"step": 6, "policy_version": 6, "pass_at1": {}, "evaluating": None})
                                            .model_dump(mode="json"))
     status = run_status(SPEC, 1, status, observed.model_copy(update={"progress": later}), T0)
     assert status.step == 6 and status.pass_at1 == {"p": 0.25, "eval-only": 0.75}
     assert next(c for c in status.conditions if c.type == "Training").message == "step 6/10, policy v6"
+
+
+def test_every_condition_and_reason_written_is_documented() -> None:
+    """What the status code writes, across the states above, is listed (and so documented) in api/reasons.py,
+    and Warning Events are exactly the reasons marked as trouble there."""
+    from harnessrl.operator.api.reasons import CONDITION_TYPES, REASONS
+
+    crash = pod("engine", {"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]})
+    learner = {"status": {"active": 1, "ready": 1}}
+    states = [
+        run_status(SPEC, 1, None, Observed(), T0),
+        run_status(SPEC, 1, None, Observed(engine={"spec": {"replicas": 1}}, proxy=ready(), runners={"p": ready()},
+                                           pods=[crash]), T0),
+        run_status(SPEC, 1, None, Observed(engine=ready(), proxy=ready(), runners={"p": ready()}, learner=learner,
+                                           progress=learner_status(step=1, policy_version=1, export_error="x")), T0),
+        run_status(SPEC.model_copy(update={"suspend": True}), 1, None, Observed(), T0),
+        run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Complete", "status": "True"}]}}), T0),
+        run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Failed", "status": "True"}]}}), T0),
+        blocked_status(1, None, "InvalidSpec", "bad"),
+        pool_status(1, None, "p", [], [], PoolRolloutCounts(), T0),
+        pool_status(1, None, "p", [ready()], [], PoolRolloutCounts(), T0),
+    ]
+    written = [c for s in states for c in s.conditions]
+    assert {c.type for c in written} <= set(CONDITION_TYPES)
+    assert {c.reason for c in written} <= set(REASONS)
+    for s in states:
+        for event in transitions([], s.conditions):
+            assert (event.type == "Warning") == REASONS[event.reason].warning, event

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest
 from harnessrl.runtime.proxy import journal as journal_module
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.base import completion_as_chunks
@@ -26,7 +27,6 @@ from harnessrl.runtime.proxy.dialects.upstream import (
     UpstreamToolCall,
 )
 from harnessrl.runtime.proxy.journal import INLINE_SYNC_MAX_S, Journal, read_records
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from harnessrl.runtime.trajectory.models import TurnDelta, capture_problems
 

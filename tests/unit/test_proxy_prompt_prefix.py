@@ -10,6 +10,7 @@ from array import array
 from typing import Any
 
 import pytest
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest
 from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.prompt_prefix import (
     CHUNK,
@@ -19,7 +20,6 @@ from harnessrl.runtime.proxy.dialects.prompt_prefix import (
     read_answer,
 )
 from harnessrl.runtime.proxy.dialects.upstream import Completion
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest
 from harnessrl.runtime.proxy.sessions import SessionStore
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from harnessrl.runtime.proxy.protocol import CreateSessionRequest
+from harnessrl.runtime.contracts.proxy import CreateSessionRequest
 from harnessrl.runtime.proxy.relay import owner_address, relay_address, relayed_headers, relayed_target
 from harnessrl.runtime.proxy.sessions import SessionStore
 

@@ -10,12 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harnessrl.runtime.harness.adapters import adapter_for
-from harnessrl.runtime.harness.config import RunnerConfig
-from harnessrl.runtime.harness.runner import Runner
-from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
-from harnessrl.runtime.harness.tasks import Task, load_dir
-from harnessrl.runtime.learner.protocol import (
+from harnessrl.runtime.contracts.coordinator import (
     Completion,
     CompletionAck,
     Lease,
@@ -25,12 +20,17 @@ from harnessrl.runtime.learner.protocol import (
     LeaseResponse,
     OutcomeKind,
 )
-from harnessrl.runtime.proxy.protocol import (
+from harnessrl.runtime.contracts.proxy import (
     CreateSessionResponse,
     DialectBaseUrls,
     SessionInfo,
     SessionStatus,
 )
+from harnessrl.runtime.harness.adapters import adapter_for
+from harnessrl.runtime.harness.config import RunnerConfig
+from harnessrl.runtime.harness.runner import Runner
+from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.tasks import Task, load_dir
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 ALL_TASKS = load_dir(TASKS)

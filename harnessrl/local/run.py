@@ -31,11 +31,12 @@ import sys
 import time
 from pathlib import Path
 
+from harnessrl.local.live import LiveView
+from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.common import VolumePath
 from harnessrl.operator.api.harnesspool import HarnessPool
 from harnessrl.operator.api.manifest import ManifestError, load_manifests
 from harnessrl.operator.api.trainingrun import TrainingRun
-from harnessrl.operator.live import LiveView
 from harnessrl.operator.plan import (
     PATHS,
     Component,
@@ -46,7 +47,6 @@ from harnessrl.operator.plan import (
     build_plan,
     eval_task_ids_file,
 )
-from harnessrl.operator.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_argv, engine_env
 from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published

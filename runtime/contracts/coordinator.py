@@ -191,7 +191,12 @@ class PoolRollouts(_Wire):
     timed_out: int = Field(default=0, ge=0, description="stopped by the wall-clock or step budget")
 
 
-class CoordinatorStatus(_Wire):
+class CoordinatorStatus(BaseModel):
+    """What `GET /v1/status` serves; its readers (the operator, the live view) use this model."""
+
+    # Readers ignore fields they do not know: an operator older than the learner it watches still reads it.
+    model_config = ConfigDict(extra="ignore")
+
     step: int
     policy_version: int
     open_groups: int

@@ -11,7 +11,7 @@ Replies are chosen per request by rules (`ScriptedReply.when_*`), which keeps co
 
 Tokenisation lives in `chat_tokenizers`, the wire shapes in `vllm_wire`; this module holds the script, the engine
 and its HTTP surface. Run standalone (e.g. for the benchmark):
-`python -m harnessrl.runtime.engine.scripted --port 8100 --tokenizer fast`.
+`python -m tests.fakes.scripted_engine --port 8100 --tokenizer fast`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from harnessrl.runtime.engine.chat_tokenizers import (
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tests.fakes.chat_tokenizers import (
     ByteChatTokenizer,
     ChatTokenizer,
     HfChatTokenizer,
@@ -41,7 +44,7 @@ from harnessrl.runtime.engine.chat_tokenizers import (
     message_text,
     normalized_arguments,
 )
-from harnessrl.runtime.engine.vllm_wire import (
+from tests.fakes.vllm_wire import (
     Completion,
     VllmError,
     chat_response,
@@ -50,8 +53,6 @@ from harnessrl.runtime.engine.vllm_wire import (
     sse_events,
     stream_chunks,
 )
-from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 # Re-exported: tests and the benchmark import these from here.
 __all__ = [

@@ -1,6 +1,6 @@
 """Install the pinned harness CLIs as a user would: npm packages from the registry, mini-swe-agent from PyPI.
 
-    python -m harnessrl.runtime.harness.install --prefix .tools
+    python -m harnessrl.local.install_clis --prefix .tools
 
 npm packages go to PREFIX/npm; launchers for every CLI (`claude`, `codex`, `opencode`, `gemini`, `qwen`,
 `mini`) are symlinked into PREFIX/bin, which callers put on PATH. Idempotent: packages already at their pinned

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.engine.tiny_model import MARKER, TinyModelSpec, build_tiny_model
+
+from harnessrl.local.tiny_model import MARKER, TinyModelSpec, build_tiny_model
 
 
 def digest(directory: Path) -> dict[str, str]:

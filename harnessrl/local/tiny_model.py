@@ -15,8 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harnessrl.runtime.engine.chat_template import QWEN25_CHAT_TEMPLATE
 from pydantic import BaseModel, ConfigDict, Field
+
+from harnessrl.runtime.engine.chat_template import QWEN25_CHAT_TEMPLATE
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Plain (non-special) added tokens: they must survive detokenisation with skip_special_tokens, where vLLM's

@@ -4,7 +4,7 @@
                    [--split test] [--harness POOL ...] [--limit N] [--attempts K]
 
 The TrainingRun's plan (operator/plan.py) gives the engine, proxy and runner configs, realised as local
-processes as `harnessrl run` does (operator/local.py). The engine and proxy start once; for each checkpoint its
+processes as `harnessrl run` does (harnessrl/local/run.py). The engine and proxy start once; for each checkpoint its
 LoRA adapter is hot-loaded into the engine under its own name, the proxy is told to serve that name (PUT
 /policy), and an eval coordinator (runtime/evaluation) hands every (task × pool × attempt) to the pools'
 unmodified runners. Output, under --out: pass_at_1.csv, pass_at_1.png, eval/<checkpoint>/results.json (every
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
-from harnessrl.operator.api.manifest import ManifestError
-from harnessrl.operator.api.trainingrun import HarnessRef
-from harnessrl.operator.local import (
+from pydantic import BaseModel
+
+from harnessrl.local.run import (
     LocalPlacement,
     LocalRunError,
     parse_mapping,
@@ -34,8 +34,11 @@ from harnessrl.operator.local import (
     resolve_model,
     resolve_tasks,
 )
+from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
+from harnessrl.operator.api.manifest import ManifestError
+from harnessrl.operator.api.trainingrun import HarnessRef
 from harnessrl.operator.plan import VLLM_LORA_RANKS, Plan, PlanError, build_plan
-from harnessrl.operator.supervisor import ProcessSpec, Supervisor, SupervisorError
+from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter
 from harnessrl.runtime.evaluation.config import EvalConfig
@@ -43,8 +46,6 @@ from harnessrl.runtime.evaluation.coordinator import EvalResults, EvalStatus
 from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
 from harnessrl.runtime.harness.tasks import TaskError, load_dir, split_tasks
-from harnessrl.runtime.proxy.protocol import PolicyState
-from pydantic import BaseModel
 
 BASE = "base"
 _M = TypeVar("_M", bound=BaseModel)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import httpx
+from pydantic import ValidationError
+
+from harnessrl.runtime.contracts.coordinator import CoordinatorStatus, EvalRecord
+from harnessrl.runtime.contracts.status import fetch as fetch_status
 from harnessrl.runtime.learner.evaluation import read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
-from harnessrl.runtime.learner.protocol import CoordinatorStatus, EvalRecord
-from pydantic import ValidationError
 
 
 def step_line(m: StepMetrics) -> str:
@@ -81,11 +82,7 @@ class LiveView:
         return fresh
 
     def coordinator(self) -> CoordinatorStatus | None:
-        try:
-            response = httpx.get(f"{self.coordinator_url}/v1/status", timeout=2.0)
-            return CoordinatorStatus.model_validate_json(response.content) if response.status_code == 200 else None
-        except (httpx.HTTPError, ValidationError):
-            return None
+        return fetch_status(self.coordinator_url)
 
     def refresh(self, final: bool = False) -> None:
         clear = "\r\033[K" if self.live else ""

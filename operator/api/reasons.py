@@ -1,0 +1,70 @@
+"""Condition types and the reasons the operator writes on them: part of the API (printer columns read
+conditions by type; users, alerts and Argo CD health checks read reasons). An Event carries the reason of the
+condition transition it announces. Each name is documented here once; the API reference lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Documented:
+    name: str
+    doc: str
+    warning: bool = False  # announced as a Warning Event (trouble), not a Normal one (progress)
+
+
+CONDITION_TYPES: dict[str, Documented] = {}
+REASONS: dict[str, Documented] = {}
+
+
+def _condition(name: str, doc: str) -> str:
+    CONDITION_TYPES[name] = Documented(name, doc)
+    return name
+
+
+def _reason(name: str, doc: str, warning: bool = False) -> str:
+    REASONS[name] = Documented(name, doc, warning)
+    return name
+
+
+# Condition types.
+READY = _condition("Ready", "every component is up (TrainingRun) / every runner replica is ready (HarnessPool)")
+ENGINE_READY = _condition("EngineReady", "the inference engine's replicas are ready")
+PROXY_READY = _condition("ProxyReady", "the capture proxy's replicas are ready")
+HARNESSES_READY = _condition("HarnessesReady", "the runners of every pool the run uses are ready")
+TRAINING = _condition("Training", "the learner is taking steps")
+COMPLETE = _condition("Complete", "the run reached spec.grpo.steps")
+FAILED = _condition("Failed", "the run stopped for good (restart budget spent, bad spec discovered late, ...)")
+SUSPENDED = _condition("Suspended", "spec.suspend is true and the run's Pods are gone")
+
+# Reasons.
+ALL_COMPONENTS_READY = _reason("AllComponentsReady", "engine, proxy and harness runners are ready")
+ALL_REPLICAS_READY = _reason("AllReplicasReady", "every replica of the workload is ready")
+REPLICAS_NOT_READY = _reason("ReplicasNotReady", "some replicas are not ready yet, for no known trouble")
+CREATING = _reason("Creating", "the workload is being created")
+SUSPENDED_REASON = _reason("Suspended", "the run is suspended, so this component is scaled to zero")
+SUSPENDED_BY_USER = _reason("SuspendedByUser", "spec.suspend is true: Pods scaled to zero, checkpoints kept")
+NOT_SUSPENDED = _reason("NotSuspended", "spec.suspend is false")
+RUN_FINISHED = _reason("RunFinished", "the run has finished (complete or failed); its Pods are scaled to zero")
+TRAINING_REASON = _reason("Training", "the learner reports its steps")
+WAITING_FOR_LEARNER = _reason("WaitingForLearner", "the learner is not running yet")
+TRAINING_COMPLETE = _reason("TrainingComplete", "the learner finished spec.grpo.steps steps")
+TRAINING_NOT_FINISHED = _reason("TrainingNotFinished", "the learner has steps left")
+NO_FAILURE = _reason("NoFailure", "nothing has failed for good")
+NOT_IN_USE = _reason("NotInUse", "no TrainingRun uses this HarnessPool")
+IMAGE_PULL_BACK_OFF = _reason("ImagePullBackOff", "a container image cannot be pulled", warning=True)
+INSUFFICIENT_GPU = _reason("InsufficientGPU", "a Pod cannot be scheduled for lack of GPUs", warning=True)
+UNSCHEDULABLE = _reason("Unschedulable", "a Pod cannot be scheduled", warning=True)
+CRASH_LOOP_BACK_OFF = _reason("CrashLoopBackOff", "a container keeps crashing", warning=True)
+CONFIG_ERROR = _reason("ConfigError", "a container cannot be created from its configuration", warning=True)
+HUB_EXPORT_FAILING = _reason("HubExportFailing", "training goes on but the last Hub export failed", warning=True)
+RESTART_BUDGET_EXHAUSTED = _reason(
+    "RestartBudgetExhausted", "the learner failed more often than spec.learner.restartBudget allows", warning=True
+)
+LEARNER_FAILED = _reason("LearnerFailed", "the learner's Job failed", warning=True)
+HARNESS_POOL_NOT_FOUND = _reason("HarnessPoolNotFound", "a HarnessPool the run names does not exist", warning=True)
+INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
+
+WARNING_REASONS = frozenset(r.name for r in REASONS.values() if r.warning)
