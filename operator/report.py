@@ -16,9 +16,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from harnessrl.runtime.coordinator.journal import JournalEntry
 from harnessrl.runtime.evaluation.matrix import build_matrix, write_png
 from harnessrl.runtime.learner.evaluation import is_eval_rollout, read_records
-from harnessrl.runtime.learner.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.protocol import EvalRecord, OutcomeKind
 from pydantic import BaseModel

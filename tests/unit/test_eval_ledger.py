@@ -4,7 +4,7 @@ retries of unscored outcomes, and pass@1."""
 from __future__ import annotations
 
 import pytest
-from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.coordinator import ledger as L
 from harnessrl.runtime.learner.protocol import AckStatus, Completion, LeaseRequest, OutcomeKind
 from hypothesis import given, settings
 from hypothesis import strategies as st

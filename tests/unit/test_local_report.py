@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from harnessrl.operator.report import RunSummary, main, moving_average, summarize, tool_calls_by_harness
-from harnessrl.runtime.learner.journal import JournalEntry
+from harnessrl.runtime.coordinator.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.protocol import (
     Completion,
