@@ -16,7 +16,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from harnessrl.runtime.coordinator.journal import JournalEntry
+from harnessrl.runtime.coordinator.journal import JournalEntry, read_entries
 from harnessrl.runtime.evaluation.matrix import build_matrix, write_png
 from harnessrl.runtime.learner.evaluation import is_eval_rollout, read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
@@ -51,7 +51,7 @@ def read_completions(run_dir: Path) -> list[JournalEntry]:
     path = run_dir / "checkpoints" / "journal.jsonl"
     if not path.exists():
         return []
-    return [JournalEntry.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    return list(read_entries(path))
 
 
 def moving_average(values: list[float], window: int) -> list[float]:

@@ -58,6 +58,24 @@ def _cut_torn_tail(path: Path) -> None:
     log.warning("journal %s: dropped a torn last record at byte %d (%d bytes, never acknowledged)", path, cut, size - cut)
 
 
+def read_entries(path: Path) -> Iterator[JournalEntry]:
+    """The records of a journal, in order, without changing the file (for readers such as reports): a torn last
+    line is skipped with a warning; `JournalCorrupt` at the first whole line that is not a record."""
+    with path.open("rb") as fh:
+        offset = 0
+        for n, line in enumerate(fh, 1):
+            if not line.endswith(b"\n"):
+                log.warning("journal %s: ignoring a torn last record at byte %d (%d bytes)", path, offset, len(line))
+                return
+            try:
+                yield JournalEntry.model_validate_json(line)
+            except ValidationError as exc:
+                raise JournalCorrupt(f"journal {path}, line {n}: not a record ({exc.errors()[0]['msg']}); "
+                                     "a crash only ever tears the last line, so this file was changed or "
+                                     "damaged otherwise: repair or move it") from None
+            offset += len(line)
+
+
 class Journal:
     def __init__(self, path: Path, fsync: bool = True):
         self.path = path
@@ -75,14 +93,7 @@ class Journal:
 
     def entries(self) -> Iterator[JournalEntry]:
         """Every record, in order; `JournalCorrupt` at the first line that is not one."""
-        with self.path.open("rb") as fh:
-            for n, line in enumerate(fh, 1):
-                try:
-                    yield JournalEntry.model_validate_json(line)
-                except ValidationError as exc:
-                    raise JournalCorrupt(f"journal {self.path}, line {n}: not a record ({exc.errors()[0]['msg']}); "
-                                         "a crash only ever tears the last line, so this file was changed or "
-                                         "damaged otherwise: repair or move it") from None
+        return read_entries(self.path)
 
     def entries_after(self, seq: int) -> Iterator[JournalEntry]:
         return (e for e in self.entries() if e.seq > seq)

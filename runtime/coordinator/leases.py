@@ -49,8 +49,9 @@ def _set(slot: LeasedSlot, status: str) -> None:
     slot.status = type(slot.status)(status)
 
 
-def is_lease_of(slot: LeasedSlot, lease_id: str) -> bool:
-    return lease_id.startswith(f"{slot.rollout_id}.a")
+def is_lease_of(rollout_id: str, lease_id: str) -> bool:
+    """Whether `lease_id` has the form of a lease of `rollout_id` (a completion naming another's is refused)."""
+    return lease_id.startswith(f"{rollout_id}.a")
 
 
 def grant(slot: LeasedSlot, runner_id: str, now: float, ttl_s: float) -> str:

@@ -152,7 +152,7 @@ def duplicate_ack(ledger: Ledger, c: Completion) -> CompletionAck | None:
     slot = ledger.slots.get(c.rollout_id)
     if slot is None:
         raise UnknownRollout(f"unknown rollout id {c.rollout_id!r}")
-    if not leases.is_lease_of(slot, c.lease_id):
+    if not leases.is_lease_of(c.rollout_id, c.lease_id):
         raise EvalError(f"lease {c.lease_id!r} is not a lease of rollout {c.rollout_id!r}")
     if slot.status in FINAL or leases.repeated(slot, c.lease_id):
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=slot.status == SlotStatus.scored)

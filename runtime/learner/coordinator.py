@@ -318,7 +318,7 @@ class Coordinator:
         if E.is_eval_rollout(c.rollout_id):
             return self._eval_check(c)
         found = self._slot(c.rollout_id)
-        if not c.lease_id.startswith(f"{c.rollout_id}.a"):
+        if not leases.is_lease_of(c.rollout_id, c.lease_id):
             raise CoordinatorError(f"lease {c.lease_id!r} is not a lease of rollout {c.rollout_id!r}")
         if found is None:
             return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=False)

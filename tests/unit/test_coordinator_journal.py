@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.coordinator.journal import Journal, JournalCorrupt, JournalEntry
+from harnessrl.runtime.coordinator.journal import Journal, JournalCorrupt, JournalEntry, read_entries
 from harnessrl.runtime.learner.protocol import Completion, OutcomeKind
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
@@ -55,6 +55,17 @@ def test_a_torn_last_line_is_dropped_logged_and_the_rest_replays(tmp_path: Path,
     assert [e.seq for e in Journal(path).entries()] == [1, 2, 3]
 
 
+def test_a_reader_skips_a_torn_last_line_and_changes_nothing(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "journal.jsonl"
+    whole = written(path, 2)
+    path.write_bytes(whole + b'{"seq":3,"har')
+    with caplog.at_level(logging.WARNING):
+        assert [e.seq for e in read_entries(path)] == [1, 2]
+    assert caplog.messages == [f"journal {path}: ignoring a torn last record at byte {len(whole)} (13 bytes)"]
+    assert path.read_bytes() == whole + b'{"seq":3,"har'
+
+
 def test_a_single_torn_record_leaves_an_empty_journal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "journal.jsonl"
     path.write_bytes(b'{"seq":1,"harn')
@@ -83,4 +94,6 @@ def test_a_corrupt_whole_line_fails_loudly_with_file_and_line(tmp_path: Path, at
     j = Journal(path)
     with pytest.raises(JournalCorrupt, match=rf"journal {path}, line {at}: not a record"):
         list(j.entries())
+    with pytest.raises(JournalCorrupt, match=rf"line {at}: not a record"):
+        list(read_entries(path))
     assert path.read_bytes() == damaged  # nothing cut: what to do with it is the operator's call

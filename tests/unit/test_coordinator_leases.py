@@ -25,8 +25,8 @@ def test_grant_leases_a_pending_slot_under_a_fresh_id() -> None:
     s = Slot(rollout_id="g0000001-r000")
     first = leases.grant(s, "runner-a", now=10.0, ttl_s=30.0)
     assert s.status is Status.leased and (s.lease_id, s.lease_deadline, s.runner_id) == (first, 40.0, "runner-a")
-    assert first.startswith("g0000001-r000.a1-") and leases.is_lease_of(s, first)
-    assert not leases.is_lease_of(s, "g0000001-r001.a1-0")
+    assert first.startswith("g0000001-r000.a1-") and leases.is_lease_of(s.rollout_id, first)
+    assert not leases.is_lease_of(s.rollout_id, "g0000001-r001.a1-0")
     with pytest.raises(AssertionError):
         leases.grant(s, "runner-b", now=11.0, ttl_s=30.0)  # a leased slot is not granted twice
     # A restarted process counts leases from 0 again: the random part keeps the id new.
@@ -90,7 +90,7 @@ def test_lease_fields_stay_consistent_under_any_interleaving(script: list[tuple[
             leases.expire(slots, now)
         elif op == "finish" and issued:
             lease = issued[k % len(issued)]
-            owner = next(x for x in slots if leases.is_lease_of(x, lease))
+            owner = next(x for x in slots if leases.is_lease_of(x.rollout_id, lease))
             if owner.status != Status.final and not leases.repeated(owner, lease) and leases.finish(owner, lease):
                 leases.settle(owner, Status.final if k % 2 else Status.pending)
         else:
