@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, SecretKeyRef
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
-from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.harness import config as runner_cfg
 from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.versions import pin

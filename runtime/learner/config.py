@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import yaml
-from harnessrl.runtime.evaluation.ledger import PoolHarness
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 

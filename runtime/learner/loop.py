@@ -14,6 +14,9 @@ from pathlib import Path
 import httpx
 import uvicorn
 from harnessrl.runtime.contracts.proxy import PolicyState
+from harnessrl.runtime.coordinator.journal import Journal
+from harnessrl.runtime.coordinator.server import create_app
+from harnessrl.runtime.coordinator.service import replay
 from harnessrl.runtime.learner.checkpoint import (
     latest_checkpoint,
     load_optimizer_state,
@@ -25,11 +28,9 @@ from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
 from harnessrl.runtime.learner.evaluation import EvalLog
 from harnessrl.runtime.learner.hub import HubExporter
-from harnessrl.runtime.learner.journal import Journal
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, mean
 from harnessrl.runtime.learner.packing import Sample
 from harnessrl.runtime.learner.schedule import GroupPlanner
-from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, load_policy
 
@@ -86,12 +87,7 @@ class Learner:
         )
         self.coordinator.artifacts.latest_checkpoint = str(latest) if latest is not None else None
         self.journal = Journal(ck.dir / "journal.jsonl")
-        replayed = 0
-        for entry in self.journal.entries_after(self.coordinator.state.journal_seq):
-            self.coordinator.complete(entry.completion, entry.sequences)
-            replayed += 1
-        if replayed:
-            log.info("replayed %d completions journaled after the checkpoint", replayed)
+        replay(self.coordinator, self.journal, self.coordinator.state.journal_seq)
         self.sync = make_sync(cfg.engine, cfg.model.served_name, sync_dir(ck.dir))
         self.proxy = ProxyControl(cfg.proxy)
         self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path)) if cfg.export is not None else None
@@ -232,7 +228,7 @@ class Learner:
 
     async def serve(self) -> None:
         async with httpx.AsyncClient(timeout=60.0) as client:
-            app = create_app(self.coordinator, self.journal, proxy_fetcher(self.proxy, client), self.metrics.registry)
+            app = create_app(self.coordinator, self.journal, self.proxy.fetcher(client), self.metrics.registry)
             config = uvicorn.Config(app, host=self.cfg.host, port=self.cfg.port, log_level="warning", lifespan="off")
             server = uvicorn.Server(config)
             serving = asyncio.create_task(server.serve())

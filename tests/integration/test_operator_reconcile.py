@@ -22,7 +22,7 @@ import pytest
 import yaml
 from harnessrl.operator.handlers import OperatorOptions, build_registry
 from harnessrl.runtime.contracts.coordinator import Completion, CoordinatorStatus, LeaseRequest
-from harnessrl.runtime.evaluation.ledger import PoolHarness
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
 from harnessrl.runtime.learner.coordinator import Coordinator
 from harnessrl.runtime.learner.schedule import GroupPlanner

@@ -1,20 +1,17 @@
-"""The eval coordinator's bookkeeping: one rollout per (pool × task × attempt), leases, completions, pass@1.
+"""The evaluation ledger: one rollout per (pool × task × attempt), their completions, pass@1.
 
-No I/O; time is passed in, lease ids carry a random suffix. A rollout is pending → leased → scored, or after
-an unscored outcome (infra or grader failure: nothing about the policy) pending again until it has failed
-`max_unscored` times, then it is recorded as unscored for good. An expired lease makes the rollout pending
-again and counts as such a failure, so a rollout that keeps killing its runner cannot stall the evaluation.
-Whichever completion of a rollout arrives first is the one counted (as in the learner's coordinator), later
-ones are duplicates. Unlike training there are no groups to fill and no policy updates: the ledger is done
-when every rollout is final.
+Used by the standalone evaluation (runtime/evaluation) and by the learner's evaluation rounds. Leases follow the
+lease machine (leases.py). A rollout is pending → leased → scored, or after an unscored outcome (infra or grader
+failure: nothing about the policy) pending again until it has failed `max_unscored` times, then it is recorded as
+unscored for good. An expired lease counts as such a failure, so a rollout that keeps killing its runner cannot
+stall the evaluation. Whichever completion of a rollout arrives first is the one counted, later ones are
+duplicates. Unlike training there are no groups to fill and no policy updates: the ledger is done when every
+rollout is final. No I/O; time is passed in.
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Collection, Iterable
 from enum import StrEnum
-from typing import Protocol
 
 from harnessrl.runtime.contracts.coordinator import (
     SCORED_OUTCOMES,
@@ -26,15 +23,15 @@ from harnessrl.runtime.contracts.coordinator import (
     OutcomeKind,
     PoolScore,
 )
+from harnessrl.runtime.coordinator import leases
 from pydantic import BaseModel, Field
 
 
-class EvalError(ValueError):
-    """A request the eval coordinator refuses (a pool it does not evaluate, the wrong harness for a pool)."""
+class EvalError(leases.CoordinatorError):
+    """A request an evaluation refuses (a pool it does not evaluate, the wrong harness for a pool)."""
 
 
-class UnknownRollout(EvalError):
-    pass
+UnknownRollout = leases.UnknownRollout
 
 
 class PoolHarness(BaseModel):
@@ -52,18 +49,12 @@ class SlotStatus(StrEnum):
 FINAL = frozenset({SlotStatus.scored, SlotStatus.unscored})
 
 
-class Slot(BaseModel):
-    rollout_id: str
+class Slot(leases.LeasedSlot):
     pool: str
     harness: str
     task_id: str
     attempt: int = Field(ge=0, description="which sample of this task under this pool (0-based)")
     status: SlotStatus = SlotStatus.pending
-    leases: int = 0
-    lease_id: str | None = None
-    lease_deadline: float | None = None
-    runner_id: str | None = None
-    finished_leases: list[str] = Field(default_factory=list)
     unscored_failures: int = 0
     outcome: OutcomeKind | None = None
     correctness: float = 0.0
@@ -102,17 +93,13 @@ def plan_ledger(pools: list[PoolHarness], task_ids: list[str], attempts: int, pr
 def expire(ledger: Ledger, now: float, max_unscored: int) -> int:
     """Leases past their deadline: the rollout is pending again. An expiry counts as an unscored failure, so a
     rollout that keeps killing its runner is given up (unscored) instead of being handed out forever."""
-    n = 0
-    for s in ledger.slots.values():
-        if s.status == SlotStatus.leased and s.lease_deadline is not None and s.lease_deadline < now:
-            s.lease_id, s.lease_deadline, s.runner_id = None, None, None
-            s.unscored_failures += 1
-            s.status = SlotStatus.unscored if s.unscored_failures >= max_unscored else SlotStatus.pending
-            if s.status == SlotStatus.unscored:
-                s.outcome, s.error = OutcomeKind.infra_error, f"no completion in {s.leases} leases"
-            n += 1
-    ledger.leases_expired += n
-    return n
+    expired = leases.expire(ledger.slots.values(), now)
+    for s in expired:
+        s.unscored_failures += 1
+        if s.unscored_failures >= max_unscored:
+            s.status, s.outcome, s.error = SlotStatus.unscored, OutcomeKind.infra_error, f"no completion in {s.leases} leases"
+    ledger.leases_expired += len(expired)
+    return len(expired)
 
 
 def lease(
@@ -139,10 +126,8 @@ def lease(
             break
         if s.status != SlotStatus.pending:
             continue
-        s.leases += 1
-        # Random suffix: lease counts restart with the process, lease ids must not (a finished id is a duplicate).
-        s.status, s.lease_id = SlotStatus.leased, f"{s.rollout_id}.l{s.leases}-{secrets.token_hex(4)}"
-        s.lease_deadline, s.runner_id = now + ttl_s, req.runner_id
+        leases.grant(s, req.runner_id, now, ttl_s)
+        assert s.lease_id is not None and s.lease_deadline is not None
         out.append(
             Lease(
                 rollout_id=s.rollout_id,
@@ -161,47 +146,15 @@ def lease(
     return out
 
 
-class LeasedSlot(Protocol):
-    """A rollout slot of either ledger (evaluation here, training groups in the learner's coordinator)."""
-
-    @property
-    def status(self) -> str: ...
-    @property
-    def lease_id(self) -> str | None: ...
-    @property
-    def runner_id(self) -> str | None: ...
-
-    lease_deadline: float | None
-
-
-def renew(slots: Iterable[LeasedSlot], lease_ids: Collection[str], deadline: float) -> list[str]:
-    """Move the deadline of each slot still leased under one of `lease_ids`; the ids renewed."""
-    renewed = []
-    for s in slots:
-        if s.status == "leased" and s.lease_id is not None and s.lease_id in lease_ids:
-            s.lease_deadline = deadline
-            renewed.append(s.lease_id)
-    return renewed
-
-
-def release(slots: Iterable[LeasedSlot], runner_id: str) -> int:
-    """Expire at once the leases `runner_id` holds among `slots` (the next lease call hands them out again, counted
-    as any expiry); how many."""
-    n = 0
-    for s in slots:
-        if s.status == "leased" and s.runner_id == runner_id:
-            s.lease_deadline = float("-inf")
-            n += 1
-    return n
-
-
 def duplicate_ack(ledger: Ledger, c: Completion) -> CompletionAck | None:
     """The ack of a completion that would change nothing (a repeat of a finished lease, or any completion of a
     final rollout), or None when it is new. Reads only."""
     slot = ledger.slots.get(c.rollout_id)
     if slot is None:
         raise UnknownRollout(f"unknown rollout id {c.rollout_id!r}")
-    if slot.status in FINAL or c.lease_id in slot.finished_leases:
+    if not leases.is_lease_of(c.rollout_id, c.lease_id):
+        raise EvalError(f"lease {c.lease_id!r} is not a lease of rollout {c.rollout_id!r}")
+    if slot.status in FINAL or leases.repeated(slot, c.lease_id):
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=slot.status == SlotStatus.scored)
     return None
 
@@ -213,16 +166,18 @@ def complete(ledger: Ledger, c: Completion, max_unscored: int) -> CompletionAck:
         ledger.duplicates += 1
         return dup
     slot = ledger.slots[c.rollout_id]
-    slot.finished_leases.append(c.lease_id)
-    slot.outcome, slot.tool_calls, slot.error = c.outcome, c.tool_calls, c.error
-    slot.lease_id, slot.lease_deadline, slot.runner_id = None, None, None
+    free = leases.finish(slot, c.lease_id)
     if c.outcome in SCORED_OUTCOMES:
-        slot.status = SlotStatus.scored
+        # The first scored completion of a rollout counts, from whichever lease; another live lease's is a duplicate.
+        leases.settle(slot, SlotStatus.scored)
+        slot.outcome, slot.tool_calls, slot.error = c.outcome, c.tool_calls, c.error
         # A solved rollout is fully correct whatever the runner sent; the rest keep the grader's partial credit.
         slot.correctness = 1.0 if c.outcome == OutcomeKind.solved else c.correctness
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=True, reward=slot.correctness)
     slot.unscored_failures += 1
-    slot.status = SlotStatus.unscored if slot.unscored_failures >= max_unscored else SlotStatus.pending
+    slot.outcome, slot.tool_calls, slot.error = c.outcome, c.tool_calls, c.error
+    if free:  # else the live lease decides: its own completion or its expiry counts a failure too
+        leases.settle(slot, SlotStatus.unscored if slot.unscored_failures >= max_unscored else SlotStatus.pending)
     return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=False)
 
 
