@@ -30,7 +30,7 @@ from harnessrl.runtime.learner.packing import Sample
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
-from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, load_policy
+from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
 from harnessrl.runtime.proxy.protocol import PolicyState
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ class Learner:
         if latest is not None and cfg.adapter.kind == "full":
             model_cfg = cfg.model.model_copy(update={"path": latest / "policy"})
         model = load_policy(model_cfg, cfg.adapter, adapter_dir)
-        self.trainer = PolicyTrainer(model, cfg.grpo, pad_id=_pad_id(cfg.model.path))
+        compute = compute_dtype(cfg.model, next(model.parameters()).device)
+        self.trainer = PolicyTrainer(model, cfg.grpo, pad_id=_pad_id(cfg.model.path), compute=compute)
         state: CoordinatorState | None = None
         if restored is not None and latest is not None:
             self.trainer.load_optimizer_state(load_optimizer_state(latest))
