@@ -217,6 +217,7 @@ class Learner:
             save_checkpoint,
             self.cfg.checkpoint.dir,
             self.trainer.model,
+            self.trainer.policy_state(),
             self.trainer.optimizer_state(),
             snapshot,
             self.metrics.path,

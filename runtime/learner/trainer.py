@@ -235,9 +235,25 @@ class PolicyTrainer:
         return loss, stats
 
     # -- state for checkpoints ------------------------------------------------------------------------------
+    # Full (unsharded) state keyed by parameter name, so a checkpoint written by N processes resumes in M.
+    # Gathering is collective: every rank calls these; rank 0 writes what they return.
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(self.model, options=self._full_state())
 
     def optimizer_state(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.model, self.optimizer, options=self._full_state())
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optimizer, state, options=self._full_state())
+
+    def _full_state(self) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, cpu_offload=True)
