@@ -492,7 +492,7 @@ def _learner(
         kind=ComponentKind.LEARNER,
         name=child_name(run, ComponentKind.LEARNER),
         image=images.image("learner"),
-        replicas=1,
+        replicas=learner.nodes,
         gpus=learner.gpus,
         resources=learner.resources,
         ports=[Port(name="http", port=placement.learner_port)]
