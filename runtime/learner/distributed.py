@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 T = TypeVar("T")
+# Rank 0 may wait for rollouts for hours between steps while the others wait for its next command; the
+# commands travel on their own CPU (gloo) group with this timeout, the tensors on the default group.
+COMMAND_TIMEOUT = timedelta(days=7)
+_command_group: Any = None
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,13 @@ class World:
 
 def init_world(device_type: str) -> World:
     """Join torchrun's process group (NCCL on GPUs, gloo on CPUs); a single process needs none."""
+    global _command_group
     world = World.from_env()
     if world.distributed and not dist.is_initialized():
         if device_type == "cuda":
             torch.cuda.set_device(world.local_rank)
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        _command_group = dist.new_group(backend="gloo", timeout=COMMAND_TIMEOUT)
     return world
 
 
@@ -116,9 +123,9 @@ def all_max(value: int, world: World) -> int:
 
 
 def broadcast(obj: Any, world: World) -> Any:
-    """Rank 0's `obj` on every rank (pickled over the process group)."""
+    """Rank 0's `obj` on every rank (pickled, over the command group where init_world made one)."""
     if not world.distributed:
         return obj
     box = [obj if world.is_main else None]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=_command_group)
     return box[0]
