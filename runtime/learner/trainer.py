@@ -63,14 +63,26 @@ def compute_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
 def load_policy(
     model_cfg: ModelConfig, adapter: AdapterConfig, adapter_dir: Path | None = None, world: World = World()
 ) -> torch.nn.Module:
-    """Base weights in fp32 (+ a LoRA adapter, fresh or from `adapter_dir`) with TRL's fused LM head added;
-    in a world of several processes, sharded with FSDP2 (bf16 compute on GPUs)."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    """Base weights in fp32 (+ a LoRA adapter, fresh or from `adapter_dir`), prepared for training."""
     from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_cfg.path, dtype=torch.float32)
+    return prepare_policy(model, model_cfg, adapter, adapter_dir, world)
+
+
+def prepare_policy(
+    model: torch.nn.Module,
+    model_cfg: ModelConfig,
+    adapter: AdapterConfig,
+    adapter_dir: Path | None = None,
+    world: World = World(),
+) -> torch.nn.Module:
+    """An fp32 causal LM on its device with TRL's fused LM head (+ LoRA); in a world of several processes,
+    sharded with FSDP2 (bf16 compute on GPUs)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
     device = device_for(world, resolve_device(model_cfg).type)
-    model = AutoModelForCausalLM.from_pretrained(model_cfg.path, dtype=torch.float32)
     model.to(device)
     add_fused_lm_head(model)  # before PEFT wraps it, as TRL requires
     if model_cfg.gradient_checkpointing:
