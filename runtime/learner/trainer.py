@@ -251,9 +251,11 @@ class PolicyTrainer:
     # Gathering is collective: every rank calls these; rank 0 writes what they return.
 
     def policy_state(self) -> dict[str, torch.Tensor]:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        """The trainable weights, whole (for LoRA the adapter only: the frozen base is never gathered)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(self.model, options=self._full_state())
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+        return get_model_state_dict(self.model, options=options)
 
     def optimizer_state(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
