@@ -20,7 +20,7 @@ from harnessrl.runtime.learner.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
 from harnessrl.runtime.learner.distributed import World
 from harnessrl.runtime.learner.evaluation import EvalLog
@@ -71,6 +71,8 @@ class Learner:
 
     def __init__(self, cfg: LearnerConfig, world: World = World()):
         self.cfg = cfg
+        if world.distributed and cfg.engine.sync == SyncMode.nccl:
+            raise ValueError("engine.sync nccl sends one process's whole weights: it needs a learner of one process")
         ck = cfg.checkpoint
         ck.dir.mkdir(parents=True, exist_ok=True)
         self.metrics = MetricsSink(cfg.metrics_file())

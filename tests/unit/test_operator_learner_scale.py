@@ -13,7 +13,9 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
+import pytest
 import yaml
+from harnessrl.operator.plan import PlanError
 
 from tests.unit.test_operator_manifests import K8S_VERSION, manifests
 
@@ -106,3 +108,11 @@ def test_the_jobset_schema_check_rejects_what_the_crd_does_not_know() -> None:
 
 def test_a_suspended_multi_node_run_suspends_its_jobset() -> None:
     assert manifests(learner={"gpus": 2, "nodes": 2}, suspend=True)[("JobSet", "run-learner")]["spec"]["suspend"] is True
+
+
+def test_nccl_sync_needs_an_unsharded_learner() -> None:
+    full = {"model": {"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
+            "engine": {"replicas": 1, "gpus": 4, "weightSync": "nccl"}}
+    assert ("Job", "run-learner") in manifests(**full, learner={"gpus": 1})
+    with pytest.raises(PlanError, match="weightSync nccl needs a learner on one GPU"):
+        manifests(**full, learner={"gpus": 2})
