@@ -415,6 +415,10 @@ def _learner(
     adapter_store: AdapterStorePlan | None,
 ) -> Component:
     grpo, learner, model = spec.grpo, spec.learner, spec.model
+    if spec.engine.weight_sync == "nccl" and (learner.gpus > 1 or learner.nodes > 1):
+        # The NCCL transfer sends one process's whole weights; a sharded (FSDP2) learner has only its shards.
+        raise PlanError(f"engine.weightSync nccl needs a learner on one GPU, not learner.gpus {learner.gpus} × "
+                        f"learner.nodes {learner.nodes}: use one GPU, or weightSync lora with model.adapter.lora")
     lora = model.adapter.lora
     adapter = (
         learner_cfg.AdapterConfig(
@@ -492,7 +496,7 @@ def _learner(
         kind=ComponentKind.LEARNER,
         name=child_name(run, ComponentKind.LEARNER),
         image=images.image("learner"),
-        replicas=1,
+        replicas=learner.nodes,
         gpus=learner.gpus,
         resources=learner.resources,
         ports=[Port(name="http", port=placement.learner_port)]

@@ -288,7 +288,15 @@ class ProxySpec(ApiModel):
 class LearnerSpec(ApiModel):
     """The learner: coordinator, GRPO steps, checkpoints."""
 
-    gpus: int = Field(default=1, ge=0, le=64, description="GPUs of the learner Pod; 0 trains on CPU.")
+    gpus: int = Field(
+        default=1, ge=0, le=64, description="GPUs of each learner Pod; 0 trains on CPU; > 1 runs torchrun with FSDP2."
+    )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Learner Pods (one per node); > 1 runs them as a JobSet (needs the JobSet controller, jobset.x-k8s.io).",
+    )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory of the learner Pod."
     )

@@ -34,6 +34,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("apps/v1", "StatefulSet"): "statefulsets",
     ("apps/v1", "Deployment"): "deployments",
     ("batch/v1", "Job"): "jobs",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobsets",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
@@ -46,6 +47,7 @@ MUTABLE_SPEC: dict[str, set[str] | None] = {
     "StatefulSet": {"replicas", "template", "updateStrategy", "minReadySeconds", "persistentVolumeClaimRetentionPolicy"},
     "Deployment": {"replicas", "template", "strategy", "minReadySeconds"},
     "Job": {"suspend", "parallelism"},  # a Job's Pod template is fixed once created
+    "JobSet": {"suspend"},
     "Service": {"ports", "selector", "publishNotReadyAddresses", "type"},
     "PersistentVolumeClaim": set(),
     "NetworkPolicy": None,  # None = the whole spec
@@ -125,6 +127,16 @@ class Kube:
             if exc.status == 404:
                 return None
             raise
+
+    def serves(self, group_version_path: str) -> bool:
+        """Whether the API server serves this group/version (discovery: a CRD that is not installed is a 404)."""
+        try:
+            self.request("GET", group_version_path)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def list_objects(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
         query = urlencode({"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))})

@@ -14,6 +14,7 @@ Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts mat
     AllReplicasReady, ReplicasNotReady, Creating, Suspended, Training, WaitingForLearner,
     TrainingComplete, RestartBudgetExhausted, LearnerFailed, RunFinished, SuspendedByUser, NotSuspended,
     HarnessPoolNotFound, InvalidSpec
+    JobSetNotInstalled    learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io/v1alpha2), absent from the cluster
 
 `Complete` comes from the learner's Job succeeding: the learner exits 0 only after its last step (and its
 final checkpoint and export), so a Job success is the run's success. `Failed` comes from the Job failing
@@ -61,7 +62,7 @@ class Observed(BaseModel):
 
     engine: Manifest | None = None
     proxy: Manifest | None = None
-    learner: Manifest | None = None  # the Job
+    learner: Manifest | None = None  # the Job (of a multi-node learner: its JobSet, seen as a Job)
     runners: dict[str, Manifest | None] = {}  # pool -> Deployment
     pods: list[Manifest] = []
     progress: CoordinatorStatus | None = None

@@ -30,6 +30,7 @@ from harnessrl.operator.handlers.status import (
 )
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube.common import COMPONENT, INSTANCE, MANAGED_BY, POOL
+from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
     ClusterPlacement,
     ComponentKind,
@@ -145,6 +146,11 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         reason = R.HARNESS_POOL_NOT_FOUND if len(pools) < len(wanted) else R.INVALID_SPEC
         _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
         return
+    if plan.learner.replicas > 1 and not kube.serves(JOBSET_GROUP_VERSION):
+        message = (f"learner.nodes {plan.learner.replicas} runs the learner as a JobSet, and this cluster does not "
+                   f"serve {JOBSET_API}: install JobSet (kubernetes-sigs/jobset) or set learner.nodes to 1")
+        _finish(kube, body, old, blocked_status(generation, old, R.JOBSET_NOT_INSTALLED, message))
+        return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
     snapshot = apply_children(kube, plan, owner)
     observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {INSTANCE: name}))
@@ -162,7 +168,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
 
 def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Snapshot:
     """Converge every child on the plan; returns what exists afterwards (for observing)."""
-    snapshot = kube.snapshot(plan.namespace, {INSTANCE: plan.run}, CHILD_KINDS)
+    kinds = child_kinds(plan)
+    snapshot = kube.snapshot(plan.namespace, {INSTANCE: plan.run}, kinds)
     if ("v1", "Secret", plan.proxy_admin_secret) not in snapshot:
         # Generated once and kept: proxy, learner and runners all read this one token.
         kube.ensure(proxy.admin_secret(plan, owner, secrets.token_urlsafe(32)))
@@ -174,17 +181,33 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Snapshot:
         labels = child["metadata"].get("labels") or {}
         if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted:
             changed |= kube.delete(api_version, kind, plan.namespace, name)
-    return kube.snapshot(plan.namespace, {INSTANCE: plan.run}, CHILD_KINDS) if changed else snapshot
+    return kube.snapshot(plan.namespace, {INSTANCE: plan.run}, kinds) if changed else snapshot
+
+
+def child_kinds(plan: Plan) -> list[tuple[str, str]]:
+    # JobSets are listed only where the run has one: without the CRD, listing them is a 404.
+    return [*CHILD_KINDS, (JOBSET_API, "JobSet")] if plan.learner.replicas > 1 else CHILD_KINDS
 
 
 def observe(plan: Plan, snapshot: Snapshot, pods: list[Manifest]) -> Observed:
     return Observed(
         engine=snapshot.get(("apps/v1", "StatefulSet", plan.engine.name)),
         proxy=snapshot.get(("apps/v1", "StatefulSet", plan.proxy.name)),
-        learner=snapshot.get(("batch/v1", "Job", plan.learner.name)),
+        learner=snapshot.get(("batch/v1", "Job", plan.learner.name)) or jobset_as_job(snapshot.get((JOBSET_API, "JobSet", plan.learner.name))),
         runners={c.pool or "": snapshot.get(("apps/v1", "Deployment", c.name)) for c in plan.runners},
         pods=pods,
     )
+
+
+def jobset_as_job(jobset: Manifest | None) -> Manifest | None:
+    """A JobSet's status in a Job's terms (active Pods' Jobs; Completed -> Complete, Failed -> Failed)."""
+    if jobset is None:
+        return None
+    status = jobset.get("status") or {}
+    names = {"Completed": "Complete", "Failed": "Failed"}
+    conditions = [c | {"type": names[c.get("type")]} for c in status.get("conditions") or [] if c.get("type") in names]
+    active = sum(int(r.get("active") or 0) for r in status.get("replicatedJobsStatus") or [])
+    return {**jobset, "status": {"active": active, "conditions": conditions}}
 
 
 def scale_to_zero(kube: Kube, namespace: str, run: str) -> None:
