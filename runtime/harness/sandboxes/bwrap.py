@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+# netrelay's sockets inside (short: sun_path is 108 bytes).
 RELAY_DIR = "/run/harnessrl-relay"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 
@@ -31,8 +32,9 @@ class BwrapPlan(BaseModel):
     read_only: tuple[Path, ...]
     hide: tuple[Path, ...] = ()
     share_net: bool = False
-    # Where netrelay's Unix sockets live on the host, mounted at RELAY_DIR inside (both short: sun_path is 108 bytes).
-    relay_dir: Path | None = None
+    # Further read-write mounts, host path -> path inside (netrelay's socket directory at RELAY_DIR; a pod's volumes
+    # in the API emulator's exec).
+    binds: tuple[tuple[Path, str], ...] = ()
     # Set when the runner is root: bwrap keeps CAP_SETUID/SETGID for setpriv, which drops to this uid and gid.
     drop_to: int | None = None
     setpriv: str = "setpriv"
@@ -72,15 +74,17 @@ def tool_roots(path_env: str, protected: list[Path]) -> list[Path]:
     system = [Path(d) for d in SYSTEM_DIRS]
     found: set[Path] = set()
 
-    def add(root: Path, fallback: Path) -> None:
-        root = root.resolve()
+    def add(path: Path, fallback: Path) -> None:
+        root = path.resolve()
         if root == Path("/") or under(root, system):
             return
         if any(p == root or p.is_relative_to(root) for p in protected):
-            root = fallback.resolve()
+            path, root = fallback, fallback.resolve()
             if any(p == root or p.is_relative_to(root) for p in protected):
                 return
         found.add(root)
+        if path.absolute() != root:
+            found.add(path.absolute())  # a symlink (.tools -> elsewhere): bound at the path PATH names too
         home = venv_home(root)
         if home is not None and not under(home, system):
             found.add(home)
@@ -118,7 +122,7 @@ def _mounts(plan: BwrapPlan) -> list[str]:
             bound.append(root)
     # The directories leading to each mount, traversable but not listable, whatever their modes on the host (a
     # root runner's harness runs as another uid).
-    targets = [*bound, plan.rollout_dir] + ([Path(RELAY_DIR)] if plan.relay_dir is not None else [])
+    targets = [*bound, plan.rollout_dir, *(Path(inside) for _, inside in plan.binds)]
     ancestors = {a for target in targets for a in target.parents}
     for a in sorted(ancestors - {Path("/"), Path("/tmp")}, key=lambda a: len(a.parts)):
         if not under(a, system + bound):
@@ -126,8 +130,8 @@ def _mounts(plan: BwrapPlan) -> list[str]:
     for root in bound:
         args += ["--ro-bind", str(root), str(root)]
     args += ["--bind", str(plan.rollout_dir), str(plan.rollout_dir)]
-    if plan.relay_dir is not None:
-        args += ["--bind", str(plan.relay_dir), RELAY_DIR]  # read-write: connect() on a read-only mount fails
+    for host, inside in plan.binds:
+        args += ["--bind", str(host), inside]  # read-write: connect() to a socket on a read-only mount fails
     for path in plan.hide:
         if not under(path, [*system, *bound, plan.rollout_dir]):
             continue  # not mounted at all

@@ -219,7 +219,7 @@ class LocalSandbox(Sandbox):
         if self.forwards:
             relay = [sys.executable, "-I", "-S", netrelay.__file__, *await self._start_forwarders(), "--"]
             argv = [*relay, *argv]
-            plan = plan.model_copy(update={"relay_dir": self.relay_dir})
+            plan = plan.model_copy(update={"binds": ((self.relay_dir, bwrap.RELAY_DIR),)})
         return bwrap.bwrap_argv(plan, argv, workdir)
 
     async def run(
