@@ -614,7 +614,10 @@ def _sandbox(
 ) -> runner_cfg.LocalSandboxConfig | runner_cfg.KubernetesSandboxConfig | runner_cfg.E2BSandboxConfig:
     box = pool.sandbox
     if box.local is not None:
-        return runner_cfg.LocalSandboxConfig(cpu_seconds=box.local.cpu_seconds, memory_mb=box.local.memory_mib)
+        return runner_cfg.LocalSandboxConfig(
+            cpu_seconds=box.local.cpu_seconds, memory_mb=box.local.memory_mib, network=box.local.network,
+            allow_unisolated=box.local.allow_unisolated,
+        )
     if box.e2b is not None:
         secrets.append(_secret(box.e2b.api_key_secret, placement.path("e2b-api-key")))
         return runner_cfg.E2BSandboxConfig(

@@ -126,13 +126,22 @@ class E2BSandbox(ApiModel):
 
 
 class LocalSandbox(ApiModel):
-    """A subprocess in a fresh directory on the runner itself, limited by rlimits (development only)."""
+    """A subprocess in a fresh directory on the runner itself, in bubblewrap namespaces with rlimits (development only)."""
 
     cpu_seconds: int = Field(
         default=3600, ge=1, le=604_800, description="CPU time limit of the harness process."
     )
     memory_mib: int = Field(
         default=16384, ge=64, le=1_048_576, alias="memoryMiB", description="Address-space limit per process."
+    )
+    network: Literal["proxy", "host"] = Field(
+        default="proxy",
+        description="proxy: a network namespace that reaches only the run's capture proxy; host: the runner's network.",
+    )
+    allow_unisolated: bool = Field(
+        default=False,
+        description="Run harnesses as plain subprocesses where bubblewrap or user namespaces are missing, instead of "
+        "refusing to start. They can then read everything the runner's user can.",
     )
 
 

@@ -15,6 +15,7 @@ import kmock
 from kmock._internal import rendering
 
 from . import errors
+from .podexec import PodExec
 from .resources import ResourceType
 from .routing import Route, parse_path
 from .selectors import field_matcher, label_matcher
@@ -42,6 +43,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
 
     store: Store = attrs.field(factory=Store)
     _server_address: str = attrs.field(default="127.0.0.1:0")
+    pod_exec: PodExec = attrs.field(factory=PodExec)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -52,6 +54,11 @@ class KubeEmulator(kmock.KubernetesScaffold):
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """kmock's RawHandler.__call__, but with a Kubernetes path parser that understands every path."""
         await raw_request.read()
+        if raw_request.headers.get("Upgrade", "").lower() == "websocket":
+            try:
+                return await self._exec(raw_request)
+            except kmock.KubernetesError as e:
+                return await self._render_error(e)
         raw_response: aiohttp.web.StreamResponse | None = None
         try:
             request = await self._parse(raw_request)
@@ -69,6 +76,17 @@ class KubeEmulator(kmock.KubernetesScaffold):
             await self._stream_error(e, raw_response)
             await raw_response.write_eof()
             return raw_response
+
+    async def _exec(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """pods/exec, the one WebSocket endpoint served (podexec.py); the Pod must exist and be Running."""
+        route = parse_path(raw_request.path)
+        if (route.kind, route.plural, route.subresource) != ("resource", "pods", "exec") or route.name is None:
+            raise errors.bad_request(f"no WebSocket endpoint at {raw_request.path}")
+        pod = self.store.get(self.store.resource_type("", "v1", "pods"), route.namespace, route.name)
+        phase = pod.get("status", {}).get("phase")
+        if phase != "Running":
+            raise errors.bad_request(f"pod {route.name} is not running (phase {phase}): cannot exec into it")
+        return await self.pod_exec.serve(raw_request, pod)
 
     async def _parse(self, raw_request: aiohttp.web.BaseRequest) -> rendering.Request:
         body = await raw_request.read()

@@ -80,7 +80,8 @@ def test_special_aliases_keep_their_spelling() -> None:
     assert isinstance(spec, HarnessPoolSpec) and spec.sandbox.local is not None
     assert spec.sandbox.local.memory_mib == 512
     dumped = spec.model_dump(exclude_none=True)
-    assert dumped["sandbox"] == {"local": {"cpuSeconds": 3600, "memoryMiB": 512}}
+    assert dumped["sandbox"] == {"local": {"cpuSeconds": 3600, "memoryMiB": 512, "network": "proxy",
+                                           "allowUnisolated": False}}
     e2b = {"template": "t", "apiKeySecret": {"name": "e2b"}, "proxyUrl": "https://proxy.example.com"}
     assert load_manifest(pool(sandbox={"e2b": e2b})).spec.model_dump()["sandbox"]["e2b"]["template"] == "t"
 
