@@ -14,6 +14,11 @@ Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts mat
     AllReplicasReady, ReplicasNotReady, Creating, Suspended, Training, WaitingForLearner,
     TrainingComplete, RestartBudgetExhausted, LearnerFailed, RunFinished, SuspendedByUser, NotSuspended,
     HarnessPoolNotFound, InvalidSpec
+  a spec the cluster cannot realise (the run waits, retrying with backoff, until the spec or pool changes):
+    InvalidSpec           the stored spec fails the current model (an object stored before an upgrade)
+    InvalidHarnessPool    a HarnessPool the run uses fails the current model (also a condition on the pool)
+    ChildRefused          the API server refused a child built from the spec; the message names the child
+                          and quotes the server (e.g. a toleration or quantity the CRD schema cannot check)
 
 `Complete` comes from the learner's Job succeeding: the learner exits 0 only after its last step (and its
 final checkpoint and export), so a Job success is the run's success. `Failed` comes from the Job failing
@@ -42,6 +47,12 @@ SUSPENDED = "Suspended"
 COMPLETE = "Complete"
 FAILED = "Failed"
 
+# Reasons of a run (or pool) whose spec cannot be realised.
+INVALID_SPEC = "InvalidSpec"
+POOL_NOT_FOUND = "HarnessPoolNotFound"
+INVALID_POOL = "InvalidHarnessPool"
+CHILD_REFUSED = "ChildRefused"
+
 IMAGE_PULL = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 # Reasons that are trouble (a Warning Event), as opposed to progress (Normal).
@@ -54,8 +65,10 @@ WARNING_REASONS = {
     "HubExportFailing",
     "RestartBudgetExhausted",
     "LearnerFailed",
-    "HarnessPoolNotFound",
-    "InvalidSpec",
+    POOL_NOT_FOUND,
+    INVALID_SPEC,
+    INVALID_POOL,
+    CHILD_REFUSED,
 }
 
 
@@ -335,3 +348,12 @@ def pool_status(
             "rollouts": rollouts,
         }
     )
+
+
+def pool_blocked_status(
+    generation: int, old: HarnessPoolStatus | None, reason: str, message: str, now: datetime | None = None
+) -> HarnessPoolStatus:
+    """The status of a pool whose stored spec the operator cannot use."""
+    old = old or HarnessPoolStatus()
+    conds = set_condition(list(old.conditions), READY, "False", reason, message, generation, now)
+    return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": "Pending"})
