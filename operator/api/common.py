@@ -96,7 +96,7 @@ class ApiModel(BaseModel):
     """Base of every API model: camelCase aliases, Python names accepted too, no unknown fields.
 
     Strict types, as the CRD schema: "8" is no integer, "true" no boolean, "1e-5" no number, NaN no
-    number. As the API server, an integral number (8.0) is an integer.
+    number. As the API server: an integral number (8.0) is an integer, and a null is an omitted field.
     """
 
     model_config = ConfigDict(
@@ -114,10 +114,11 @@ class ApiModel(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _integral_floats(cls, data: Any) -> Any:
+    def _as_the_server_reads(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        fixed = dict(data)
+        # The API server drops nulls (no field is nullable) before it fills in defaults.
+        fixed = {key: value for key, value in data.items() if value is not None}
         for name, field in cls.model_fields.items():
             for key in {name, field.alias or name}:
                 value = fixed.get(key)
