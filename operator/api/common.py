@@ -21,6 +21,9 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -61,8 +64,21 @@ Revision = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 RelativePath = Annotated[str, StringConstraints(max_length=1024, pattern=r"^([^/].*)?$")]
 _PARENT_SEGMENT = r"(^|/)[.][.](/|$)"  # no backslashes: the same text is a CEL string literal
 Arg = Annotated[str, StringConstraints(max_length=4096)]
+def _one_quantity_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One message for a bad quantity, instead of one per member of the int | str union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError(
+            "quantity", "Input should be a Kubernetes quantity such as 2, 500m or 16Gi (never negative)"
+        ) from None
+
+
 # A Kubernetes resource quantity ("2", "500m", "16Gi") or a plain integer; never negative.
-Quantity = Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY)]
+Quantity = Annotated[
+    Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY)],
+    WrapValidator(_one_quantity_error),
+]
 
 
 @dataclass(frozen=True)
@@ -203,7 +219,7 @@ class KeysMatch(_Marker):
         for key in mapping:
             # fullmatch, not search: Python's `$` also matches before a trailing newline, RE2's (CEL's) does not.
             if re.fullmatch(self.pattern.removeprefix("^").removesuffix("$"), key.lower() if self.lower else key) is None:
-                raise PydanticCustomError("map_key", "{message} (got {key!r})", {"message": self.message, "key": key})
+                raise PydanticCustomError("map_key", "{message} (got {key})", {"message": self.message, "key": repr(key)})
         return mapping
 
 
@@ -390,8 +406,9 @@ class ObjectMeta(ApiModel):
 
     name: ResourceName = Field(description="Name of the resource.")
     namespace: LabelName | None = Field(default=None, description="Namespace of the resource.")
-    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+    # The API server checks these on every object (ValidateObjectMeta); the CRD schema cannot.
+    labels: Annotated[dict[str, LabelValue], LABEL_KEYS] = Field(default_factory=dict, description="Labels.")
+    annotations: Annotated[dict[str, str], ANNOTATION_KEYS] = Field(default_factory=dict, description="Annotations.")
     uid: str | None = Field(default=None, description="Set by the API server.")
     generation: int | None = Field(default=None, description="Set by the API server; bumped on spec changes.")
     resource_version: str | None = Field(default=None, description="Set by the API server.")

@@ -46,11 +46,11 @@ def condition(kube_api: Any, api: tuple[str, str], name: str, type_: str = "Read
     return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
 
 
-def wait_reason(kube_api: Any, api: tuple[str, str], name: str, reason: str) -> dict[str, Any]:
+def wait_reason(kube_api: Any, api: tuple[str, str], name: str, reason: str, timeout: float = 20) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         cond = condition(kube_api, api, name)
         return cond if cond and cond["reason"] == reason else None
-    return kube_api.wait_for(check, timeout=20)
+    return kube_api.wait_for(check, timeout=timeout)
 
 
 @pytest.fixture
@@ -198,3 +198,22 @@ def test_reconcilers_never_raise_on_a_stored_object(loose_cluster: tuple[Any, Co
     pool_handler.reconcile(ctx, NS, pool["metadata"]["name"])
     stored = kube_api.get(*TR, "prop", namespace=NS)
     assert (stored.get("status") or {}).get("conditions"), "the run got no condition"
+
+
+REFUSED = sorted((ROOT / "examples" / "invalid" / "refused").glob("*.yaml"))
+
+
+@pytest.mark.timeout(240)
+def test_every_refused_example_is_a_condition_with_the_servers_message(operator: Any) -> None:
+    """examples/invalid/refused/: accepted at admission, refused by the API server as children."""
+    runs = {}
+    for path in REFUSED:
+        documents = operator.apply(path)
+        (run,) = [d for d in documents if d["kind"] == "TrainingRun"]
+        expected = next(line.removeprefix("# expect-condition:").strip() for line in path.read_text().splitlines()
+                        if line.startswith("# expect-condition:"))
+        runs[run["metadata"]["name"]] = expected
+    for name, expected in runs.items():
+        cond = wait_reason(operator, TR, name, CHILD_REFUSED, timeout=90)  # nine runs share four workers
+        assert expected in cond["message"], (name, cond["message"])
+    assert len(REFUSED) >= 8

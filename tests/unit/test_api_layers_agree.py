@@ -57,7 +57,7 @@ def _leaf_paths(schema: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tu
     if isinstance(schema.get("items"), dict):
         out += _leaf_paths(schema["items"], (*prefix, "0"))
     if isinstance(schema.get("additionalProperties"), dict):
-        out += _leaf_paths(schema["additionalProperties"], (*prefix, "k"))
+        out += _leaf_paths(schema["additionalProperties"], (*prefix, "cpu"))  # a key every map takes
     return out
 
 

@@ -92,7 +92,7 @@ def test_errors_name_the_field_in_the_manifest_terms() -> None:
     assert "spec.engine.replicas: Input should be greater than or equal to 1" in message
     # A union member tag ('int', 'constrained-str') never leaks into the path.
     message = error_of(pool(resources={"limits": {"memory": "8 gigs"}}))
-    assert "spec.resources.limits.memory: String should match pattern" in message
+    assert "spec.resources.limits.memory: Input should be a Kubernetes quantity such as 2, 500m or 16Gi" in message
     assert "[" not in message.split("spec.resources.limits.memory")[1].split(":")[0]
 
 
