@@ -200,6 +200,11 @@ class HarnessPoolStatus(ApiModel):
         default=None, description="Label selector of the runner Pods, for the scale subresource."
     )
     rollouts: PoolRolloutCounts = Field(default_factory=PoolRolloutCounts, description="Rollout counters.")
+    harness_version: Annotated[str, StringConstraints(max_length=64)] | None = Field(
+        default=None,
+        description="Version of the known harness's CLI the runners run: the one harnessrl pins when "
+        "spec.harness.known.version is empty.",
+    )
     kopf: dict[str, Any] | None = kopf_field()
 
 

@@ -11,6 +11,7 @@ from harnessrl.operator.handlers.status import INVALID_SPEC, pool_blocked_status
 from harnessrl.operator.handlers.trainingrun import read_status, spec_problems, write_status
 from harnessrl.operator.kube.common import COMPONENT, POOL
 from harnessrl.operator.plan import ComponentKind
+from harnessrl.runtime.harness.versions import pin
 from pydantic import ValidationError
 
 
@@ -32,9 +33,12 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     old = read_status(HarnessPoolStatus, body)
     generation = int(body["metadata"].get("generation") or 0)
     try:
-        HarnessPoolSpec.model_validate(body.get("spec") or {})
+        spec = HarnessPoolSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:  # stored before an upgrade: say so on the pool (its runs say it too)
         write_status(kube, KIND, body, old, pool_blocked_status(generation, old, INVALID_SPEC, spec_problems(exc, body.get("spec"))))
         return
     new = pool_status(generation, old, name, deployments, pods, rollouts)
+    known = spec.harness.known
+    if known is not None:  # an unpinned version is not a mystery: the pool says which CLI it gets
+        new = new.model_copy(update={"harness_version": known.version or pin(known.name).version})
     write_status(kube, KIND, body, old, new)

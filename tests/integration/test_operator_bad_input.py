@@ -217,3 +217,14 @@ def test_every_refused_example_is_a_condition_with_the_servers_message(operator:
         cond = wait_reason(operator, TR, name, CHILD_REFUSED, timeout=90)  # nine runs share four workers
         assert expected in cond["message"], (name, cond["message"])
     assert len(REFUSED) >= 8
+
+
+def test_the_pool_shows_the_harness_version_it_runs(operator: Any) -> None:
+    from harnessrl.runtime.harness.versions import pin
+
+    pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
+                             and (p.get("status") or {}).get("harnessVersion") and p)
+    assert pool["status"]["harnessVersion"] == pin("mini-swe-agent").version  # unpinned in the example: the pin
+    assert "version" not in pool["spec"]["harness"]["known"]
+    columns = {c["name"]: c["jsonPath"] for c in crd("harnesspools")["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Version"] == ".status.harnessVersion"
