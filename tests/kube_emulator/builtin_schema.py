@@ -106,10 +106,9 @@ class _Walker:
             if isinstance(value, bool) or not isinstance(value, str | int | float):
                 raise self.type_error(value, schema, struct, go_path)
             try:
-                parse(value)
+                return str(parse(value))  # the server stores (and returns) the canonical form: 0.5 -> "500m"
             except QuantityError as e:
                 raise DecodeError(str(e)) from None
-            return value
         if name == _INT_OR_STRING:
             if isinstance(value, bool) or not isinstance(value, str | int):
                 raise self.type_error(value, schema, struct, go_path)

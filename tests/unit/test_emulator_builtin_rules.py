@@ -189,3 +189,11 @@ def test_patterns_follow_go_regexp_not_python_dollar() -> None:
     assert go_regexp("^[a-z]+$").search("abc")
     assert go_regexp("^[a-z]+$").search("abc\n") is None
     assert go_regexp("^[$a]+$").search("$a")  # a `$` inside a class is a literal
+
+
+def test_quantities_are_stored_in_canonical_form() -> None:
+    sts = statefulset(container={"resources": {"requests": {"cpu": 0.5, "memory": "1536Mi"}, "limits": {"cpu": "1000m", "memory": 2147483648}}})
+    decoded = decode("apps/v1", "StatefulSet", sts)
+    assert decoded is not None
+    resources = decoded.obj["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "500m", "memory": "1536Mi"}, "limits": {"cpu": "1", "memory": "2147483648"}}  # a plain number stays decimal

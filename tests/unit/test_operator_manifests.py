@@ -319,3 +319,15 @@ def test_every_manifest_passes_the_api_servers_semantic_rules(variant: str) -> N
                "NetworkPolicy": ("networking.k8s.io", "networkpolicies")}
     for (kind, name), manifest in manifests(**VARIANTS[variant]).items():
         assert semantic_causes(plurals.get(kind, ("", kind.lower())), manifest) == [], (kind, name)
+
+
+def test_resource_amounts_compare_as_quantities() -> None:
+    """The API server stores quantities in canonical form (0.5 -> 500m, 1024Mi -> 1Gi): no drift, no patch."""
+    desired = {"spec": {"containers": [{"resources": {"requests": {"cpu": 0.5, "memory": "1024Mi"},
+                                                      "limits": {"cpu": 2, "nvidia.com/gpu": 1}}}]}}
+    live = {"spec": {"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                                   "limits": {"cpu": "2", "nvidia.com/gpu": "1"}}}]}}
+    assert not drifted(desired, live)
+    live["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "600m"
+    assert drifted(desired, live)
+    assert drifted({"requests": {"cpu": "1"}}, {"requests": {}}, "resources")
