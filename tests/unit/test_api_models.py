@@ -196,3 +196,13 @@ def test_condition_rejects_a_lowercase_status() -> None:
         Condition.model_validate(
             {"type": "Ready", "status": "true", "reason": "X", "lastTransitionTime": "2026-01-01T00:00:00Z"}
         )
+
+
+def test_a_key_written_twice_is_an_error_not_the_last_one_wins(tmp_path: Path) -> None:
+    manifest = tmp_path / "pool.yaml"
+    manifest.write_text("apiVersion: harnessrl.io/v1alpha1\nkind: HarnessPool\nmetadata: {name: p}\n"
+                        "spec:\n  concurrency: 2\n  harness: {known: {name: codex}}\n  concurrency: 4\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(manifest)
+    assert "mapping key 'concurrency' is already defined above" in str(caught.value)
+    assert "line 7" in str(caught.value)
