@@ -83,9 +83,11 @@ def patch_body(desired: Manifest) -> Manifest:
     return body
 
 
-_SUFFIX_SCALE = {"": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
-                 "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-                 "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_SUFFIX_SCALE: dict[str, Decimal] = {
+    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    **{s: Decimal(10) ** (3 * (n + 1)) for n, s in enumerate("kMGTPE")},
+    **{f"{s}i": Decimal(2) ** (10 * (n + 1)) for n, s in enumerate("KMGTPE")},
+}
 _QUANTITY_TEXT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([a-zA-Z]*|[eE][+-]?\d+)")
 
 
