@@ -434,8 +434,9 @@ def _learner(
         export = learner_cfg.HubExport(
             repo=spec.export.hub_repo,
             token_file=placement.path("hub-token"),
-            # The API counts export intervals in steps; the learner counts checkpoints.
-            every=max(1, spec.export.every_steps // learner.checkpoint_every),
+            # The API counts export intervals in steps, the learner in checkpoints; the API refuses a step
+            # count that is not a multiple of checkpointEvery, so this is exact.
+            every=spec.export.every_steps // learner.checkpoint_every,
             private=spec.export.private,
             endpoint=spec.export.endpoint,
         )

@@ -12,6 +12,7 @@ from harnessrl.operator.api.common import (
     LabelName,
     ObjectMeta,
     PodOverrides,
+    ResourceName,
     ResourceRequirements,
     Rule,
     SecretKeyRef,
@@ -97,7 +98,7 @@ class HarnessSpec(ApiModel):
 class KubernetesSandbox(ApiModel):
     """One Pod per rollout, reaching only the proxy."""
 
-    runtime_class_name: Annotated[str, StringConstraints(min_length=1, max_length=253)] | None = Field(
+    runtime_class_name: ResourceName | None = Field(
         default=None, description="RuntimeClass of sandbox Pods, e.g. gvisor or kata, for stronger isolation."
     )
     resources: ResourceRequirements = Field(
@@ -208,6 +209,11 @@ class HarnessPoolStatus(ApiModel):
         default=None, description="Label selector of the runner Pods, for the scale subresource."
     )
     rollouts: PoolRolloutCounts = Field(default_factory=PoolRolloutCounts, description="Rollout counters.")
+    harness_version: Annotated[str, StringConstraints(max_length=64)] | None = Field(
+        default=None,
+        description="Version of the known harness's CLI the runners run: the one harnessrl pins when "
+        "spec.harness.known.version is empty.",
+    )
     kopf: dict[str, Any] | None = kopf_field()
 
 

@@ -29,8 +29,22 @@ _VERSION_INFO = {
 }
 
 
-def _response(payload: Any, status: int = 200) -> rendering.Response:
-    return rendering.Response(status=status, payload=payload, headers={"Content-Type": "application/json"})
+def _response(payload: Any, status: int = 200, warnings: list[str] | None = None) -> rendering.Response:
+    # One Warning header holding the list (RFC 9110 allows a comma-joined field), code 299 as the server sends.
+    # kmock merges a reaction's headers into its own across requests: None (never sent) clears an earlier one.
+    headers: dict[str, str | None] = {"Content-Type": "application/json",
+                                      "Warning": ", ".join("299 - " + json.dumps(w) for w in warnings) if warnings else None}
+    return rendering.Response(status=status, payload=payload, headers=headers)
+
+
+def _refuse_constant(name: str) -> Any:
+    # Go's encoding/json has no NaN or Infinity: the server cannot parse such a body.
+    raise ValueError(f"invalid character '{name.lstrip('-')[0]}' looking for beginning of value")
+
+
+def parse_json(body: bytes) -> Any:
+    """JSON as the API server's decoder reads it (no NaN, Infinity or -Infinity)."""
+    return json.loads(body, parse_constant=_refuse_constant)
 
 
 @attrs.define(kw_only=True)
@@ -91,7 +105,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
     async def _parse(self, raw_request: aiohttp.web.BaseRequest) -> rendering.Request:
         body = await raw_request.read()
         try:
-            data = json.loads(body) if body else None
+            data = parse_json(body) if body else None
         except ValueError:
             data = None
         route = parse_path(raw_request.path)
@@ -164,6 +178,12 @@ class KubeEmulator(kmock.KubernetesScaffold):
         if request.params.get("dryRun"):
             raise errors.bad_request("dryRun is not supported by the harnessrl Kubernetes API emulator")
         method = str(request.method.value).upper()
+        if method in ("POST", "PUT") and request.body and request.data is None:
+            try:
+                parse_json(request.body)
+            except ValueError as e:
+                raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+        store.begin_request(request.params.get("fieldValidation"))
         if route.name is None:
             if method == "GET" and request.params.get("watch") in ("true", "1"):
                 return rendering.Response(status=200, payload=self._watch(request, rt, namespace, None),
@@ -171,7 +191,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
             if method == "GET":
                 return _response(self._list(request, rt, namespace))
             if method == "POST":
-                return _response(store.create(rt, namespace, request.data), 201)
+                return _response(store.create(rt, namespace, request.data), 201, store.warnings)
             if method == "DELETE":
                 return _response(self._delete_collection(request, rt, namespace))
         else:
@@ -186,10 +206,11 @@ class KubeEmulator(kmock.KubernetesScaffold):
                     raise errors.endpoint_not_found(request.url.path)
                 return _response(obj)
             if method == "PUT":
-                return _response(store.update(rt, namespace, route.name, request.data, route.subresource))
+                return _response(store.update(rt, namespace, route.name, request.data, route.subresource), warnings=store.warnings)
             if method == "PATCH":
                 content_type = request.headers.get("Content-Type", "")
-                return _response(store.patch(rt, namespace, route.name, content_type, request.body, route.subresource))
+                return _response(store.patch(rt, namespace, route.name, content_type, request.body, route.subresource),
+                                 warnings=store.warnings)
             if method == "DELETE" and route.subresource is None:
                 options = dict(request.data) if isinstance(request.data, dict) else {}
                 for param in ("propagationPolicy", "orphanDependents"):
