@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, SecretKeyRef
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
-from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.harness import config as runner_cfg
 from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.versions import pin
@@ -415,6 +415,10 @@ def _learner(
     adapter_store: AdapterStorePlan | None,
 ) -> Component:
     grpo, learner, model = spec.grpo, spec.learner, spec.model
+    if spec.engine.weight_sync == "nccl" and (learner.gpus > 1 or learner.nodes > 1):
+        # The NCCL transfer sends one process's whole weights; a sharded (FSDP2) learner has only its shards.
+        raise PlanError(f"engine.weightSync nccl needs a learner on one GPU, not learner.gpus {learner.gpus} × "
+                        f"learner.nodes {learner.nodes}: use one GPU, or weightSync lora with model.adapter.lora")
     lora = model.adapter.lora
     adapter = (
         learner_cfg.AdapterConfig(
@@ -430,8 +434,9 @@ def _learner(
         export = learner_cfg.HubExport(
             repo=spec.export.hub_repo,
             token_file=placement.path("hub-token"),
-            # The API counts export intervals in steps; the learner counts checkpoints.
-            every=max(1, spec.export.every_steps // learner.checkpoint_every),
+            # The API counts export intervals in steps, the learner in checkpoints; the API refuses a step
+            # count that is not a multiple of checkpointEvery, so this is exact.
+            every=spec.export.every_steps // learner.checkpoint_every,
             private=spec.export.private,
             endpoint=spec.export.endpoint,
         )
@@ -492,7 +497,7 @@ def _learner(
         kind=ComponentKind.LEARNER,
         name=child_name(run, ComponentKind.LEARNER),
         image=images.image("learner"),
-        replicas=1,
+        replicas=learner.nodes,
         gpus=learner.gpus,
         resources=learner.resources,
         ports=[Port(name="http", port=placement.learner_port)]
@@ -610,7 +615,10 @@ def _sandbox(
 ) -> runner_cfg.LocalSandboxConfig | runner_cfg.KubernetesSandboxConfig | runner_cfg.E2BSandboxConfig:
     box = pool.sandbox
     if box.local is not None:
-        return runner_cfg.LocalSandboxConfig(cpu_seconds=box.local.cpu_seconds, memory_mb=box.local.memory_mib)
+        return runner_cfg.LocalSandboxConfig(
+            cpu_seconds=box.local.cpu_seconds, memory_mb=box.local.memory_mib, network=box.local.network,
+            allow_unisolated=box.local.allow_unisolated,
+        )
     if box.e2b is not None:
         secrets.append(_secret(box.e2b.api_key_secret, placement.path("e2b-api-key")))
         return runner_cfg.E2BSandboxConfig(

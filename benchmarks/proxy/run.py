@@ -59,7 +59,6 @@ TARGETS = ("baseline", "forwarder", "harnessrl", "openenv")
 DEFAULT_LEVELS = "200@2,500@2,1000@2,5000@10"
 REFERENCE_VENV = REPO / ".cache" / "bench-openenv"
 REFERENCE_REQUIREMENTS = HERE / "reference-requirements.txt"
-README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def parse_levels(text: str) -> list[tuple[int, float]]:
@@ -380,13 +379,6 @@ def write_results(results: RunResults, out_dir: Path, *, stamp: bool = True) -> 
     markdown = render_markdown(results)
     (out_dir / "results.md").write_text(markdown)
     (out_dir / "results.json").write_text(results.model_dump_json(indent=2) + "\n")
-    readme = out_dir / "README.md"
-    if out_dir.resolve() == HERE and readme.exists():
-        text = readme.read_text()
-        start, end = text.find(README_START), text.find(README_END)
-        if 0 <= start < end:
-            body = markdown.split("\n", 1)[1].strip().replace("\n## ", "\n### ")
-            readme.write_text(text[: start + len(README_START)] + "\n\n" + body + "\n\n" + text[end:])
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

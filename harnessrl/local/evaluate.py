@@ -39,11 +39,11 @@ from harnessrl.operator.api.manifest import ManifestError
 from harnessrl.operator.api.trainingrun import HarnessRef
 from harnessrl.operator.plan import VLLM_LORA_RANKS, Plan, PlanError, build_plan
 from harnessrl.runtime.contracts.proxy import PolicyState
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalResults, EvalStatus
-from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
 from harnessrl.runtime.harness.tasks import TaskError, load_dir, split_tasks
 

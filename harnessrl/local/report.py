@@ -19,9 +19,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from harnessrl.runtime.contracts.coordinator import EvalRecord, OutcomeKind
+from harnessrl.runtime.coordinator.journal import JournalEntry, read_entries
 from harnessrl.runtime.evaluation.matrix import build_matrix, write_png
 from harnessrl.runtime.learner.evaluation import is_eval_rollout, read_records
-from harnessrl.runtime.learner.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
 
 
@@ -52,7 +52,7 @@ def read_completions(run_dir: Path) -> list[JournalEntry]:
     path = run_dir / "checkpoints" / "journal.jsonl"
     if not path.exists():
         return []
-    return [JournalEntry.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    return list(read_entries(path))
 
 
 def moving_average(values: list[float], window: int) -> list[float]:

@@ -65,6 +65,16 @@ RESTART_BUDGET_EXHAUSTED = _reason(
 )
 LEARNER_FAILED = _reason("LearnerFailed", "the learner's Job failed", warning=True)
 HARNESS_POOL_NOT_FOUND = _reason("HarnessPoolNotFound", "a HarnessPool the run names does not exist", warning=True)
+JOBSET_NOT_INSTALLED = _reason(
+    "JobSetNotInstalled", "spec.learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io), not installed", warning=True
+)
+INVALID_HARNESS_POOL = _reason(
+    "InvalidHarnessPool", "a HarnessPool the run uses fails the current model (also a condition on the pool)", warning=True
+)
+CHILD_REFUSED = _reason(
+    "ChildRefused", "the API server refused a child built from the spec; the message names it and quotes the server",
+    warning=True,
+)
 INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
 
 WARNING_REASONS = frozenset(r.name for r in REASONS.values() if r.warning)

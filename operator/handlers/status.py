@@ -1,19 +1,8 @@
 """Children's state -> a run's (or pool's) status: conditions with stable reasons, phase, progress. Pure.
 
 Condition types of a TrainingRun: EngineReady, ProxyReady, HarnessesReady, Ready (all three), Training,
-Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts match on them):
-
-  trouble a user must act on, read from the children's Pods:
-    ImagePullBackOff      an image cannot be pulled (ErrImagePull / ImagePullBackOff / InvalidImageName)
-    InsufficientGPU       a Pod is Unschedulable for lack of nvidia.com/gpu
-    Unschedulable         a Pod is Unschedulable for another reason
-    CrashLoopBackOff      a container keeps crashing
-    ConfigError           the kubelet cannot set up a container (CreateContainerConfigError, ...)
-    HubExportFailing      the learner trains, but its last Hub export failed
-  progress:
-    AllReplicasReady, ReplicasNotReady, Creating, Suspended, Training, WaitingForLearner,
-    TrainingComplete, RestartBudgetExhausted, LearnerFailed, RunFinished, SuspendedByUser, NotSuspended,
-    HarnessPoolNotFound, InvalidSpec
+Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts match on them); each is defined
+and documented once in operator/api/reasons.py and listed in the API reference (operator/api/README.md).
 
 `Complete` comes from the learner's Job succeeding: the learner exits 0 only after its last step (and its
 final checkpoint and export), so a Job success is the run's success. `Failed` comes from the Job failing
@@ -61,7 +50,7 @@ class Observed(BaseModel):
 
     engine: Manifest | None = None
     proxy: Manifest | None = None
-    learner: Manifest | None = None  # the Job
+    learner: Manifest | None = None  # the Job (of a multi-node learner: its JobSet, seen as a Job)
     runners: dict[str, Manifest | None] = {}  # pool -> Deployment
     pods: list[Manifest] = []
     progress: CoordinatorStatus | None = None
@@ -325,3 +314,12 @@ def pool_status(
             "rollouts": rollouts,
         }
     )
+
+
+def pool_blocked_status(
+    generation: int, old: HarnessPoolStatus | None, reason: str, message: str, now: datetime | None = None
+) -> HarnessPoolStatus:
+    """The status of a pool whose stored spec the operator cannot use."""
+    old = old or HarnessPoolStatus()
+    conds = set_condition(list(old.conditions), READY, "False", reason, message, generation, now)
+    return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": "Pending"})

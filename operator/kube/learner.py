@@ -1,5 +1,9 @@
 """The learner: a Job (it runs to the last step and then succeeds; a crash restarts it from its latest
-checkpoint, at most `restartBudget` times), a Service for the coordinator, and its checkpoint volume. Pure."""
+checkpoint, at most `restartBudget` times), a Service for the coordinator, and its checkpoint volume. Pure.
+
+More than one GPU: the Pod runs `torchrun --nproc-per-node GPUS` (FSDP2). More than one node: the Pods are one
+Indexed Job inside a JobSet (kubernetes-sigs/jobset) whose headless Service gives each Pod a DNS name; torchrun's
+c10d rendezvous listens on the first Pod's. Only rank 0 serves the coordinator, so its Service selects that Pod."""
 
 from __future__ import annotations
 
@@ -25,6 +29,33 @@ from harnessrl.operator.plan import CLUSTER_PATHS, Plan
 # On a Job whose admission Kueue manages: the operator leaves `spec.suspend` to Kueue.
 KUEUE_ADMITTED = "harnessrl.io/admitted-by-kueue"
 SHM_SIZE = "8Gi"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOBSET_GROUP_VERSION = "/apis/jobset.x-k8s.io/v1alpha2"
+REPLICATED_JOB = "learner"
+RDZV_PORT = 29400
+# The label the Job controller puts on each Pod of an Indexed Job (Kubernetes >= 1.28).
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+LEARNER_ARGS = ["harnessrl", "learner", "--config", f"{CONFIG_DIR}/config.yaml"]
+
+
+def nodes_subdomain(plan: Plan) -> str:
+    return f"{plan.learner.name}-nodes"
+
+
+def command(plan: Plan) -> list[str]:
+    """`harnessrl learner`, under torchrun when the learner has more than one GPU or node."""
+    learner = plan.learner
+    if learner.gpus <= 1 and learner.replicas <= 1:
+        return list(LEARNER_ARGS)
+    run = ["torchrun", f"--nproc-per-node={max(learner.gpus, 1)}"]
+    if learner.replicas > 1:
+        # JobSet's Pod hostname: <jobset>-<replicatedJob>-<job index>-<pod index>.<subdomain>
+        leader = f"{learner.name}-{REPLICATED_JOB}-0-0.{nodes_subdomain(plan)}"
+        run += [f"--nnodes={learner.replicas}", "--rdzv-backend=c10d", f"--rdzv-endpoint={leader}:{RDZV_PORT}",
+                f"--rdzv-id={plan.run}"]
+    else:
+        run += ["--standalone"]
+    return [*run, "--no-python", *LEARNER_ARGS]
 
 
 def job_suspended(plan: Plan) -> bool:
@@ -53,12 +84,17 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     container = {
         "name": "learner",
         "image": learner.image,
-        "command": ["harnessrl", "learner", "--config", f"{CONFIG_DIR}/config.yaml"],
+        "command": command(plan),
         "ports": container_ports(learner),
         "resources": resources(learner),
         "volumeMounts": mounts,
-        "readinessProbe": http_probe("/healthz", period=10, failures=3),
     }
+    multi_node = learner.replicas > 1
+    if multi_node:
+        container["ports"] = [*container["ports"], {"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"}]
+    else:
+        # Pods other than the first serve no coordinator: a probe would keep them unready for ever.
+        container["readinessProbe"] = http_probe("/healthz", period=10, failures=3)
     spec = {
         "restartPolicy": "Never",
         "initContainers": [*model_inits, *index_inits],
@@ -72,24 +108,44 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     meta = component_metadata(plan, owner, learner)
     if learner.pod.queue_name and not plan.suspended:
         meta["annotations"] = {KUEUE_ADMITTED: "true"}
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "backoffLimit": plan.restart_budget,
-            "completions": 1,
-            "parallelism": 1,
-            # Never two learners on one checkpoint volume: a replacement starts once the failed Pod is gone.
-            "podReplacementPolicy": "Failed",
-            "suspend": job_suspended(plan),
-            "template": pod,
-        },
+    job_spec = {
+        "backoffLimit": plan.restart_budget,
+        "completions": learner.replicas,
+        "parallelism": learner.replicas,
+        # Never two learners on one checkpoint volume: a replacement starts once the failed Pod is gone.
+        "podReplacementPolicy": "Failed",
+        "template": pod,
     }
     claim = checkpoint_claim(plan, owner)
-    return [
-        config_map(plan, owner, learner),
-        *([claim] if claim else []),
-        service(plan, owner, learner, learner.name),
-        job,
-    ]
+    coordinator = service(plan, owner, learner, learner.name)
+    common = [config_map(plan, owner, learner), *([claim] if claim else [])]
+    if not multi_node:
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+               "spec": job_spec | {"suspend": job_suspended(plan)}}
+        return [*common, coordinator, job]
+    coordinator["spec"]["selector"] = coordinator["spec"]["selector"] | {COMPLETION_INDEX: "0"}
+    rendezvous = service(plan, owner, learner, nodes_subdomain(plan), headless=True, metrics=False,
+                         publish_not_ready=True)
+    rendezvous["spec"]["ports"] = [{"name": "rdzv", "port": RDZV_PORT, "targetPort": "rdzv", "protocol": "TCP"}]
+    return [*common, coordinator, rendezvous, jobset(plan, meta, job_spec)]
+
+
+def jobset(plan: Plan, meta: Manifest, job_spec: Manifest) -> Manifest:
+    """One replicated Job of `nodes` indexed Pods; any Pod failing restarts them all (torchrun cannot lose a
+    node), from the latest checkpoint, at most `restartBudget` times."""
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": meta,
+        "spec": {
+            "suspend": job_suspended(plan),
+            "network": {"enableDNSHostnames": True, "subdomain": nodes_subdomain(plan), "publishNotReadyAddresses": True},
+            "failurePolicy": {"maxRestarts": plan.restart_budget},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [REPLICATED_JOB]},
+            "replicatedJobs": [{
+                "name": REPLICATED_JOB,
+                "replicas": 1,
+                "template": {"spec": job_spec | {"backoffLimit": 0, "completionMode": "Indexed"}},
+            }],
+        },
+    }

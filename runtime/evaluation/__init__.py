@@ -1,2 +1,2 @@
-"""Evaluation: pass@1 of one policy under each harness pool, served to unmodified runners over the learner's
-lease/complete protocol (runtime/contracts/coordinator.py)."""
+"""The standalone evaluation (`harnessrl eval`): pass@1 of one policy under each harness pool, served to unmodified
+runners by the coordinator core (runtime/coordinator) over the same lease/complete protocol as training."""

@@ -1,4 +1,4 @@
-"""EvalConfig: what one eval coordinator process evaluates (`python -m harnessrl.runtime.evaluation.main --config
+"""EvalConfig: what one eval coordinator process evaluates (`python -m harnessrl.runtime.evaluation.coordinator --config
 FILE`, rendered by `harnessrl eval` or the operator)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from harnessrl.runtime.evaluation.ledger import PoolHarness
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field
 
 

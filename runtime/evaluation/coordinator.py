@@ -1,34 +1,35 @@
-"""The eval coordinator: the ledger plus its journal and results file (the only I/O), and its HTTP surface.
+"""The evaluation coordinator: a `LeaseService` over one evaluation ledger, served by the coordinator core's
+server (runtime/coordinator/server.py) with the same protocol as the learner's, so unmodified runners serve it.
 
-It speaks the learner's runner protocol (runtime/contracts/coordinator.py) so unmodified runners serve it:
-`POST /v1/leases`, `POST /v1/completions`, plus `GET /v1/status` and `GET /v1/results` for `harnessrl eval`.
-A completion is journaled before it is acked; a restarted coordinator replays the journal.
+`POST /v1/leases`, renew, release, `POST /v1/completions`, `GET /v1/status`, plus `GET /v1/results` for
+`harnessrl eval`. A completion is journaled (runtime/coordinator/journal.py) before it is acked; a restarted
+coordinator replays the journal and goes on where it stopped; the results file is written once every rollout
+is final.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI
 from harnessrl.runtime.contracts.coordinator import (
     AckStatus,
     Completion,
     CompletionAck,
-    LeaseRelease,
-    LeaseReleaseResponse,
-    LeaseRenewal,
-    LeaseRenewalResponse,
+    Lease,
     LeaseRequest,
-    LeaseResponse,
     PoolScore,
-    renew_every,
 )
-from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.coordinator import leases
+from harnessrl.runtime.coordinator import ledger as L
+from harnessrl.runtime.coordinator.journal import Journal
+from harnessrl.runtime.coordinator.server import create_app as core_app
+from harnessrl.runtime.coordinator.service import replay
 from harnessrl.runtime.evaluation.config import EvalConfig
+from harnessrl.runtime.trajectory.models import TrainingSequence
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
@@ -55,49 +56,55 @@ class EvalResults(EvalStatus):
 
 
 class EvalCoordinator:
+    """One evaluation's ledger (pure) plus its journal and results file (the I/O)."""
+
     def __init__(self, config: EvalConfig) -> None:
         self.config = config
+        self.lease_ttl_s = config.lease_ttl_s
         self.ledger = L.plan_ledger(config.pools, config.task_ids, config.attempts)
-        self._replay()
-        config.journal.parent.mkdir(parents=True, exist_ok=True)
-        self._journal = config.journal.open("a")
-        if L.done(self.ledger):
-            self._write_results()
+        self.applied = 0
+        self.journal = Journal(config.journal)
+        replay(self, self.journal)
+        if self.done:
+            self.write_results()
 
-    def _replay(self) -> None:
-        if not self.config.journal.exists():
-            return
-        n = 0
-        for line in self.config.journal.read_text().splitlines():
-            if line.strip():
-                L.complete(self.ledger, Completion.model_validate_json(line), self.config.max_unscored)
-                n += 1
-        log.info("replayed %d completions from %s", n, self.config.journal)
+    # -- LeaseService (runtime/coordinator/service.py) ------------------------------------------------------
 
-    def lease(self, req: LeaseRequest, now: float) -> LeaseResponse:
-        if L.done(self.ledger):
-            return LeaseResponse(done=True, retry_after_s=0)
+    @property
+    def done(self) -> bool:
+        return L.done(self.ledger)
+
+    @property
+    def journal_seq(self) -> int:
+        return self.applied
+
+    def lease(self, req: LeaseRequest, now: float) -> list[Lease]:
         c = self.config
-        leases = L.lease(self.ledger, req, now, c.lease_ttl_s, c.model, c.proxy_url, c.policy_version, c.max_unscored)
-        return LeaseResponse(
-            leases=leases, retry_after_s=0 if leases else c.retry_after_s, renew_every_s=renew_every(c.lease_ttl_s)
-        )
+        return L.lease(self.ledger, req, now, c.lease_ttl_s, c.model, c.proxy_url, c.policy_version, c.max_unscored)
 
-    def release(self, req: LeaseRelease) -> LeaseReleaseResponse:
-        mine = (s for s in self.ledger.slots.values() if s.pool == req.pool)
-        return LeaseReleaseResponse(released=L.release(mine, req.runner_id))
+    def renew(self, lease_ids: list[str], now: float) -> list[str]:
+        return leases.renew(self.ledger.slots.values(), set(lease_ids), now + self.config.lease_ttl_s)
 
-    def renew(self, req: LeaseRenewal, now: float) -> LeaseRenewalResponse:
-        return LeaseRenewalResponse(renewed=L.renew(self.ledger.slots.values(), set(req.lease_ids), now + self.config.lease_ttl_s))
+    def release(self, runner_id: str, pool: str) -> int:
+        return leases.release((s for s in self.ledger.slots.values() if s.pool == pool), runner_id)
 
-    def complete(self, completion: Completion) -> CompletionAck:
-        ack = L.complete(self.ledger, completion, self.config.max_unscored)
+    def check(self, c: Completion) -> CompletionAck | None:
+        return L.duplicate_ack(self.ledger, c)
+
+    def count_duplicate(self) -> None:
+        self.ledger.duplicates += 1
+
+    def trains_on(self, rollout_id: str) -> bool:
+        return False
+
+    def harness_of(self, rollout_id: str) -> str:
+        slot = self.ledger.slots.get(rollout_id)
+        return slot.harness if slot is not None else ""
+
+    def complete(self, c: Completion, sequences: list[TrainingSequence]) -> CompletionAck:
+        ack = L.complete(self.ledger, c, self.config.max_unscored)
         if ack.status == AckStatus.accepted:
-            self._journal.write(completion.model_dump_json() + "\n")
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
-            if L.done(self.ledger):
-                self._write_results()
+            self.applied += 1
         return ack
 
     def status(self) -> EvalStatus:
@@ -114,6 +121,8 @@ class EvalCoordinator:
             pools=L.pool_scores(self.ledger),
         )
 
+    # -- results --------------------------------------------------------------------------------------------
+
     def results(self) -> EvalResults:
         c = self.config
         return EvalResults(
@@ -125,7 +134,7 @@ class EvalCoordinator:
             slots=list(self.ledger.slots.values()),
         )
 
-    def _write_results(self) -> None:
+    def write_results(self) -> None:
         path = self.config.results
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -133,46 +142,23 @@ class EvalCoordinator:
         tmp.replace(path)
         log.info("evaluation of %s done: results in %s", self.config.label, path)
 
+    def committed(self) -> None:
+        """After each journaled completion: the results file once the last rollout is final."""
+        if self.done:
+            self.write_results()
+
     def close(self) -> None:
-        self._journal.close()
+        self.journal.close()
 
 
 def create_app(coordinator: EvalCoordinator, clock: Callable[[], float] = time.time) -> FastAPI:
-    app = FastAPI(title="harnessrl eval coordinator")
-
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/v1/status", response_model=EvalStatus)
-    async def status() -> EvalStatus:
-        return coordinator.status()
+    """The coordinator core's server over this evaluation, plus `GET /v1/results`."""
+    app = core_app(coordinator, coordinator.journal, retry_after_s=coordinator.config.retry_after_s, clock=clock,
+                   title="harnessrl eval coordinator")
 
     @app.get("/v1/results", response_model=EvalResults)
     async def results() -> EvalResults:
         return coordinator.results()
-
-    @app.post("/v1/leases", response_model=LeaseResponse)
-    async def lease(req: LeaseRequest) -> LeaseResponse:
-        try:
-            return coordinator.lease(req, clock())
-        except L.EvalError as exc:
-            raise HTTPException(status_code=409, detail=str(exc)) from None
-
-    @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse)
-    async def renew(req: LeaseRenewal) -> LeaseRenewalResponse:
-        return coordinator.renew(req, clock())
-
-    @app.post("/v1/leases/release", response_model=LeaseReleaseResponse)
-    async def release(req: LeaseRelease) -> LeaseReleaseResponse:
-        return coordinator.release(req)
-
-    @app.post("/v1/completions", response_model=CompletionAck)
-    async def complete(c: Completion) -> CompletionAck:
-        try:
-            return coordinator.complete(c)
-        except L.UnknownRollout as exc:
-            raise HTTPException(status_code=404, detail=str(exc)) from None
 
     return app
 

@@ -33,6 +33,7 @@ def step_dir_name(step: int) -> str:
 def save_checkpoint(
     root: Path,
     model: Any,
+    policy_state: dict[str, Any],
     optimizer_state: dict[str, Any],
     state: CoordinatorState,
     metrics_file: Path,
@@ -44,7 +45,8 @@ def save_checkpoint(
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save_pretrained(tmp / "policy")
+    # The gathered full state: the model itself may hold only this rank's shards (FSDP2).
+    model.save_pretrained(tmp / "policy", state_dict=policy_state)
     torch.save(optimizer_state, tmp / "optimizer.pt")
     (tmp / "coordinator.json").write_text(state.model_dump_json(exclude_computed_fields=True))
     rng = {"torch": torch.get_rng_state(), "python": random.getstate()}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import yaml
-from harnessrl.runtime.evaluation.ledger import PoolHarness
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -25,7 +25,7 @@ class ModelConfig(_Cfg):
     path: Path = Field(description="local directory of the base weights (HF format); the operator downloads hub ids")
     # Name the engines serve the base model under (vLLM --served-model-name); LoRA adapters get `<name>-v<N>`.
     served_name: str = Field(min_length=1, max_length=256)
-    # Precision of the trainable model: auto = bf16 on GPU, fp32 on CPU.
+    # Precision of forward and backward: auto = bf16 on GPU, fp32 on CPU. Weights and optimizer state are fp32.
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     gradient_checkpointing: bool = False

@@ -2,14 +2,18 @@
 
 A group is one task × one harness (pool) × `group_size` rollout slots. Groups are planned in index order
 (see schedule.py) and at most `open_groups` are alive at once, which bounds how far rollouts run ahead of
-training. A slot is pending → leased → done (scored) or, after an infrastructure failure, pending again
-until it has used `max_attempts`, then abandoned. The trainer takes groups whose slots are all final.
+training. A slot follows the coordinator core's lease machine (runtime/coordinator/leases.py): pending → leased
+→ done (scored) or, after an infrastructure failure, pending again until it has failed `max_attempts` times,
+then abandoned; an expired lease makes it pending again at no cost. The trainer takes groups whose slots are
+all final.
 
 The whole state is one pydantic model, so a checkpoint is `state.model_dump_json()`; completions accepted
-since then are replayed from the journal (see journal.py), in their order, with `journal_seq` telling which.
+since then are replayed from the journal (runtime/coordinator/journal.py), in their order, with `journal_seq`
+telling which.
 
 Evaluation rounds (evaluation.py) live in the same state: their leases go out first, their completions are
-routed to the round's eval ledger by rollout id, and `close_eval` turns a finished round into its record.
+routed to the round's eval ledger (runtime/coordinator/ledger.py) by rollout id, and `close_eval` turns a
+finished round into its record. The coordinator core's server (runtime/coordinator/server.py) serves it.
 """
 
 from __future__ import annotations
@@ -27,21 +31,15 @@ from harnessrl.runtime.contracts.coordinator import (
     OutcomeKind,
     PoolRollouts,
 )
-from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.coordinator import leases
+from harnessrl.runtime.coordinator import ledger as L
+from harnessrl.runtime.coordinator.leases import CoordinatorError, UnknownRollout
 from harnessrl.runtime.learner import evaluation as E
 from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, RewardConfig
 from harnessrl.runtime.learner.reward import group_advantages, reward
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.trajectory.models import TrainingSequence
 from pydantic import BaseModel, Field
-
-
-class CoordinatorError(ValueError):
-    """A request the coordinator refuses (unknown rollout, wrong harness for the pool, ...)."""
-
-
-class UnknownRollout(CoordinatorError):
-    pass
 
 
 class SlotStatus(StrEnum):
@@ -51,15 +49,9 @@ class SlotStatus(StrEnum):
     abandoned = "abandoned"  # unscored max_attempts times
 
 
-class RolloutSlot(BaseModel):
-    rollout_id: str
+class RolloutSlot(leases.LeasedSlot):
     status: SlotStatus = SlotStatus.pending
-    attempts: int = 0  # leases handed out
-    lease_id: str | None = None
-    lease_deadline: float | None = None
-    runner_id: str | None = None
     unscored: int = 0
-    finished_leases: list[str] = Field(default_factory=list)
     session_id: str | None = None
     outcome: str | None = None
     reward: float | None = None
@@ -191,6 +183,25 @@ class Coordinator:
         self.max_attempts = max_attempts
         self.state = state or CoordinatorState(policy_model=model)
 
+    # -- what the coordinator server asks (runtime/coordinator/service.py) -----------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.state.done
+
+    @property
+    def journal_seq(self) -> int:
+        return self.state.journal_seq
+
+    def count_duplicate(self) -> None:
+        self.state.counters.duplicates += 1
+
+    def trains_on(self, rollout_id: str) -> bool:
+        return not E.is_eval_rollout(rollout_id)
+
+    def committed(self) -> None:
+        """Nothing to do: the learner's loop takes what completions made ready."""
+
     # -- planning -------------------------------------------------------------------------------------------
 
     def _materialize(self, index: int) -> GroupState:
@@ -244,19 +255,14 @@ class Coordinator:
     # -- leases ---------------------------------------------------------------------------------------------
 
     def expire(self, now: float) -> int:
-        n = 0
-        for g in self.state.groups:
-            for s in g.slots:
-                if s.status == SlotStatus.leased and s.lease_deadline is not None and s.lease_deadline < now:
-                    s.status, s.lease_id, s.lease_deadline, s.runner_id = SlotStatus.pending, None, None, None
-                    n += 1
+        n = len(leases.expire((s for g in self.state.groups for s in g.slots), now))
         self.state.counters.leases_expired += n
         return n
 
     def lease(self, req: LeaseRequest, now: float) -> list[Lease]:
         self.expire(now)
         self._refill()
-        leases = self._eval_leases(req, now)
+        out = self._eval_leases(req, now)
         for g in self.state.groups:
             if g.pool != req.pool:
                 continue
@@ -265,17 +271,14 @@ class Coordinator:
                     f"pool {req.pool!r} runs harness {g.harness!r} in this run, runner says {req.harness!r}"
                 )
             for s in g.slots:
-                if len(leases) >= req.max:
-                    return leases
+                if len(out) >= req.max:
+                    return out
                 if s.status != SlotStatus.pending:
                     continue
-                s.attempts += 1
-                s.status = SlotStatus.leased
-                s.lease_id = f"{s.rollout_id}.a{s.attempts}"
-                s.lease_deadline = now + self.lease_ttl_s
-                s.runner_id = req.runner_id
+                leases.grant(s, req.runner_id, now, self.lease_ttl_s)
+                assert s.lease_id is not None and s.lease_deadline is not None
                 self.state.counters.leases += 1
-                leases.append(
+                out.append(
                     Lease(
                         rollout_id=s.rollout_id,
                         lease_id=s.lease_id,
@@ -289,21 +292,21 @@ class Coordinator:
                         lease_deadline=s.lease_deadline,
                     )
                 )
-        return leases
+        return out
 
     def renew(self, lease_ids: list[str], now: float) -> list[str]:
         """Keep the leases a live runner still works on (training and evaluation alike) from expiring."""
         wanted, deadline = set(lease_ids), now + self.lease_ttl_s
-        renewed = L.renew((s for g in self.state.groups for s in g.slots), wanted, deadline)
+        renewed = leases.renew((s for g in self.state.groups for s in g.slots), wanted, deadline)
         if self.state.eval_round is not None:
-            renewed += L.renew(self.state.eval_round.ledger.slots.values(), wanted, deadline)
+            renewed += leases.renew(self.state.eval_round.ledger.slots.values(), wanted, deadline)
         return renewed
 
     def release(self, runner_id: str, pool: str) -> int:
         """A restarted runner's predecessor is gone: its leases for `pool` go out again on the next lease call."""
-        n = L.release((s for g in self.state.groups if g.pool == pool for s in g.slots), runner_id)
+        n = leases.release((s for g in self.state.groups if g.pool == pool for s in g.slots), runner_id)
         if self.state.eval_round is not None:
-            n += L.release((s for s in self.state.eval_round.ledger.slots.values() if s.pool == pool), runner_id)
+            n += leases.release((s for s in self.state.eval_round.ledger.slots.values() if s.pool == pool), runner_id)
         return n
 
     # -- completions ----------------------------------------------------------------------------------------
@@ -315,12 +318,12 @@ class Coordinator:
         if E.is_eval_rollout(c.rollout_id):
             return self._eval_check(c)
         found = self._slot(c.rollout_id)
-        if not c.lease_id.startswith(f"{c.rollout_id}.a"):
+        if not leases.is_lease_of(c.rollout_id, c.lease_id):
             raise CoordinatorError(f"lease {c.lease_id!r} is not a lease of rollout {c.rollout_id!r}")
         if found is None:
             return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=False)
         _, s = found
-        if s.status in (SlotStatus.done, SlotStatus.abandoned) or c.lease_id in s.finished_leases:
+        if s.status in (SlotStatus.done, SlotStatus.abandoned) or leases.repeated(s, c.lease_id):
             return CompletionAck(
                 rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=s.reward is not None, reward=s.reward
             )
@@ -341,22 +344,20 @@ class Coordinator:
         assert found is not None
         g, s = found
         self._count(g.pool, c.outcome)
-        s.finished_leases.append(c.lease_id)
+        free = leases.finish(s, c.lease_id)
         r = reward(c.outcome, c.correctness, c.tool_calls, self.reward_cfg)
         if r is None:
             self.state.counters.rollouts_unscored += 1
             s.unscored += 1
-            # Only the holder of the live lease (or anyone, once it expired) hands the slot back.
-            if s.status == SlotStatus.pending or s.lease_id == c.lease_id:
+            if free:  # else the live lease's holder decides (its completion, or its expiry)
                 if s.unscored >= self.max_attempts:
-                    s.status = SlotStatus.abandoned
+                    leases.settle(s, SlotStatus.abandoned)
                     self.state.counters.rollouts_abandoned += 1
                 else:
-                    s.status = SlotStatus.pending
-                s.lease_id, s.lease_deadline, s.runner_id = None, None, None
+                    leases.settle(s, SlotStatus.pending)
             return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=False)
         self.state.counters.rollouts_scored += 1
-        s.status, s.lease_id, s.lease_deadline = SlotStatus.done, None, None
+        leases.settle(s, SlotStatus.done)
         s.session_id, s.outcome, s.reward, s.tool_calls = c.session_id, c.outcome.value, r, c.tool_calls
         s.sequences = sequences
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=True, reward=r)
@@ -454,11 +455,8 @@ class Coordinator:
         r = self.state.eval_round
         if r is None or req.pool not in E.pools_of(r):
             return []
-        try:
-            return L.lease(r.ledger, req, now, self.lease_ttl_s, r.model, self.proxy_url, r.policy_version,
-                           self._max_unscored())
-        except L.EvalError as exc:
-            raise CoordinatorError(str(exc)) from None
+        return L.lease(r.ledger, req, now, self.lease_ttl_s, r.model, self.proxy_url, r.policy_version,
+                       self._max_unscored())
 
     def _eval_slot(self, rollout_id: str) -> L.Slot | None:
         r = self.state.eval_round
@@ -471,10 +469,7 @@ class Coordinator:
         if r is None or not c.rollout_id.startswith(r.prefix):
             # A round that has closed (or was lost in a restart): nothing left to count it in.
             return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.duplicate, scored=False)
-        try:
-            return L.duplicate_ack(r.ledger, c)
-        except L.UnknownRollout as exc:
-            raise UnknownRollout(str(exc)) from None
+        return L.duplicate_ack(r.ledger, c)
 
     def _max_unscored(self) -> int:
         return self.evaluation.max_unscored if self.evaluation is not None else 1

@@ -1,7 +1,7 @@
 """Evaluation rounds inside training (TrainingRun spec.eval): pass@1 of the current policy under each eval pool.
 
 At every `every_steps`-th step, and after the last one, the coordinator opens a round: the eval ledger of
-runtime/evaluation/ledger.py (task × pool × attempt) for the policy version just published. Its rollouts are
+runtime/coordinator/ledger.py (task × pool × attempt) for the policy version just published. Its rollouts are
 leased to the pools' runners through the same `POST /v1/leases`, ahead of training rollouts, marked
 `training=False`; their completions go to the ledger, never to GRPO groups (no sequences are fetched).
 
@@ -20,7 +20,7 @@ import secrets
 from pathlib import Path
 
 from harnessrl.runtime.contracts.coordinator import EvalProgress, EvalRecord
-from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.coordinator import ledger as L
 from harnessrl.runtime.learner.config import EvalSchedule
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel

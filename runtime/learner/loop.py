@@ -14,6 +14,9 @@ from pathlib import Path
 import httpx
 import uvicorn
 from harnessrl.runtime.contracts.proxy import PolicyState
+from harnessrl.runtime.coordinator.journal import Journal
+from harnessrl.runtime.coordinator.server import create_app
+from harnessrl.runtime.coordinator.service import replay
 from harnessrl.runtime.learner.checkpoint import (
     latest_checkpoint,
     load_optimizer_state,
@@ -21,17 +24,17 @@ from harnessrl.runtime.learner.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
+from harnessrl.runtime.learner.distributed import World
 from harnessrl.runtime.learner.evaluation import EvalLog
 from harnessrl.runtime.learner.hub import HubExporter
-from harnessrl.runtime.learner.journal import Journal
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, mean
 from harnessrl.runtime.learner.packing import Sample
+from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
-from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
-from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, load_policy
+from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
 
 log = logging.getLogger(__name__)
 
@@ -48,26 +51,38 @@ def solved_rates(batch_rewards: dict[str, list[float]]) -> dict[str, float]:
     return {h: sum(1 for r in rs if r >= 1.0) / len(rs) for h, rs in batch_rewards.items() if rs}
 
 
+def build_trainer(cfg: LearnerConfig, world: World) -> tuple[PolicyTrainer, Path | None]:
+    """The policy and its optimizer, from the latest checkpoint when there is one; the same on every rank."""
+    latest = latest_checkpoint(cfg.checkpoint.dir)
+    adapter_dir = latest / "policy" if latest is not None and cfg.adapter.kind == "lora" else None
+    model_cfg = cfg.model
+    if latest is not None and cfg.adapter.kind == "full":
+        model_cfg = cfg.model.model_copy(update={"path": latest / "policy"})
+    model = load_policy(model_cfg, cfg.adapter, adapter_dir, world)
+    compute = compute_dtype(cfg.model, next(model.parameters()).device)
+    trainer = PolicyTrainer(model, cfg.grpo, pad_id=_pad_id(cfg.model.path), compute=compute, world=world)
+    if latest is not None:
+        trainer.load_optimizer_state(load_optimizer_state(latest))
+        restore_rng(latest)
+    return trainer, latest
+
+
 class Learner:
-    def __init__(self, cfg: LearnerConfig):
+    """Rank 0's program (the only one in a world of one); the other ranks follow it (ranks.follow)."""
+
+    def __init__(self, cfg: LearnerConfig, world: World = World()):
         self.cfg = cfg
+        if world.distributed and cfg.engine.sync == SyncMode.nccl:
+            raise ValueError("engine.sync nccl sends one process's whole weights: it needs a learner of one process")
         ck = cfg.checkpoint
         ck.dir.mkdir(parents=True, exist_ok=True)
         self.metrics = MetricsSink(cfg.metrics_file())
         self.evals = EvalLog(cfg.eval_file(), self.metrics.registry)
-        latest = latest_checkpoint(ck.dir)
-        restored = read_checkpoint(latest) if latest is not None else None
-        adapter_dir = latest / "policy" if latest is not None and cfg.adapter.kind == "lora" else None
-        model_cfg = cfg.model
-        if latest is not None and cfg.adapter.kind == "full":
-            model_cfg = cfg.model.model_copy(update={"path": latest / "policy"})
-        model = load_policy(model_cfg, cfg.adapter, adapter_dir)
-        self.trainer = PolicyTrainer(model, cfg.grpo, pad_id=_pad_id(cfg.model.path))
+        trainer, latest = build_trainer(cfg, world)
+        self.trainer = Lead(trainer, world)
         state: CoordinatorState | None = None
-        if restored is not None and latest is not None:
-            self.trainer.load_optimizer_state(load_optimizer_state(latest))
-            restore_rng(latest)
-            state = restored.state
+        if latest is not None:
+            state = read_checkpoint(latest).state
             self.metrics.truncate_to(state.step)
             self.evals.truncate_to(state.step)
             log.info("resumed from %s at step %d (policy v%d)", latest.name, state.step, state.policy_version)
@@ -86,12 +101,7 @@ class Learner:
         )
         self.coordinator.artifacts.latest_checkpoint = str(latest) if latest is not None else None
         self.journal = Journal(ck.dir / "journal.jsonl")
-        replayed = 0
-        for entry in self.journal.entries_after(self.coordinator.state.journal_seq):
-            self.coordinator.complete(entry.completion, entry.sequences)
-            replayed += 1
-        if replayed:
-            log.info("replayed %d completions journaled after the checkpoint", replayed)
+        replay(self.coordinator, self.journal, self.coordinator.state.journal_seq)
         self.sync = make_sync(cfg.engine, cfg.model.served_name, sync_dir(ck.dir))
         self.proxy = ProxyControl(cfg.proxy)
         self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path)) if cfg.export is not None else None
@@ -105,7 +115,8 @@ class Learner:
                 if version == 0:
                     policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model as served
                 else:
-                    policy = await asyncio.to_thread(self.sync.publish, self.trainer.model, version)
+                    model = await asyncio.to_thread(self.trainer.published)
+                    policy = await asyncio.to_thread(self.sync.publish, model, version)
                 await self.proxy.set_policy(policy)
                 return policy, time.perf_counter() - t0
             except (httpx.HTTPError, OSError, RuntimeError) as exc:
@@ -212,16 +223,7 @@ class Learner:
     async def checkpoint(self) -> Path:
         # Snapshot on the loop: no completion can land between the copy and the journal position it records.
         snapshot = self.coordinator.state.model_copy(deep=True)
-        path = await asyncio.to_thread(
-            save_checkpoint,
-            self.cfg.checkpoint.dir,
-            self.trainer.model,
-            self.trainer.optimizer_state(),
-            snapshot,
-            self.metrics.path,
-            self.cfg.adapter.kind,
-            self.cfg.checkpoint.keep,
-        )
+        path = await asyncio.to_thread(self._save_checkpoint, snapshot)
         self.checkpoints_written += 1
         artifacts = self.coordinator.artifacts
         artifacts.latest_checkpoint = str(path)
@@ -230,9 +232,22 @@ class Learner:
             await asyncio.to_thread(export_checkpoint, self.exporter, path, self.metrics.history(), artifacts)
         return path
 
+    def _save_checkpoint(self, snapshot: CoordinatorState) -> Path:
+        # Gathering the state is collective (every rank joins): off the event loop, like the step.
+        return save_checkpoint(
+            self.cfg.checkpoint.dir,
+            self.trainer.model,
+            self.trainer.policy_state(),
+            self.trainer.optimizer_state(),
+            snapshot,
+            self.metrics.path,
+            self.cfg.adapter.kind,
+            self.cfg.checkpoint.keep,
+        )
+
     async def serve(self) -> None:
         async with httpx.AsyncClient(timeout=60.0) as client:
-            app = create_app(self.coordinator, self.journal, proxy_fetcher(self.proxy, client), self.metrics.registry)
+            app = create_app(self.coordinator, self.journal, self.proxy.fetcher(client), self.metrics.registry)
             config = uvicorn.Config(app, host=self.cfg.host, port=self.cfg.port, log_level="warning", lifespan="off")
             server = uvicorn.Server(config)
             serving = asyncio.create_task(server.serve())
@@ -245,6 +260,7 @@ class Learner:
                 server.should_exit = True
                 await serving
                 self.journal.close()
+                self.trainer.stop()
 
 
 def export_checkpoint(exporter: HubExporter, path: Path, history: list[StepMetrics], artifacts: Artifacts) -> None:

@@ -22,8 +22,16 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxy call would drown the step lines
-    from harnessrl.runtime.learner.loop import Learner
+    from harnessrl.runtime.learner.distributed import init_world
+    from harnessrl.runtime.learner.loop import Learner, build_trainer
+    from harnessrl.runtime.learner.ranks import follow
+    from harnessrl.runtime.learner.trainer import resolve_device
 
-    learner = Learner(cfg)
-    asyncio.run(learner.serve())
+    # Under torchrun every process runs this; rank 0 runs the learner, the others follow its commands.
+    world = init_world(resolve_device(cfg.model).type)
+    if world.is_main:
+        asyncio.run(Learner(cfg, world).serve())
+    else:
+        trainer, _ = build_trainer(cfg, world)
+        follow(trainer, world)
     return 0

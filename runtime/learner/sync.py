@@ -16,6 +16,7 @@ import asyncio
 import logging
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ from harnessrl.runtime.engine.lora import (
 )
 from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
 from harnessrl.runtime.learner.config import EngineLink, ProxyLink, SyncMode
+from harnessrl.runtime.trajectory.models import TrainingSequence
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +241,14 @@ class ProxyControl:
         if failed:
             raise RuntimeError(f"proxy PUT /policy failed on {len(failed)} of {len(outcomes)} replicas: "
                                + "; ".join(failed))
+
+    def fetcher(self, client: httpx.AsyncClient) -> Callable[[str, str | None], Awaitable[list[TrainingSequence]]]:
+        """The coordinator server's sequence fetcher (runtime/coordinator/server.py) over `client`."""
+
+        async def fetch(session_id: str, base_url: str | None) -> list[TrainingSequence]:
+            return list((await self.sequences(session_id, base_url, client)).sequences)
+
+        return fetch
 
     async def sequences(self, session_id: str, base_url: str | None, client: httpx.AsyncClient) -> SequencesResponse:
         """From the replica that owns the session (`base_url`), or the configured proxy URL."""

@@ -6,6 +6,7 @@ materialising the (batch, length, vocab) logits, the same code path TRL's GRPO t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
+from harnessrl.runtime.learner.distributed import World, all_max, all_sum, device_for, rank_share, shard
 from harnessrl.runtime.learner.loss import reduce_loss, tis_weights, token_loss
 from harnessrl.runtime.learner.packing import MicroBatch, Sample, pack, split_mini_batches, trainable
 
@@ -50,36 +52,70 @@ def resolve_device(cfg: ModelConfig) -> torch.device:
     return torch.device(cfg.device)
 
 
-def resolve_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
+def compute_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    """The precision of forward and backward; weights and optimizer state are always fp32 (master weights):
+    in bf16 an update of lr 1e-5 on a weight of magnitude 1e-2 is below its rounding step and is lost."""
     if cfg.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
 
 
-def load_policy(model_cfg: ModelConfig, adapter: AdapterConfig, adapter_dir: Path | None = None) -> torch.nn.Module:
-    """Base weights (+ a LoRA adapter, fresh or from `adapter_dir`) with TRL's fused LM head added."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+def load_policy(
+    model_cfg: ModelConfig, adapter: AdapterConfig, adapter_dir: Path | None = None, world: World = World()
+) -> torch.nn.Module:
+    """Base weights in fp32 (+ a LoRA adapter, fresh or from `adapter_dir`), prepared for training."""
     from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_cfg.path, dtype=torch.float32)
+    return prepare_policy(model, model_cfg, adapter, adapter_dir, world)
+
+
+def prepare_policy(
+    model: torch.nn.Module,
+    model_cfg: ModelConfig,
+    adapter: AdapterConfig,
+    adapter_dir: Path | None = None,
+    world: World = World(),
+) -> torch.nn.Module:
+    """An fp32 causal LM on its device with TRL's fused LM head (+ LoRA); in a world of several processes,
+    sharded with FSDP2 (bf16 compute on GPUs)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
-    device = resolve_device(model_cfg)
-    model = AutoModelForCausalLM.from_pretrained(model_cfg.path, dtype=resolve_dtype(model_cfg, device))
+    device = device_for(world, resolve_device(model_cfg).type)
     model.to(device)
     add_fused_lm_head(model)  # before PEFT wraps it, as TRL requires
     if model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if adapter.kind == "lora":
         if adapter_dir is not None:
-            return PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
-        lora = LoraConfig(
-            r=adapter.rank,
-            lora_alpha=adapter.alpha,
-            lora_dropout=adapter.dropout,
-            target_modules=adapter.target_modules,
-            task_type="CAUSAL_LM",
-        )
-        return get_peft_model(model, lora)
+            model = PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
+        else:
+            lora = LoraConfig(
+                r=adapter.rank,
+                lora_alpha=adapter.alpha,
+                lora_dropout=adapter.dropout,
+                target_modules=adapter.target_modules,
+                task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, lora)
+    if world.distributed:
+        shard(model, world, device.type, compute_dtype(model_cfg, device))
     return model
+
+
+def idle_micro_batch(pad_id: int) -> MicroBatch:
+    """A micro-batch that trains nothing. A rank with fewer micro-batches than another runs it, so that every
+    rank makes the same FSDP collectives (all-gather in forward, reduce-scatter in backward)."""
+    zeros = torch.zeros(1, 2)
+    return MicroBatch(
+        input_ids=torch.full((1, 2), pad_id, dtype=torch.long),
+        attention_mask=torch.ones(1, 2, dtype=torch.long),
+        loss_mask=zeros,
+        behaviour_logps=zeros,
+        advantages=torch.zeros(1),
+        sequence_ids=[],
+    )
 
 
 def sequence_logps(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
@@ -94,15 +130,36 @@ def sequence_logps(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
 
 
 class PolicyTrainer:
-    def __init__(self, model: torch.nn.Module, grpo: GrpoConfig, pad_id: int = 0):
+    """One GRPO step. In a world of several processes every rank calls `step` with the same samples (rank 0's,
+    broadcast) and trains on its share; gradients are summed across ranks, so the update equals one process's."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        grpo: GrpoConfig,
+        pad_id: int = 0,
+        compute: torch.dtype = torch.float32,
+        world: World = World(),
+    ):
         self.model = model
         self.grpo = grpo
         self.pad_id = pad_id
+        self.world = world
         self.device = next(model.parameters()).device
+        # Sharded (FSDP2) models cast to the compute dtype themselves; a single process autocasts.
+        self.autocast = compute != torch.float32 and not world.distributed
+        self.compute = compute
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters")
+        if any(p.dtype != torch.float32 for p in params):
+            raise ValueError("trainable parameters must be fp32 (master weights); compute runs in the compute dtype")
         self.optimizer = torch.optim.AdamW(params, lr=grpo.lr, weight_decay=grpo.weight_decay)
+
+    def _forward(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast:
+            return torch.autocast(self.device.type, dtype=self.compute)
+        return contextlib.nullcontext()
 
     def step(self, samples: list[Sample]) -> StepStats:
         t0 = time.perf_counter()
@@ -110,30 +167,37 @@ class PolicyTrainer:
         if not samples:
             raise ValueError("no trainable tokens in this step's sequences")
         self.model.train()
-        totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "loss_tokens": 0, "tokens": 0, "mbs": 0}
+        local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "loss_tokens": 0.0, "tokens": 0.0, "mbs": 0.0}
         grad_norm = 0.0
-        minis = [pack(m, self.grpo.micro_batch_tokens, self.pad_id) for m in split_mini_batches(samples, self.grpo.mini_batches)]
+        minis = [self._my_micro_batches(m) for m in split_mini_batches(samples, self.grpo.mini_batches)]
         # With TIS, "old" is the trainer's policy before this step's first update, scored once up front.
-        old = [[self._score_no_grad(mb) for mb in mbs] for mbs in minis] if self.grpo.tis_cap is not None else None
-        for k, mbs in enumerate(minis):
-            n_tokens = sum(mb.loss_tokens for mb in mbs)
-            n_rows = sum(mb.input_ids.size(0) for mb in mbs)
+        old = [[self._score_no_grad(mb) for mb in mbs] for mbs, _ in minis] if self.grpo.tis_cap is not None else None
+        for k, (mbs, n_real) in enumerate(minis):
+            n_tokens, n_rows = all_sum(
+                [sum(mb.loss_tokens for mb in mbs[:n_real]), sum(mb.input_ids.size(0) for mb in mbs[:n_real])],
+                self.world,
+            )
             normalizer = float(n_tokens if self.grpo.loss_type == "dapo" else n_rows)
             self.optimizer.zero_grad(set_to_none=True)
             for j, mb in enumerate(mbs):
                 loss, stats = self.micro_batch_loss(mb, normalizer, None if old is None else old[k][j])
-                loss.backward()
-                totals["loss"] += float(loss.detach())
-                totals["clipped"] += stats["clipped"]
-                totals["kl"] += stats["kl"]
-                totals["loss_tokens"] += mb.loss_tokens
-                totals["tokens"] += int(mb.attention_mask.sum())
-                totals["mbs"] += 1
+                # FSDP averages gradients over ranks; each rank's loss is its share of the sum.
+                (loss * self.world.size).backward()
+                if j >= n_real:
+                    continue
+                local["loss"] += float(loss.detach())
+                local["clipped"] += stats["clipped"]
+                local["kl"] += stats["kl"]
+                local["loss_tokens"] += mb.loss_tokens
+                local["tokens"] += int(mb.attention_mask.sum())
+                local["mbs"] += 1
             params = [p for p in self.model.parameters() if p.requires_grad]
             # With no clipping configured, an infinite bound still measures the norm for the metrics.
             limit = self.grpo.max_grad_norm if self.grpo.max_grad_norm is not None else float("inf")
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+            norm = torch.nn.utils.clip_grad_norm_(params, limit)
+            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
             self.optimizer.step()
+        totals = dict(zip(local, all_sum(list(local.values()), self.world), strict=True))
         lt = max(int(totals["loss_tokens"]), 1)
         return StepStats(
             loss=totals["loss"] / len(minis),
@@ -147,14 +211,24 @@ class PolicyTrainer:
             seconds=time.perf_counter() - t0,
         )
 
+    def _my_micro_batches(self, mini: list[Sample]) -> tuple[list[MicroBatch], int]:
+        """This rank's share of a mini-batch, packed, then topped up with idle micro-batches to the most any
+        rank has; and how many of them are real."""
+        mine = rank_share(mini, [len(s.sequence.token_ids) for s in mini], self.world)
+        mbs = pack(mine, self.grpo.micro_batch_tokens, self.pad_id) if mine else []
+        n = all_max(len(mbs), self.world)
+        return mbs + [idle_micro_batch(self.pad_id) for _ in range(n - len(mbs))], len(mbs)
+
     @torch.no_grad()
     def _score_no_grad(self, mb: MicroBatch) -> torch.Tensor:
-        return sequence_logps(self.model, mb).cpu()
+        with self._forward():
+            return sequence_logps(self.model, mb).cpu()
 
     def micro_batch_loss(
         self, mb: MicroBatch, normalizer: float, trainer_old: torch.Tensor | None
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        logps = sequence_logps(self.model, mb)
+        with self._forward():
+            logps = sequence_logps(self.model, mb)
         dev = logps.device
         mask = mb.loss_mask.to(dev)
         engine = mb.behaviour_logps.to(dev)
@@ -173,9 +247,27 @@ class PolicyTrainer:
         return loss, stats
 
     # -- state for checkpoints ------------------------------------------------------------------------------
+    # Full (unsharded) state keyed by parameter name, so a checkpoint written by N processes resumes in M.
+    # Gathering is collective: every rank calls these; rank 0 writes what they return.
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """The trainable weights, whole (for LoRA the adapter only: the frozen base is never gathered)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+        return get_model_state_dict(self.model, options=options)
 
     def optimizer_state(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.model, self.optimizer, options=self._full_state())
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optimizer, state, options=self._full_state())
+
+    def _full_state(self) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, cpu_offload=True)

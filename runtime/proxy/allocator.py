@@ -6,8 +6,8 @@ malloc serves those from bins that fragment as thousands of sessions hold such b
 `_int_malloc` alone at 5% of a worker's CPU at 1,000 sessions and 8% at 5,000, so it also made the CPU per call
 grow with the sessions held. mimalloc (PyPI's `cmeel-mimalloc`), with Python's small objects handed to it too
 (`PYTHONMALLOC=malloc`), cut the proxy's CPU per call by 6% at 1,000 sessions @ 2 s and 11% at 5,000 @ 10 s (so it
-no longer grew with the sessions), and its RSS per session by 6% at 1,000 sessions and 1% at 5,000
-(benchmarks/proxy/results-session17/).
+no longer grew with the sessions), and its RSS per session by 5-7% at 1,000 sessions
+(benchmarks/proxy/README.md, History).
 
 An allocator must be in place before the process's first allocation, so `harnessrl proxy` re-executes itself
 once, as it was started (same PID, same arguments), with the library in `LD_PRELOAD`; a replica's workers inherit

@@ -45,8 +45,7 @@ class WorkerHealth(BaseModel):
     (stuck replaying its journal: its listening socket is open from the start, so the kernel queues connections to
     the replica's port on it that nothing answers). An answer to a request would not do as the sign of life:
     under overload a call waits seconds for the loop, and a probe with it, so a busy worker was taken for a hung
-    one and killed, and every session it held failed while it restarted (session 12, 5,000 sessions on 2
-    workers). Kubernetes' probes reach the replica's shared port, where the kernel picks a worker per connection,
+    one and killed, and every session it held failed while it restarted (5,000 sessions on 2 workers). Kubernetes' probes reach the replica's shared port, where the kernel picks a worker per connection,
     so they cannot tell which one hung either."""
 
     model_config = ConfigDict(extra="forbid")
@@ -90,8 +89,8 @@ class ProxyConfig(BaseModel):
     allocator: Literal["mimalloc", "system"] = "mimalloc"
     # Worker processes of this replica (workers.py): one event loop serves ~one core's worth of calls, so a
     # replica with more cores runs one worker per core; worker K serves its own sessions at `port + 1 + K`.
-    # One worker carried 500 calls/s in half a core of the benchmark's 2 (benchmarks/proxy/results-session18/);
-    # a second cut the p99 it added from 28-62 to ~10 ms, for ~12% more CPU per call.
+    # Pays where a replica has spare cores: one worker carried 500 calls/s in half a core; a second cut the p99 it
+    # added at 1,000 sessions @ 2 s from 28-52 to ~11 ms, for ~12% more CPU per call (benchmarks/proxy/README.md, History).
     workers: int = Field(1, ge=1, le=64)
     worker_health: WorkerHealth = WorkerHealth()
 

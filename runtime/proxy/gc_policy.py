@@ -5,7 +5,7 @@ minutes. With the thresholds the proxy had (50,000 / 20 / 100), at 5,000 session
 collection took up to 120 ms of CPU (340 ms of wall time on two shared cores), and every call on that worker
 waited for it. So the survivors of every collection are frozen (`gc.freeze`): the next collection walks only the
 objects created since (then: at most 33 ms of CPU, and p99 added 224 → 40 ms, CPU per call 1.96 → 1.55 ms;
-benchmarks/proxy/results-before-after.md, session 10).
+benchmarks/proxy/README.md, History).
 
 Frozen objects still die by reference counting, as a session's do when it ends. Only reference cycles among frozen
 objects are left, and they wait for a full collection, which thaws everything, collects it once and freezes the

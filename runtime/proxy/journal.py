@@ -8,7 +8,7 @@ fsyncs).
 
 Where the fsync runs depends on how long the last one took. While the disk is fast (under `INLINE_SYNC_MAX_S`),
 it runs right after the write, on the loop: handing it to a thread and back cost more CPU than the fsync itself
-(~114 µs against ~90 µs here, session 8), and with a replica's load split over several workers a commit covers
+(~114 µs against ~90 µs here), and with a replica's load split over several workers a commit covers
 one or two records, so that hand-off was paid on almost every call. Once an fsync is slow, they run one at a time
 in a helper thread, records written meanwhile waiting for the next, so a slow disk never stalls the loop; the
 first fast one there brings them back.
@@ -18,9 +18,9 @@ A commit may also wait a little for records still to come (`hold_commits`, after
 commit delay for them, and one fsync covers them all. It trades latency for CPU: at 1,000 sessions @ 2 s a 2 ms
 delay cut the proxy's CPU per call by ~6-9% (fewer fsyncs, and calls handled in bigger batches), but calls released
 together by one fsync come back together after the benchmark's fixed pause, so the bursts grew and p99 added rose
-2-3.5x (benchmarks/proxy/results-session16/). With one call in flight nothing is held.
+2-3.5x (benchmarks/proxy/README.md, History). With one call in flight nothing is held.
 
-Why not a writer thread that owns the file (sessions 1-3): every record was a hand-off to it, and a thread that
+Why not a writer thread that owns the file: every record was a hand-off to it, and a thread that
 needs the GIL while the loop is busy waits out the interpreter's switch interval, so under load a record's
 durability waited on the GIL rather than on the disk.
 
@@ -31,7 +31,7 @@ The file is kept zero-filled ahead of its records (`PREFILL_BYTES`, written and 
 a commit is an fdatasync: records then land in blocks the file already has, so a commit writes only their pages.
 An append that grows the file also makes every fsync write the inode and the block map, two device writes
 instead of one on ext4 here: the prefilled file cut the proxy's CPU per call by ~3% at 1,000 sessions @ 2 s
-(benchmarks/proxy/results-session18/). Readers stop at the zero tail (it holds no newline), and a clean close
+(benchmarks/proxy/README.md, History). Readers stop at the zero tail (it holds no newline), and a clean close
 trims it.
 """
 
@@ -50,8 +50,10 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_json
 
 # An fsync that took longer than this sends the next ones to the helper thread (see the module's docstring).
+# Pays: p99 added 27-70 -> 16-22 ms at 1,000 sessions @ 2 s against always in the thread (benchmarks/proxy/README.md, History).
 INLINE_SYNC_MAX_S = 0.005
 # How far past its records the file is zero-filled; a new stretch is filled once less than half of it is left.
+# Pays: a commit writes one block, −3% CPU per call at 1,000 sessions @ 2 s (benchmarks/proxy/README.md, History).
 PREFILL_BYTES = 4 << 20
 
 
@@ -240,7 +242,7 @@ class Journal:
     ) -> None:
         """Run an fsync or a compaction and hand the outcome straight back to the loop as one callback. Through
         `run_in_executor` and a done-callback it took two more loop iterations, and under saturation a response's
-        wait for durability is counted in loop iterations (results-before-after.md, session 5)."""
+        wait for durability is counted in loop iterations."""
         error: BaseException | None = None
         try:
             work()

@@ -1,5 +1,7 @@
 """A call that reaches a worker other than its session's owner is relayed to the owner.
 
+Kept for correctness, not speed: without it such a call would get a 401; a call at its owner never reaches it.
+
 A session lives on the worker that created it, and its id (the harness's API key) ends with that worker's address,
 `<random>.<host>:<port>` (the host and port of its `base_url`). A harness normally calls the owner at the session's
 `base_url`. One that cannot reaches some other worker: an E2B sandbox, say, reaches the proxy through one public URL,

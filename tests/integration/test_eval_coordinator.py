@@ -6,11 +6,13 @@
    coordinator says done; the results hold every (pool × task × attempt) and pass@1 per pool.
 2. In a thread with a controlled clock, driven with the protocol's own models: expiry and re-lease,
    idempotent completions, and the errors runners get.
+3. As a process killed in the middle of a journal write (tests/fixtures/crash.py) and started again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -32,13 +34,14 @@ from harnessrl.runtime.contracts.coordinator import (
     LeaseResponse,
     OutcomeKind,
 )
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults, EvalStatus, create_app
-from harnessrl.runtime.evaluation.ledger import PoolHarness
 
 from tests.fakes.scripted_engine import ScriptedReply
+from tests.fixtures.crash import DROPPED, tear_env
 from tests.fixtures.proxy_server import serve_in_thread
-from tests.ports import free_port
+from tests.ports import free_port, wait_serving
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +67,7 @@ def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator
         "runner_id": f"{pool}-0",
         "harness": {"kind": "custom", "name": "oneshot", "dialect": "openai_chat", "command": f"{sys.executable} {agent} {{instruction}} {{model}}",
                     "env": {"MARK": mark}},
-        "sandbox": {"kind": "local", "base_dir": str(tmp_path / "sandboxes")},
+        "sandbox": {"kind": "local", "base_dir": str(tmp_path / "sandboxes"), "read_only_paths": [str(agent)]},
         "tasks": {"kind": "dir", "path": str(tasks)},
         # All 8 rollouts of a pool at once: the broken pool's runner backs off leasing after infra errors (up to
         # 15 s, Runner.note_outcome), so it should do that once between its two tries, not once per batch.
@@ -152,7 +155,7 @@ def test_unmodified_runners_serve_an_evaluation_to_done(cli_backend: tuple[Any, 
     assert {(s.task_id, s.attempt) for s in results.slots if s.pool == "good"} == {
         (t, a) for t in TEST_TASKS for a in (0, 1)}
     # Each scored rollout was a real session at the proxy: one captured model call each.
-    session_ids = [json.loads(line)["session_id"] for line in config.journal.read_text().splitlines()]
+    session_ids = [json.loads(line)["completion"]["session_id"] for line in config.journal.read_text().splitlines()]
     assert len([s for s in session_ids if s]) >= 16
 
 
@@ -245,3 +248,79 @@ def test_http_refuses_a_runner_of_another_pool_or_harness(tmp_path: Path, pool: 
         server.should_exit = True
         thread.join(timeout=10)
         coordinator.close()
+
+
+def test_killed_in_the_middle_of_a_journal_write_it_restarts_without_the_torn_record(tmp_path: Path) -> None:
+    """The coordinator process dies (SIGKILL) halfway through journaling a completion. Started again, it drops
+    the torn record with a warning naming the file and byte offset, keeps every completion acked before, and the
+    evaluation goes on: the runner's retry of the torn completion is accepted once, the rest are leased and
+    completed, and the results count each rollout exactly once."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    journal = tmp_path / "eval" / "journal.jsonl"
+    config = EvalConfig(label="base", pools=[PoolHarness(pool="p", harness="oneshot")], task_ids=["t0", "t1", "t2", "t3"],
+                        model="m", proxy_url="http://proxy", lease_ttl_s=600, journal=journal,
+                        results=tmp_path / "eval" / "results.json", port=port)
+    config_path = tmp_path / "eval.json"
+    config_path.write_text(config.model_dump_json())
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(n: int, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path]:
+        log = tmp_path / f"coordinator-{n}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "harnessrl.runtime.evaluation.coordinator", "--config",
+                                     str(config_path)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=os.environ | env)
+        procs.append(proc)
+        wait_serving(f"{url}/healthz", proc, 60, "eval coordinator", log.read_text)
+        return proc, log
+
+    def done(lease: Any, outcome: OutcomeKind, runner_id: str = "r0") -> dict[str, Any]:
+        return Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, runner_id=runner_id, outcome=outcome,
+                          correctness=1.0 if outcome == OutcomeKind.solved else 0.0).model_dump(mode="json")
+
+    try:
+        first, _ = start(0, tear_env('"runner_id":"tearing-runner"'))
+        with httpx.Client(base_url=url, timeout=10) as http:
+            req = LeaseRequest(runner_id="r0", pool="p", harness="oneshot", max=4).model_dump()
+            leases = LeaseResponse.model_validate(http.post("/v1/leases", json=req).json()).leases
+            assert [x.task_id for x in leases] == ["t0", "t1", "t2", "t3"]
+            for lease, outcome in zip(leases[:2], (OutcomeKind.solved, OutcomeKind.wrong), strict=True):
+                assert http.post("/v1/completions", json=done(lease, outcome)).json()["status"] == "accepted"
+            torn = done(leases[2], OutcomeKind.solved, runner_id="tearing-runner")
+            with pytest.raises(httpx.TransportError):  # no ack: the process died while journaling it
+                http.post("/v1/completions", json=torn)
+        assert first.wait(timeout=30) == -signal.SIGKILL
+        data = journal.read_bytes()
+        whole = data[: data.rfind(b"\n") + 1]
+        assert not data.endswith(b"\n") and data[len(whole):].startswith(b'{"seq":3,')
+        assert [json.loads(line)["completion"]["rollout_id"] for line in whole.splitlines()] == [
+            x.rollout_id for x in leases[:2]]
+
+        _, log = start(1, {})
+        with httpx.Client(base_url=url, timeout=10) as http:
+            status = EvalStatus.model_validate(http.get("/v1/status").json())
+            # Acked before the kill: both there. The leases themselves died with the process.
+            assert (status.scored, status.leased, status.done) == (2, 0, False)
+            # The runner, never acked, sends the torn completion again: accepted now, and only once.
+            assert http.post("/v1/completions", json=torn).json()["status"] == "accepted"
+            assert http.post("/v1/completions", json=torn).json()["status"] == "duplicate"
+            req = LeaseRequest(runner_id="r0", pool="p", harness="oneshot", max=4).model_dump()
+            (last,) = LeaseResponse.model_validate(http.post("/v1/leases", json=req).json()).leases
+            assert last.rollout_id == leases[3].rollout_id
+            assert http.post("/v1/completions", json=done(last, OutcomeKind.solved)).json()["status"] == "accepted"
+            assert http.post("/v1/leases", json=req).json()["done"]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=15)
+    dropped = DROPPED.search(log.read_text())
+    assert dropped is not None, log.read_text()
+    assert (dropped[1], int(dropped[2]), int(dropped[3])) == (str(journal), len(whole), len(data) - len(whole))
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [e["seq"] for e in entries] == [1, 2, 3, 4]
+    assert sorted(e["completion"]["rollout_id"] for e in entries) == sorted(x.rollout_id for x in leases)
+    results = EvalResults.model_validate_json(config.results.read_text())
+    (pool,) = results.pools
+    assert (pool.rollouts, pool.scored, pool.solved, pool.pass_at_1, results.duplicates) == (4, 4, 3, 0.75, 1)

@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 import pytest
 from harnessrl.runtime.contracts.coordinator import Completion, LeaseResponse, OutcomeKind
+from harnessrl.runtime.coordinator.journal import Journal
+from harnessrl.runtime.coordinator.server import create_app
 from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, ProxyLink, RewardConfig
 from harnessrl.runtime.learner.coordinator import Coordinator
-from harnessrl.runtime.learner.journal import Journal
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics
 from harnessrl.runtime.learner.schedule import GroupPlanner
-from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
@@ -38,7 +38,7 @@ class Env:
         self.journal = Journal(tmp / "journal.jsonl", fsync=False)
         self.sink = MetricsSink(tmp / "metrics.jsonl")
         self.client = httpx.AsyncClient(timeout=10)
-        app = create_app(self.coord, self.journal, proxy_fetcher(self.control, self.client), self.sink.registry)
+        app = create_app(self.coord, self.journal, self.control.fetcher(self.client), self.sink.registry)
         self.server, self.thread, self.url = serve_in_thread(app)
 
     def session(self, rollout_id: str, n_sampled: int = 2) -> str:

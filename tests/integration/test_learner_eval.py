@@ -28,11 +28,12 @@ from harnessrl.runtime.contracts.coordinator import (
     LeaseResponse,
     OutcomeKind,
 )
+from harnessrl.runtime.coordinator.journal import JournalEntry
 from harnessrl.runtime.learner.checkpoint import latest_checkpoint
 from harnessrl.runtime.learner.evaluation import read_records
-from harnessrl.runtime.learner.journal import JournalEntry
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
+from tests.fixtures.crash import DROPPED, tear_env
 from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner
 from tests.ports import free_port
 
@@ -79,13 +80,16 @@ async def call(http: httpx.AsyncClient, url: str, body: dict[str, Any] | None, p
 
 
 class Runner:
-    """One pool's synthetic runner. Records each eval lease with the coordinator's step when it completed it;
-    `after_eval(n)` is called once its n-th eval completion is acked."""
+    """One pool's synthetic runner. Records each eval lease with the coordinator's step when it completed it, and
+    each completion with its ack's status; `before_eval(n)` is called before its n-th eval completion is sent
+    (and may name another runner id to send it under), `after_eval(n)` once it is acked."""
 
     def __init__(self, proxy: ProxyStandIn, coordinator: str, pool: str, harness: str,
-                 after_eval: Callable[[int], None] = lambda n: None) -> None:
+                 after_eval: Callable[[int], None] = lambda n: None,
+                 before_eval: Callable[[int], str | None] = lambda n: None) -> None:
         self.proxy, self.coordinator, self.pool, self.harness = proxy, coordinator, pool, harness
-        self.after_eval = after_eval
+        self.after_eval, self.before_eval = after_eval, before_eval
+        self.acked: list[tuple[Completion, str]] = []
         self.eval_leases: list[tuple[Lease, int]] = []
         self.train_leases: list[Lease] = []
         self.final_status: CoordinatorStatus | None = None
@@ -121,13 +125,15 @@ class Runner:
             solved = lease.task_id in SOLVED
             step = (await call(http, f"{self.coordinator}/v1/status", None))["step"]
             self.eval_leases.append((lease, step))
-        completion = Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, runner_id=f"{self.pool}-runner",
+        runner_id = (not lease.training and self.before_eval(len(self.eval_leases))) or f"{self.pool}-runner"
+        completion = Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, runner_id=runner_id,
                                 session_id=sid, session_base_url=session["base_url"],
                                 outcome=OutcomeKind.solved if solved else OutcomeKind.wrong,
                                 correctness=1.0 if solved else 0.0, tool_calls=1)
         ack = await call(http, f"{self.coordinator}/v1/completions", completion.model_dump(mode="json"))
         # After a learner restart, a rollout leased again meanwhile may already be done: a duplicate, counted once.
         assert ack["status"] in ("accepted", "duplicate"), ack
+        self.acked.append((completion, ack["status"]))
         if not lease.training:
             self.after_eval(len(self.eval_leases))
 
@@ -227,3 +233,97 @@ def test_a_learner_killed_mid_round_resumes_it_and_counts_each_rollout_once(tmp_
     for r in records:
         assert [(p.rollouts, p.scored, p.solved, p.unscored) for p in r.pools] == [(4, 4, 3, 0)] * 2
         assert r.pass_at1() == {POOL: 0.75, EVAL_POOL: 0.75}
+
+
+def wait_for_checkpoint(ckpt: Path, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while (latest := latest_checkpoint(ckpt)) is None or latest.name < name:
+        assert time.monotonic() < deadline, f"no checkpoint {name} within 60 s"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(480)  # two learner starts (torch, the model) on a shared machine
+def test_a_learner_killed_in_the_middle_of_a_journal_write_resumes_without_the_torn_record(
+        tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Kill during a write: the learner dies (SIGKILL) halfway through journaling an eval completion of the round
+    opened after step 2 (tests/fixtures/crash.py). Started again, it drops the torn record with a warning naming
+    the file and byte offset, resumes from the step-2 checkpoint with that round still open and every completion
+    acked since replayed, and runs to the end: each accepted completion (training and evaluation) journaled
+    exactly once, the torn one once (the runner's retry), and both rounds count every rollout once."""
+    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy.start()
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(proxy.admin_token)
+    ckpt = tmp_path / "ckpt"
+    journal = ckpt / "journal.jsonl"
+    cfg = config(tmp_path, tiny_model_dir, proxy, token_file, checkpoint={"dir": str(ckpt), "every": 1}, lease_ttl_s=5)
+    tear = "tearing-runner"
+    learners = [start_learner(tmp_path, cfg, timeout_s=240, env=tear_env(f'"runner_id":"{tear}"'))]
+    torn: list[bytes] = []
+
+    def before_eval(n: int) -> str | None:
+        if n == 3:  # the round is in the step-2 checkpoint: go on once it is on disk, so this completion and
+            wait_for_checkpoint(ckpt, "step-0000002")  # the torn one come after it (replayed, and torn)
+        return tear if n == 4 else None
+
+    async def restart_once_killed() -> None:
+        while learners[0].proc.poll() is None:
+            await asyncio.sleep(0.05)
+        torn.append(journal.read_bytes())
+        # Started on the loop, which waits meanwhile: the runners' retries resume once it serves, however long the
+        # start takes on a loaded machine.
+        learners.append(start_learner(tmp_path, cfg, 240))
+
+    trained = Runner(proxy, learners[0].url, POOL, HARNESS, before_eval=before_eval)
+    eval_only = Runner(proxy, learners[0].url, EVAL_POOL, EVAL_HARNESS)
+
+    async def scenario() -> None:
+        restart = asyncio.create_task(restart_once_killed())
+        try:
+            await serve_both(trained, eval_only)
+            assert restart.done(), "the learner never died"
+            await restart
+        finally:
+            restart.cancel()
+
+    try:
+        asyncio.run(scenario())
+        assert len(learners) == 2 and learners[1].proc.wait(timeout=60) == 0, learners[-1].log()[-3000:]
+    finally:
+        for learner in learners:
+            learner.stop()
+        proxy.stop()
+    assert learners[0].proc.returncode == -signal.SIGKILL, learners[0].log()[-3000:]
+    resumed = learners[1].log()
+    assert "resumed from step-0000002" in resumed, resumed[-3000:]
+    # What the kill left: whole records, then the first part of the next one.
+    (data,) = torn
+    whole = data[: data.rfind(b"\n") + 1]
+    last_seq = json.loads(whole.splitlines()[-1])["seq"]
+    assert not data.endswith(b"\n") and data[len(whole):].startswith(b'{"seq":%d,' % (last_seq + 1))
+    # Replayed on top of the checkpoint: everything journaled after it up to the torn record.
+    ckpt_seq = json.loads((ckpt / "step-0000002" / "coordinator.json").read_text())["journal_seq"]
+    assert last_seq > ckpt_seq and f"replayed {last_seq - ckpt_seq} completions from {journal}" in resumed
+    dropped = DROPPED.search(resumed)
+    assert dropped is not None, resumed[-3000:]
+    assert (dropped[1], int(dropped[2]), int(dropped[3])) == (str(journal), len(whole), len(data) - len(whole))
+
+    # Every completion acked as accepted is journaled exactly once; the torn one too (its retry), once.
+    entries = [JournalEntry.model_validate_json(ln) for ln in journal.read_text().splitlines()]
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    journaled = [(e.completion.rollout_id, e.completion.lease_id) for e in entries]
+    assert len(journaled) == len(set(journaled))
+    acked = trained.acked + eval_only.acked
+    accepted = {(c.rollout_id, c.lease_id) for c, status in acked if status == "accepted"}
+    assert accepted <= set(journaled)
+    # ... and nothing else was journaled (an ack the kill cut off comes back as a duplicate on the retry).
+    assert set(journaled) <= {(c.rollout_id, c.lease_id) for c, _ in acked}
+    assert [e.completion.runner_id for e in entries].count(tear) == 1
+    # The round open at the kill resumed (one round per step, same rollout ids before and after) and finished.
+    prefixes = {(lease.policy_version, lease.rollout_id.split("/")[0]) for lease, _ in trained.eval_leases + eval_only.eval_leases}
+    assert sorted(v for v, _ in prefixes) == [EVERY, STEPS]
+    records = read_records(ckpt / "eval.jsonl")
+    assert [(r.step, r.policy_version) for r in records] == [(EVERY, EVERY), (STEPS, STEPS)]
+    for r in records:
+        assert [(p.rollouts, p.scored, p.solved, p.unscored) for p in r.pools] == [(4, 4, 3, 0)] * 2
+    assert [m["step"] for m in map(json.loads, (ckpt / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]

@@ -54,8 +54,8 @@ def test_export_creates_repo_branches_files_and_card(
         history += [metrics(step - 1), metrics(step)]
         mfile = tmp_path / "metrics.jsonl"
         mfile.write_text("".join(m.model_dump_json() + "\n" for m in history))
-        ck = save_checkpoint(tmp_path / "ck", model, opt.state_dict(), CoordinatorState(step=step, policy_version=step,
-                             policy_model=f"tiny-v{step}"), mfile, "lora", keep=3)
+        state = CoordinatorState(step=step, policy_version=step, policy_model=f"tiny-v{step}")
+        ck = save_checkpoint(tmp_path / "ck", model, model.state_dict(), opt.state_dict(), state, mfile, "lora", keep=3)
         revisions.append(exporter.export(ck, history))
     assert revisions == ["step-2", "step-4"]
 

@@ -117,17 +117,18 @@ def test_plan_for_eval_serves_adapters_and_keeps_only_chosen_pools(tmp_path: Pat
 
 def test_finished_results_are_reused_only_for_the_same_evaluation(tmp_path: Path) -> None:
     from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind
+    from harnessrl.runtime.coordinator.ledger import PoolHarness
+    from harnessrl.runtime.coordinator.service import commit
     from harnessrl.runtime.evaluation.config import EvalConfig
     from harnessrl.runtime.evaluation.coordinator import EvalCoordinator
-    from harnessrl.runtime.evaluation.ledger import PoolHarness
 
     cfg = EvalConfig(label="base", pools=[PoolHarness(pool="p", harness="h")], task_ids=["a"], model="m",
                      proxy_url="http://p", journal=tmp_path / "e" / "journal.jsonl",
                      results=tmp_path / "e" / "results.json")
     assert ev.reuse_results(cfg) is None
     coordinator = EvalCoordinator(cfg)
-    (lease,) = coordinator.lease(LeaseRequest(runner_id="r", pool="p", harness="h"), 0.0).leases
-    coordinator.complete(Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=OutcomeKind.solved))
+    (lease,) = coordinator.lease(LeaseRequest(runner_id="r", pool="p", harness="h"), 0.0)
+    commit(coordinator, coordinator.journal, Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=OutcomeKind.solved), [])
     coordinator.close()
     reused = ev.reuse_results(cfg)
     assert reused is not None and reused.pools[0].pass_at_1 == 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from harnessrl.runtime.contracts.coordinator import AckStatus, Completion, LeaseRequest, OutcomeKind
-from harnessrl.runtime.evaluation import ledger as L
+from harnessrl.runtime.coordinator import ledger as L
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,9 +7,10 @@ import csv
 from pathlib import Path
 
 from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind, PoolScore
+from harnessrl.runtime.coordinator.ledger import PoolHarness
+from harnessrl.runtime.coordinator.service import commit
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults
-from harnessrl.runtime.evaluation.ledger import PoolHarness
 from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
 
 
@@ -71,11 +72,11 @@ def config(tmp_path: Path) -> EvalConfig:
 def test_coordinator_replays_its_journal_after_a_restart_and_writes_results_when_done(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     first = EvalCoordinator(cfg)
-    leases = first.lease(LeaseRequest(runner_id="r", pool="oneshot", harness="oneshot", max=2), now=0.0).leases
-    first.complete(Completion(rollout_id=leases[0].rollout_id, lease_id=leases[0].lease_id,
-                              outcome=OutcomeKind.solved, correctness=1.0))
-    first.complete(Completion(rollout_id=leases[1].rollout_id, lease_id=leases[1].lease_id,
-                              outcome=OutcomeKind.infra_error))
+    leases = first.lease(LeaseRequest(runner_id="r", pool="oneshot", harness="oneshot", max=2), now=0.0)
+    commit(first, first.journal, Completion(rollout_id=leases[0].rollout_id, lease_id=leases[0].lease_id,
+                              outcome=OutcomeKind.solved, correctness=1.0), [])
+    commit(first, first.journal, Completion(rollout_id=leases[1].rollout_id, lease_id=leases[1].lease_id,
+                              outcome=OutcomeKind.infra_error), [])
     first.close()
     assert not cfg.results.exists()
     # A restart loses the leases but not the completions: rollout 0 stays solved, rollout 1 has one failure.
@@ -83,12 +84,12 @@ def test_coordinator_replays_its_journal_after_a_restart_and_writes_results_when
     status = again.status()
     assert (status.scored, status.unscored, status.leased) == (1, 0, 0)
     assert again.ledger.slots[leases[1].rollout_id].unscored_failures == 1
-    (lease,) = again.lease(LeaseRequest(runner_id="r", pool="oneshot", harness="oneshot", max=5), now=1.0).leases
+    (lease,) = again.lease(LeaseRequest(runner_id="r", pool="oneshot", harness="oneshot", max=5), now=1.0)
     assert lease.rollout_id == leases[1].rollout_id
-    again.complete(Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=OutcomeKind.wrong))
+    commit(again, again.journal, Completion(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=OutcomeKind.wrong), [])
     again.close()
     results = EvalResults.model_validate_json(cfg.results.read_text())
     assert results.done and results.model == "tiny-eval-step-1" and results.tasks == 2
     (pool,) = results.pools
     assert (pool.scored, pool.solved, pool.pass_at_1) == (2, 1, 0.5)
-    assert again.lease(LeaseRequest(runner_id="r", pool="oneshot", harness="oneshot"), now=2.0).done
+    assert again.done and again.lease(LeaseRequest(runner_id="r", pool="oneshot", harness="oneshot"), now=2.0) == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from harnessrl.runtime.contracts.coordinator import AckStatus, Completion, LeaseRequest
-from harnessrl.runtime.evaluation.ledger import PoolHarness
+from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
 from harnessrl.runtime.learner.coordinator import (
     Coordinator,

@@ -13,10 +13,17 @@ from harnessrl.runtime.contracts.coordinator import (
     OutcomeKind,
     PoolScore,
 )
-from harnessrl.runtime.learner.journal import JournalEntry
+from harnessrl.runtime.coordinator.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
 
-from harnessrl.local.report import RunSummary, main, moving_average, summarize, tool_calls_by_harness
+from harnessrl.local.report import (
+    RunSummary,
+    main,
+    moving_average,
+    read_completions,
+    summarize,
+    tool_calls_by_harness,
+)
 
 
 def metrics(step: int, reward: float) -> StepMetrics:
@@ -71,6 +78,17 @@ def test_report_writes_pngs_and_markdown(tmp_path: Path, capsys: object) -> None
     for png in ("reward.png", "pass_at_1.png", "tool_calls.png"):
         data = (tmp_path / "report" / png).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 1000
+
+
+def test_report_reads_the_journal_of_a_run_killed_while_writing_it(tmp_path: Path) -> None:
+    entries = [entry(1, "oneshot", OutcomeKind.solved, 1), entry(2, "oneshot", OutcomeKind.wrong, 3)]
+    write_run(tmp_path, [0.1, 0.2], entries)
+    journal = tmp_path / "checkpoints" / "journal.jsonl"
+    torn = journal.read_bytes() + entry(3, "oneshot", OutcomeKind.solved, 2).model_dump_json().encode()[:40]
+    journal.write_bytes(torn)
+    assert read_completions(tmp_path) == entries
+    assert journal.read_bytes() == torn  # a report only reads
+    assert main([str(tmp_path)]) == 0
 
 
 def test_report_without_metrics_says_so(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

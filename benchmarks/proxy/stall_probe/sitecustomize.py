@@ -5,13 +5,13 @@
 
 Python imports `sitecustomize` at start-up from `PYTHONPATH` (an absolute path: the servers run in their own
 directories), so every process the run starts loads this file; it acts only in proxy workers (`--worker N` on their
-command line) and does nothing elsewhere. In a worker, once the heap trimmer's task starts (it starts with the
+command line) and does nothing elsewhere. In a worker, once the proxy's sweeper task starts (it starts with the
 loop), the loop writes a timestamp every 10 ms and a thread watches it. A tick later than `STALL_PROBE_MS` (default
 80) is a stall. It is written to `$STALL_PROBE_DIR/<pid>.txt` with the loop thread's stack as it passed the
 threshold, then again once the loop runs: its full length (~10 ms of timer jitter), and how long the loop thread
 ran on a CPU from the first report to the end. That is about the same time when the loop was busy (a long step, a
 garbage collection), and far less when the process was not running or the loop waited in the kernel (an fsync).
-Each heap trim is timed there too. The thread needs the GIL to look, so a stall in the loop's Python code shows
+The thread needs the GIL to look, so a stall in the loop's Python code shows
 that code's stack ~5 ms (the switch interval) after the threshold; a stack that ends in `run_until_complete` means
 the loop was in C (uvloop) or not running.
 """
@@ -28,7 +28,7 @@ if "--worker" in sys.argv and os.environ.get("STALL_PROBE_DIR"):
     import traceback
     from pathlib import Path
 
-    from harnessrl.runtime.proxy import heap_trim
+    from harnessrl.runtime.proxy.state import ProxyState
 
     _dir = Path(os.environ["STALL_PROBE_DIR"])
     _dir.mkdir(parents=True, exist_ok=True)
@@ -65,20 +65,14 @@ if "--worker" in sys.argv and os.environ.get("STALL_PROBE_DIR"):
             _beat[0] = time.monotonic()
             await asyncio.sleep(_TICK_S)
 
-    _trim_now, _run = heap_trim.HeapTrimmer.trim_now, heap_trim.HeapTrimmer.run
+    _sweeping = ProxyState._sweeping
 
-    def _timed_trim(self: heap_trim.HeapTrimmer) -> None:
-        started = time.perf_counter()
-        _trim_now(self)
-        _out.write(f"{time.time():.3f} trim {(time.perf_counter() - started) * 1000:.1f} ms\n")
-
-    async def _probed_run(self: heap_trim.HeapTrimmer) -> None:
+    async def _probed_sweeping(self: ProxyState) -> None:
         ticks = asyncio.ensure_future(_ticks())
         threading.Thread(target=_watch, name="stall-probe", daemon=True).start()
         try:
-            await _run(self)
+            await _sweeping(self)
         finally:
             ticks.cancel()
 
-    heap_trim.HeapTrimmer.trim_now = _timed_trim  # type: ignore[method-assign]
-    heap_trim.HeapTrimmer.run = _probed_run  # type: ignore[method-assign]
+    ProxyState._sweeping = _probed_sweeping  # type: ignore[method-assign]

@@ -68,6 +68,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, patch, update, delete]
+# A multi-node learner (learner.nodes > 1) is a JobSet (kubernetes-sigs/jobset).
+- apiGroups: [jobset.x-k8s.io]
+  resources: [jobsets]
+  verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, watch, create, patch, update, delete]
