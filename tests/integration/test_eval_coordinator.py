@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from tests.fakes.scripted_engine import ScriptedReply
 from tests.fixtures.crash import DROPPED, tear_env
 from tests.fixtures.proxy_server import serve_in_thread
 from tests.ports import free_port, wait_serving
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "examples" / "quickstart" / "tasks"
@@ -57,14 +57,6 @@ req = u.Request(os.environ["HARNESSRL_BASE_URL"] + "/chat/completions", body.enc
 open("answer.txt", "w").write(json.load(u.urlopen(req, timeout=60))["choices"][0]["message"]["content"])
 """
 HARNESS = str(Path(sys.executable).parent / "harnessrl")
-
-
-def wait_until(condition: Any, timeout_s: float, what: str, detail: Any = lambda: "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{detail()}")
-        time.sleep(0.2)
 
 
 def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator: str, token_file: Path) -> Path:

@@ -28,7 +28,7 @@ from tests.fixtures.proxy_server import serve_in_thread
 class Env:
     def __init__(self, tmp: Path):
         token = secrets.token_urlsafe(12)
-        self.proxy = ProxyStandIn(None, "tiny", token)
+        self.proxy = ProxyStandIn("tiny", token)
         self.proxy.start()
         (tmp / "tok").write_text(token)
         self.control = ProxyControl(ProxyLink(url=self.proxy.url, admin_token_file=tmp / "tok"))

@@ -143,7 +143,7 @@ async def serve_both(trained: Runner, eval_only: Runner) -> None:
 
 
 def test_rounds_at_every_steps_and_after_the_last_step_land_in_status(tmp_path: Path, tiny_model_dir: Path) -> None:
-    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy = ProxyStandIn("tiny", "admin-secret")
     proxy.start()
     token_file = tmp_path / "admin-token"
     token_file.write_text(proxy.admin_token)
@@ -193,7 +193,7 @@ def test_rounds_at_every_steps_and_after_the_last_step_land_in_status(tmp_path: 
 
 
 def test_a_learner_killed_mid_round_resumes_it_and_counts_each_rollout_once(tmp_path: Path, tiny_model_dir: Path) -> None:
-    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy = ProxyStandIn("tiny", "admin-secret")
     proxy.start()
     token_file = tmp_path / "admin-token"
     token_file.write_text(proxy.admin_token)

@@ -102,7 +102,7 @@ def status(url: str) -> dict[str, Any]:
 def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir: Path, hub_server: HubServer,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESSRL_TEST_HUB_TOKEN", hub_server.token)  # inherited by the learner process
-    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy = ProxyStandIn("tiny", "admin-secret")
     proxy.start()
     token_file = tmp_path / "admin-token"
     token_file.write_text(proxy.admin_token)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -151,6 +150,14 @@ def wait_condition(kube_api: Any, run: str, type_: str, status: str, reason: str
 def apply_pools(kube_api: Any, *names: str) -> None:
     for name in names:
         kube_api.apply(ROOT / "examples" / "harnesspools" / f"{name}.yaml")
+
+
+def reconciled_after_a_spec_change(kube_api: Any, run: str, timeout: float = 15) -> None:
+    """Change the run's spec (a TTL far away: nothing it renders changes) and wait until the operator has written
+    status for that generation: proof that it reconciled the run after everything done before this call."""
+    generation = kube_api.patch(*TR, run, {"spec": {"ttlSecondsAfterFinished": 86400}}, namespace=NS)["metadata"]["generation"]
+    kube_api.wait_for(lambda: ((kube_api.get(*TR, run, namespace=NS) or {}).get("status") or {})
+                      .get("observedGeneration") == generation, timeout=timeout)
 
 
 def small_run(name: str = "run-a", **spec: Any) -> dict[str, Any]:
@@ -399,7 +406,7 @@ def test_terminal_run_stays_terminal(operator: Any) -> None:
     wait_condition(operator, "run-a", "Complete", "True")
     operator.delete("batch/v1", "Job", "run-a-learner", namespace=NS)
     operator.delete("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)
-    time.sleep(1.5)  # several resync periods
+    reconciled_after_a_spec_change(operator, "run-a")
     assert operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS) is None
     assert condition(operator, "run-a", "Complete")["status"] == "True"
 
@@ -466,7 +473,7 @@ def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: Fa
         before = {(k, n): cluster.get(*_kind(k), n, namespace=NS)["metadata"]["uid"] for k, n in children(cluster, "run-a")}
         token = cluster.get("v1", "Secret", "run-a-proxy-admin", namespace=NS)["data"]["token"]
     with running_operator(cluster, learner_status.url):
-        time.sleep(1.5)  # the restarted operator lists everything and reconciles several times
+        reconciled_after_a_spec_change(cluster, "run-a")  # by the restarted operator
         after = {(k, n): cluster.get(*_kind(k), n, namespace=NS)["metadata"]["uid"] for k, n in children(cluster, "run-a")}
     assert after == before  # same objects (same uids), none added
     assert cluster.get("v1", "Secret", "run-a-proxy-admin", namespace=NS)["data"]["token"] == token

@@ -15,6 +15,7 @@ import pytest
 
 from tests.fixtures.proxy_server import ProxyFactory, ProxyProcess, start_proxy_process
 from tests.integration.proxy_helpers import BY_NAME, DIALECTS, assert_dialect_error, create_session, send
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -64,6 +65,14 @@ def _snapshot(proxy: ProxyProcess, sids: list[str]) -> dict[str, bytes]:
     return out
 
 
+def _wait_inflight(proxy: ProxyProcess, calls: int) -> None:
+    """Until the proxy has `calls` engine calls in flight (its /healthz count)."""
+    def inflight() -> int:
+        return int(httpx.get(f"{proxy.url}/healthz", timeout=10).json()["inflight"])
+
+    wait_until(lambda: inflight() == calls, 10, f"{calls} call(s) in flight at the proxy", inflight)
+
+
 def _chat_turns(proxy: ProxyProcess, sid: str, turns: int, stream_every: int = 2) -> None:
     """A harness-like episode: the history (with each answer and a tool result) is replayed every call."""
     chat = BY_NAME["openai_chat"]
@@ -93,7 +102,7 @@ def test_journal_rebuilds_sessions_byte_for_byte_after_sigkill(proxy_factory: Pr
     # A call still in flight when the replica dies: its response never reached the client.
     inflight = threading.Thread(target=lambda: _swallow(lambda: send(proxy.url, chat, sids[1], chat.body("STUCK"))))
     inflight.start()
-    time.sleep(0.3)
+    _wait_inflight(proxy, 1)
     before = _snapshot(proxy, sids)
     proxy.kill()
     inflight.join(timeout=10)
@@ -125,7 +134,7 @@ def test_group_commit_holds_records_for_calls_in_flight_and_loses_nothing_at_sig
     chat = BY_NAME["openai_chat"]
     slow = threading.Thread(target=lambda: send(proxy.url, chat, sids[0], chat.body("SLOW")))
     slow.start()
-    time.sleep(0.2)  # the slow call is at the engine
+    _wait_inflight(proxy, 1)  # the slow call is at the engine
     started = time.perf_counter()
     assert send(proxy.url, chat, sids[1], chat.body("quick")).status_code == 200
     assert time.perf_counter() - started >= delay - 0.01  # held for the slow call, then synced without it
@@ -164,7 +173,7 @@ def test_two_engines_session_affinity_and_drain(two_engine_proxy: ProxyProcess, 
     result: dict[str, httpx.Response] = {}
     slow = threading.Thread(target=lambda: result.setdefault("r", send(proxy.url, chat, on_zero, chat.body("SLOW"))))
     slow.start()
-    time.sleep(0.3)
+    _wait_inflight(proxy, 1)
     drained = httpx.post(f"{proxy.url}/engines/drain", headers=proxy.admin_headers,
                          json={"url": engines[0].root_url, "draining": True})
     assert drained.status_code == 200 and drained.json()["inflight"] == 1

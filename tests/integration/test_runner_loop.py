@@ -20,6 +20,7 @@ from harnessrl.runtime.contracts.coordinator import LeaseRequest, LeaseResponse
 from harnessrl.runtime.harness.sandboxes.local import tagged_pids
 
 from tests.fakes.scripted_engine import ScriptedReply
+from tests.waiting import wait_until
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 ANSWER = json.loads((TASKS / "train" / "sales-total" / "tests" / "expected.json").read_text())["value"]
@@ -31,14 +32,6 @@ reply = OpenAI(base_url=base_url, api_key=api_key, max_retries=0).chat.completio
     model=model, messages=[{"role": "user", "content": instruction}])
 open("answer.txt", "w").write(reply.choices[0].message.content.strip() + "\\n")
 """
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def lease_as_another_runner(coordinator_url: str) -> set[str]:
@@ -84,15 +77,15 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
     log_path = tmp_path / "runner.log"
     proc = start_runner(config_path, log_path)
     try:
-        wait_for(lambda: stack.coordinator.status().rollouts_scored >= 2 or proc.poll() is not None, 120,
-                 "two scored rollouts")
+        wait_until(lambda: stack.coordinator.status().rollouts_scored >= 2 or proc.poll() is not None, 120,
+                   "two scored rollouts")
         assert proc.poll() is None, log_path.read_text()
         status = stack.coordinator.status()
         assert status.rollouts_scored == 2 and status.rollouts_unscored == 0
         # The next group is leased and its harnesses are waiting on the (delayed) model when SIGTERM comes.
-        wait_for(lambda: len(tagged_pids("custom-pool-runner-0-")) > 0, 60, "the next group's harnesses")
+        wait_until(lambda: len(tagged_pids("custom-pool-runner-0-")) > 0, 60, "the next group's harnesses")
         # A rollout running longer than the lease TTL keeps its lease: the runner renews it.
-        wait_for(lambda: len(held_by(stack.coordinator, "runner-0")) == 2, 30, "both rollouts leased")
+        wait_until(lambda: len(held_by(stack.coordinator, "runner-0")) == 2, 30, "both rollouts leased")
         running = held_by(stack.coordinator, "runner-0")
         time.sleep(3 * ttl)
         assert not lease_as_another_runner(stack.coordinator_url) & running.keys()
@@ -102,8 +95,8 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
         # Its successor (same runner id and pool) hands back at once what it held, and takes it on again.
         restarted_log = tmp_path / "runner-restarted.log"
         proc = start_runner(config_path, restarted_log)
-        wait_for(lambda: held_by(stack.coordinator, "runner-0").keys() == running.keys()
-                 and held_by(stack.coordinator, "runner-0") != running, 30, "the rollouts leased again")
+        wait_until(lambda: held_by(stack.coordinator, "runner-0").keys() == running.keys()
+                   and held_by(stack.coordinator, "runner-0") != running, 30, "the rollouts leased again")
         assert "released 2 lease(s) an earlier process of runner runner-0 held" in restarted_log.read_text()
         running = held_by(stack.coordinator, "runner-0")
         proc.send_signal(signal.SIGTERM)

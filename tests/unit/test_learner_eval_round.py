@@ -100,7 +100,8 @@ def test_eval_completions_go_to_the_ledger_not_to_groups() -> None:
     assert c.state.counters.rollouts_scored == scored_before  # ... but not a training rollout
     assert c.ready_groups() == 0 and c.harness_of(e0.rollout_id) == "mini"
     # Idempotent: the same lease again, or a late second lease's completion, is a duplicate.
-    assert c.check(finish(rollout_id=e0.rollout_id, lease_id=e0.lease_id)) is not None
+    again = c.check(finish(rollout_id=e0.rollout_id, lease_id=e0.lease_id))
+    assert again is not None and again.status == AckStatus.duplicate
     assert c.complete(finish(rollout_id=e0.rollout_id, lease_id=e0.lease_id), []).status == AckStatus.duplicate
     # An infra failure gives the rollout back to be leased again.
     ack = c.complete(finish(rollout_id=e1.rollout_id, lease_id=e1.lease_id, outcome="infra_error"), [])

@@ -30,6 +30,8 @@ from harnessrl.runtime.proxy.journal import INLINE_SYNC_MAX_S, Journal, read_rec
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from harnessrl.runtime.trajectory.models import TurnDelta, capture_problems
 
+from tests.waiting import wait_until_async
+
 
 def _completion(logprobs: list[float]) -> Completion:
     call = UpstreamToolCall(id="call_1", index=0, function=FunctionCallDelta(name="bash", arguments="{}"))
@@ -227,9 +229,9 @@ async def test_a_held_commit_waits_for_the_calls_in_flight_and_one_fsync_covers_
     journal.hold_commits(60.0, lambda: 3)
     try:
         first = [journal.append({"n": 1}), journal.append({"n": 2})]
-        await asyncio.sleep(0.05)
+        # Written (a killed process keeps them), and still not synced nor released.
+        await wait_until_async(lambda: [r["n"] for r in read_records(journal.path)] == [1, 2], 5, "both records written")
         assert not any(f.done() for f in first) and journal.commits == 0
-        assert [r["n"] for r in read_records(journal.path)] == [1, 2]  # written: a killed process keeps them
         await asyncio.wait_for(asyncio.gather(*first, journal.append({"n": 3})), timeout=5)
         assert journal.commits == 1
     finally:
@@ -257,7 +259,7 @@ async def test_closing_syncs_what_a_held_commit_wrote(tmp_path: Path, monkeypatc
     journal = Journal(tmp_path / "proxy-0.jsonl", fsync=True)
     journal.hold_commits(60.0, lambda: 2)
     journal.append({"n": 1})
-    await asyncio.sleep(0.05)
+    await wait_until_async(lambda: [r["n"] for r in read_records(journal.path)] == [1], 5, "the record written")
     assert synced == []
     journal.close()
     assert len(synced) == 1 and [r["n"] for r in read_records(journal.path)] == [1]
@@ -304,7 +306,10 @@ async def test_records_past_the_filled_end_wait_for_the_fill(tmp_path: Path, mon
     release = threading.Event()
     fill = Journal._prefill
 
+    filling = threading.Event()
+
     def held_fill(self: Journal, *args: object) -> None:
+        filling.set()
         release.wait(10)
         fill(self, *args)  # type: ignore[arg-type]
 
@@ -314,7 +319,8 @@ async def test_records_past_the_filled_end_wait_for_the_fill(tmp_path: Path, mon
     try:
         await journal.append({"n": 1, "pad": "x" * 3000})  # the file's first stretch: its fill starts, and waits
         second = journal.append({"n": 2, "pad": "x" * 3000})  # would go past the filled end
-        await asyncio.sleep(0.1)
+        await wait_until_async(filling.is_set, 5, "the first stretch's fill to start")
+        await asyncio.sleep(0)  # one loop turn: the flush that append scheduled (call_soon) has run
         assert not second.done() and [r["n"] for r in read_records(path)] == [1]
         release.set()
         await asyncio.wait_for(second, timeout=5)
