@@ -316,9 +316,6 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         # Engine Pods cannot read the learner's checkpoint volume, and nothing would restart them on new weights.
         raise PlanError("engine.weightSync restart runs only in `harnessrl run`; in a cluster use lora (with "
                         "model.adapter.lora) or nccl (full weights on GPUs)")
-    if nccl and engine.replicas > 1:
-        # One NCCL transfer group per learner: the learner broadcasts to one engine.
-        raise PlanError(f"engine.weightSync nccl supports one engine replica, not {engine.replicas}")
     if model.base.hub is not None:
         # vLLM downloads hub weights itself; a revision other than main is passed through.
         source = model.base.hub.repo
@@ -496,7 +493,9 @@ def _learner(
         gpus=learner.gpus,
         resources=learner.resources,
         ports=[Port(name="http", port=placement.learner_port)]
-        + ([Port(name="nccl", port=NCCL_PORT)] if spec.engine.weight_sync == "nccl" else []),
+        # One weight-transfer group per engine replica, each rendezvousing on its own port.
+        + ([Port(name=f"nccl-{i}", port=NCCL_PORT + i) for i in range(spec.engine.replicas)]
+           if spec.engine.weight_sync == "nccl" else []),
         config=config,
         secrets=secrets,
         pod=spec.pod,

@@ -29,6 +29,8 @@ from harnessrl.operator.api.harnesspool import HarnessPoolStatus, PoolRolloutCou
 from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition
 from harnessrl.operator.api.trainingrun import RolloutCounts, TrainingRunSpec, TrainingRunStatus
 from harnessrl.operator.handlers.progress import LearnerProgress
+from harnessrl.runtime.learner.failure import REASONS as LEARNER_FAILURE_REASONS
+from harnessrl.runtime.learner.failure import parse_termination_message
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
@@ -54,6 +56,7 @@ WARNING_REASONS = {
     "HubExportFailing",
     "RestartBudgetExhausted",
     "LearnerFailed",
+    *LEARNER_FAILURE_REASONS,
     "HarnessPoolNotFound",
     "InvalidSpec",
 }
@@ -173,6 +176,9 @@ def run_status(
     elif not finished and failed:
         reason = "RestartBudgetExhausted" if failed.get("reason") == "BackoffLimitExceeded" else "LearnerFailed"
         detail = failed.get("message") or "the learner failed"
+        # A learner that ended itself with a reason (runtime/learner/failure.py) left it in its termination log.
+        if (said := learner_termination(_pods_of(observed.pods, "learner"))) is not None:
+            reason, detail = said
         put(FAILED, "True", reason, f"{detail} (restart budget {spec.learner.restart_budget})")
         put(COMPLETE, "False", reason, "")
         finished = True
@@ -229,6 +235,16 @@ def run_status(
             }
         )
     return status
+
+
+def learner_termination(pods: list[Manifest]) -> tuple[str, str] | None:
+    """(reason, message) from the newest learner Pod's termination message, if the learner wrote one."""
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (cs.get("state") or {}).get("terminated") or {}
+            if cs.get("name") == "learner" and (said := parse_termination_message(terminated.get("message") or "")):
+                return said
+    return None
 
 
 def _harnesses_condition(observed: Observed, pods: list[Manifest]) -> tuple[ConditionStatus, str, str]:

@@ -21,6 +21,7 @@ from harnessrl.operator.kube.common import (
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
 from harnessrl.operator.plan import CLUSTER_PATHS, Plan
+from harnessrl.runtime.learner.failure import EXIT_FAILED
 
 # On a Job whose admission Kueue manages: the operator leaves `spec.suspend` to Kueue.
 KUEUE_ADMITTED = "harnessrl.io/admitted-by-kueue"
@@ -58,6 +59,12 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "resources": resources(learner),
         "volumeMounts": mounts,
         "readinessProbe": http_probe("/healthz", period=10, failures=3),
+        # The event loop serves /healthz while steps and transfers run in threads: a learner that stops
+        # answering for 5 minutes is wedged, and a restart resumes from its checkpoint. Loading the weights
+        # and replaying the journal come first, so the liveness check waits for a first answer (up to 30 min).
+        "startupProbe": http_probe("/healthz", period=30, failures=60),
+        "livenessProbe": http_probe("/healthz", period=30, failures=10),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     spec = {
         "restartPolicy": "Never",
@@ -82,6 +89,12 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             "parallelism": 1,
             # Never two learners on one checkpoint volume: a replacement starts once the failed Pod is gone.
             "podReplacementPolicy": "Failed",
+            # The learner exits with EXIT_FAILED when no restart can help (runtime/learner/failure.py): the run
+            # fails at once with the reason in its termination message, instead of spending the restart budget.
+            "podFailurePolicy": {"rules": [
+                {"action": "FailJob", "onExitCodes": {"containerName": "learner", "operator": "In",
+                                                      "values": [EXIT_FAILED]}},
+            ]},
             "suspend": job_suspended(plan),
             "template": pod,
         },

@@ -188,9 +188,11 @@ class EngineLink(_Cfg):
     urls: list[str] = Field(min_length=1, max_length=256, description="vLLM OpenAI-server base URLs")
     sync: SyncMode = SyncMode.lora
     request_timeout_s: float = Field(120.0, gt=0)
-    # nccl only: where this learner's rendezvous listens for the engines' workers.
+    # nccl only: where this learner's rendezvous listens for the engines' workers (replica i: port + i).
     nccl_master_address: str = "127.0.0.1"
-    nccl_master_port: int = Field(29551, ge=1, le=65535)
+    nccl_master_port: int = Field(29551, ge=1, le=65535 - 256)
+    # nccl only: the longest a group's rendezvous or one transfer of the weights may take before it counts as hung.
+    sync_timeout_s: float = Field(600.0, gt=0)
     # lora, for engines that do not see the learner's files (a cluster): the adapter store beside each engine
     # (runtime/engine/adapter_store.py), in the order of `urls`; each adapter is uploaded there, then loaded.
     adapter_stores: list[str] = Field(default_factory=list, max_length=256)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import uvicorn
@@ -23,10 +25,11 @@ from harnessrl.runtime.learner.checkpoint import (
 from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
 from harnessrl.runtime.learner.evaluation import EvalLog
+from harnessrl.runtime.learner.failure import WEIGHT_SYNC_FAILED, LearnerFailure
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.journal import Journal
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, mean
-from harnessrl.runtime.learner.packing import Sample
+from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.server import create_app, proxy_fetcher
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
@@ -34,6 +37,7 @@ from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, load_pol
 from harnessrl.runtime.proxy.protocol import PolicyState
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # After the last step the coordinator keeps answering `done` this long, so runners hear it and exit.
 DONE_GRACE_S = 3.0
@@ -96,34 +100,33 @@ class Learner:
         self.proxy = ProxyControl(cfg.proxy)
         self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path)) if cfg.export is not None else None
         self.checkpoints_written = 0
+        self.weights = asyncio.Lock()
 
     async def publish(self, version: int) -> tuple[PolicyState, float]:
         t0 = time.perf_counter()
-        deadline, delay = time.monotonic() + PUBLISH_RETRY_S, 1.0
-        while True:
-            try:
-                if version == 0:
-                    policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model as served
-                else:
-                    policy = await asyncio.to_thread(self.sync.publish, self.trainer.model, version)
-                await self.proxy.set_policy(policy)
-                return policy, time.perf_counter() - t0
-            except (httpx.HTTPError, OSError, RuntimeError) as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("publishing policy v%d failed (%s); retrying in %.0fs", version, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 15.0)
+
+        async def attempt() -> PolicyState:
+            if version == 0:
+                policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model as served
+            else:
+                policy = await asyncio.to_thread(self.sync.publish, self.trainer.model, version)
+            await self.proxy.set_policy(policy)
+            return policy
+
+        policy = await with_retries(attempt, f"publishing policy v{version}", PUBLISH_RETRY_S)
+        return policy, time.perf_counter() - t0
 
     async def watch_engines(self) -> None:
-        """Reload the current policy into engines that restarted without it (LoRA sync)."""
+        """Serve the current policy again on engines that restarted without it (a LoRA load, or a rebuilt NCCL
+        group and a push); a LearnerFailure here ends the process like one in training."""
         while True:
             await asyncio.sleep(WATCH_ENGINES_S)
             version = self.coordinator.state.policy_version
             if version == 0:
                 continue
             try:
-                restored = await asyncio.to_thread(self.sync.restore, version)
+                async with self.weights:
+                    restored = await asyncio.to_thread(self.sync.restore, version)
             except (httpx.HTTPError, OSError, RuntimeError) as exc:
                 log.warning("checking the engines for policy v%d: %s", version, exc)
                 continue
@@ -159,18 +162,23 @@ class Learner:
 
     async def step(self, batch: Batch) -> None:
         st = self.coordinator.state
-        samples = [
+        # Only sequences with a sampled token to score: a batch whose rollouts captured none (every turn of
+        # every rollout failed upstream, say) would otherwise crash the step, and on restart the journal replays
+        # it into the same batch, so the learner would crash-loop.
+        samples = trainable([
             Sample(sequence=seq, advantage=r.advantage)
             for g in batch.groups
             for r in g.rollouts
             for seq in r.sequences
-        ]
+        ])
         if samples:
-            stats = await asyncio.to_thread(self.trainer.step, samples)
-            version = st.policy_version + 1
-            policy, sync_s = await self.publish(version)
+            # Held from the update to its publish: an engine restored meanwhile must not get half-updated weights.
+            async with self.weights:
+                stats = await asyncio.to_thread(self.trainer.step, samples)
+                version = st.policy_version + 1
+                policy, sync_s = await self.publish(version)
         else:
-            # Bounded dynamic sampling found no group with reward variance: the step passes without an update.
+            # No group with reward variance (bounded dynamic sampling) or no trainable token: no update.
             stats, version, sync_s = StepStats.without_update(), st.policy_version, 0.0
             policy = PolicyState(model=st.policy_model, version=version)
         done = st.step + 1 >= self.cfg.grpo.steps
@@ -237,14 +245,37 @@ class Learner:
             server = uvicorn.Server(config)
             serving = asyncio.create_task(server.serve())
             watching = asyncio.create_task(self.watch_engines())
+            training = asyncio.create_task(self.train())
             try:
-                await self.train()
+                # The watcher only ever ends by failing: then the run fails with its reason too.
+                await asyncio.wait({training, watching}, return_when=asyncio.FIRST_COMPLETED)
+                if watching.done():
+                    training.cancel()
+                    watching.result()
+                training.result()
                 await asyncio.sleep(DONE_GRACE_S)
             finally:
+                training.cancel()
                 watching.cancel()
                 server.should_exit = True
                 await serving
                 self.journal.close()
+
+
+async def with_retries(attempt: Callable[[], Awaitable[T]], what: str, window_s: float) -> T:
+    """Retry `attempt` on errors a restarting engine or proxy causes, with backoff, for `window_s`; then the run
+    fails with WeightSyncFailed (a process restart reaches a component that stayed down no better). A
+    LearnerFailure (a refused request, a missing API) is not retried."""
+    deadline, delay = time.monotonic() + window_s, 1.0
+    while True:
+        try:
+            return await attempt()
+        except (httpx.HTTPError, OSError, RuntimeError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise LearnerFailure(WEIGHT_SYNC_FAILED, f"{what} kept failing for {window_s:.0f}s: {exc}") from exc
+            log.warning("%s failed (%s); retrying in %.0fs", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 15.0)
 
 
 def export_checkpoint(exporter: HubExporter, path: Path, history: list[StepMetrics], artifacts: Artifacts) -> None:

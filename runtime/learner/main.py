@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 from harnessrl.runtime.learner.config import load_config
@@ -22,8 +23,18 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxy call would drown the step lines
+    from harnessrl.runtime.learner.failure import LearnerFailure, write_termination_log
     from harnessrl.runtime.learner.loop import Learner
 
-    learner = Learner(cfg)
-    asyncio.run(learner.serve())
+    try:
+        learner = Learner(cfg)
+        asyncio.run(learner.serve())
+    except LearnerFailure as failure:
+        # The reason reaches the TrainingRun's Failed condition through the termination log; a failure no
+        # restart can fix exits with EXIT_FAILED, which the Job and the local supervisor do not restart.
+        logging.getLogger("harnessrl.learner").error("%s", failure)
+        write_termination_log(failure)
+        logging.shutdown()
+        # A hung transfer thread must not hold the exit: state is already durable (checkpoint + journal).
+        os._exit(failure.exit_code)
     return 0

@@ -152,10 +152,12 @@ def test_nccl_weight_sync_wires_engine_and_learner() -> None:
     assert engine.env["VLLM_SERVER_DEV_MODE"] == "1" and '{"backend":"nccl"}' in engine.extra_args
     assert engine.tensor_parallel_size == 2 and not engine.lora.enabled
     assert learner.engine.sync == SyncMode.nccl and learner.engine.nccl_master_address == "run-learner.team.svc"
-    assert [p.name for p in plan.learner.ports] == ["http", "nccl"]
-    with pytest.raises(PlanError, match="one engine replica"):
-        example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
-                     engine={"replicas": 2, "weightSync": "nccl"})
+    assert [p.name for p in plan.learner.ports] == ["http", "nccl-0"]
+    # N engine replicas: one transfer group each, on its own port (the learner's master port + i).
+    three = example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
+                         engine={"replicas": 3, "weightSync": "nccl"})
+    assert isinstance(three.learner.config, LearnerConfig) and len(three.learner.config.engine.urls) == 3
+    assert [(p.name, p.port) for p in three.learner.ports][1:] == [("nccl-0", 29551), ("nccl-1", 29552), ("nccl-2", 29553)]
 
 
 def test_eval_schedule_reaches_the_learner_and_eval_only_pools_get_runners() -> None:

@@ -143,3 +143,14 @@ def test_the_learners_eval_results_map_into_status() -> None:
     status = run_status(SPEC, 1, status, observed.model_copy(update={"progress": later}), T0)
     assert status.step == 6 and status.pass_at1 == {"p": 0.25, "eval-only": 0.75}
     assert next(c for c in status.conditions if c.type == "Training").message == "step 6/10, policy v6"
+
+
+def test_a_learner_that_failed_with_a_reason_fails_the_run_with_it() -> None:
+    # The Job's podFailurePolicy failed it at the learner's EXIT_FAILED; the reason is in the termination log.
+    learner_pod = pod("learner", {"containerStatuses": [{"name": "learner", "state": {"terminated": {
+        "exitCode": 78, "message": "WeightSyncUnsupported: POST http://e/pause -> 404: no weight-transfer API"}}}]})
+    job = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                                      "message": "Container learner failed with exit code 78"}]}}
+    failed = run_status(SPEC, 1, None, Observed(learner=job, pods=[learner_pod]), T0)
+    assert conds(failed)["Failed"] == ("True", "WeightSyncUnsupported") and failed.phase == "Failed"
+    assert "no weight-transfer API" in next(c.message for c in failed.conditions if c.type == "Failed")
