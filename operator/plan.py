@@ -440,6 +440,7 @@ def _learner(
             # The learner trains in bf16 or fp32; fp16 serving still trains in the learner's default.
             dtype="auto" if model.dtype == "float16" else model.dtype,
             device="cuda" if learner.gpus else "cpu",
+            gradient_checkpointing=gradient_checkpointing(spec),
         ),
         adapter=adapter,
         grpo=learner_cfg.GrpoConfig(
@@ -452,7 +453,12 @@ def _learner(
             groups_per_step=grpo.batch,
             seed=grpo.seed,
             max_grad_norm=grpo.max_grad_norm or None,
-            **({"micro_batch_tokens": grpo.max_tokens_per_step} if grpo.max_tokens_per_step else {}),
+            max_tokens_per_step=grpo.max_tokens_per_step,
+            micro_batch_tokens=learner.micro_batch_tokens,
+            loss_type=grpo.loss_type,
+            scale_rewards=grpo.scale_rewards,
+            tis_cap=grpo.tis_cap,
+            **({"dr_grpo_tokens": spec.engine.max_model_len} if spec.engine.max_model_len else {}),
         ),
         reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale),
         harnesses=[
@@ -500,6 +506,12 @@ def _learner(
         secrets=secrets,
         pod=spec.pod,
     )
+
+
+def gradient_checkpointing(spec: TrainingRunSpec) -> bool:
+    """learner.gradientCheckpointing; auto = on for a GPU learner (see memory.py for what it saves)."""
+    setting = spec.learner.gradient_checkpointing
+    return setting == "on" or (setting == "auto" and spec.learner.gpus > 0)
 
 
 def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement) -> learner_cfg.EvalSchedule | None:

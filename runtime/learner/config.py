@@ -53,9 +53,14 @@ class GrpoConfig(_Cfg):
     # DAPO-style asymmetric clip of the ratio pi/pi_behaviour: [1 - clip_low, 1 + clip_high].
     clip_low: float = Field(0.2, ge=0, le=1)
     clip_high: float = Field(0.28, ge=0)
-    # How token losses are averaged: "dapo" = over all loss tokens of the step (TRL loss_type="dapo");
-    # "grpo" = per sequence, then over sequences (TRL loss_type="grpo").
-    loss_type: Literal["dapo", "grpo"] = "dapo"
+    # How token losses are averaged (TRL's loss_type): "dapo" = over all loss tokens of the update; "grpo" = per
+    # sequence, then over sequences; "dr_grpo" = summed per sequence, divided by sequences × dr_grpo_tokens
+    # (a constant, so no length bias).
+    loss_type: Literal["dapo", "grpo", "dr_grpo"] = "dapo"
+    dr_grpo_tokens: int = Field(32768, ge=1, description="dr_grpo's constant: the longest sequence trained")
+    # Advantages (TRL's scale_rewards): r - group mean, divided by the group's std ("group"), by the std of all
+    # the step's rewards ("batch"), or not at all ("none", Dr. GRPO). See reward.scale_batch.
+    scale_rewards: Literal["group", "batch", "none"] = "batch"
     # Truncated importance sampling: multiply token losses by min(exp(logp_trainer_old - logp_engine), cap)
     # to correct for engine/trainer mismatch. None = off.
     tis_cap: float | None = Field(None, gt=0)
@@ -68,10 +73,12 @@ class GrpoConfig(_Cfg):
     # Without it, a policy that solves nearly everything makes each step wait for ever rarer mixed groups, and
     # one that solves everything never steps again. Default 3 x groups_per_step.
     max_groups_per_step: int | None = Field(None, ge=1)
-    micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one packed micro-batch")
+    micro_batch_tokens: int = Field(16384, ge=16, description="token budget of one forward/backward pass")
     # Optimizer updates per step: the step's sequences are split into this many mini-batches, each one
     # update; within a mini-batch, gradients accumulate over its packed micro-batches.
     mini_batches: int = Field(1, ge=1, le=64)
+    # Most tokens one update trains on: a mini-batch with more is split (in order) into further updates.
+    max_tokens_per_step: int | None = Field(None, ge=16)
     adv_epsilon: float = Field(1e-4, gt=0)
     seed: int = 0
 

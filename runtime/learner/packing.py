@@ -80,6 +80,23 @@ def _collate(rows: list[Sample], ids: list[int], pad_id: int) -> MicroBatch:
     )
 
 
+def split_by_tokens(samples: list[Sample], budget: int | None) -> list[list[Sample]]:
+    """Contiguous chunks of at most `budget` tokens (a longer sequence is a chunk of its own); one chunk when
+    there is no budget."""
+    if budget is None or not samples:
+        return [samples]
+    out: list[list[Sample]] = [[]]
+    used = 0
+    for s in samples:
+        n = len(s.sequence.token_ids)
+        if out[-1] and used + n > budget:
+            out.append([])
+            used = 0
+        out[-1].append(s)
+        used += n
+    return out
+
+
 def split_mini_batches(samples: list[Sample], n: int) -> list[list[Sample]]:
     """n contiguous, near-equal chunks (fewer if there are fewer samples); order kept for determinism."""
     n = max(1, min(n, len(samples)))

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
-from harnessrl.runtime.learner.loss import reduce_loss, tis_weights, token_loss
-from harnessrl.runtime.learner.packing import MicroBatch, Sample, pack, split_mini_batches, trainable
+from harnessrl.runtime.learner.loss import loss_normalizer, reduce_loss, tis_weights, token_loss
+from harnessrl.runtime.learner.packing import MicroBatch, Sample, pack, split_by_tokens, split_mini_batches, trainable
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +112,17 @@ class PolicyTrainer:
         self.model.train()
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "loss_tokens": 0, "tokens": 0, "mbs": 0}
         grad_norm = 0.0
-        minis = [pack(m, self.grpo.micro_batch_tokens, self.pad_id) for m in split_mini_batches(samples, self.grpo.mini_batches)]
+        minis = [
+            pack(chunk, self.grpo.micro_batch_tokens, self.pad_id)
+            for m in split_mini_batches(samples, self.grpo.mini_batches)
+            for chunk in split_by_tokens(m, self.grpo.max_tokens_per_step)
+        ]
         # With TIS, "old" is the trainer's policy before this step's first update, scored once up front.
         old = [[self._score_no_grad(mb) for mb in mbs] for mbs in minis] if self.grpo.tis_cap is not None else None
         for k, mbs in enumerate(minis):
             n_tokens = sum(mb.loss_tokens for mb in mbs)
             n_rows = sum(mb.input_ids.size(0) for mb in mbs)
-            normalizer = float(n_tokens if self.grpo.loss_type == "dapo" else n_rows)
+            normalizer = loss_normalizer(self.grpo, n_tokens, n_rows)
             self.optimizer.zero_grad(set_to_none=True)
             for j, mb in enumerate(mbs):
                 loss, stats = self.micro_batch_loss(mb, normalizer, None if old is None else old[k][j])
