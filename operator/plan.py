@@ -24,6 +24,15 @@ from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.versions import pin
 from harnessrl.runtime.learner import config as learner_cfg
 from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.memory import (
+    GIB,
+    KNOWN_SHAPES,
+    MemoryPlan,
+    ModelShape,
+    TrainingSetup,
+    fits,
+    plan_memory,
+)
 from harnessrl.runtime.proxy.config import AdmissionLimits, ProxyConfig
 from harnessrl.runtime.proxy.workers import worker_ports
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -45,6 +54,8 @@ RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
 NCCL_ENGINE_ARGS = ["--weight-transfer-config", '{"backend":"nccl"}']
 NCCL_ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 NCCL_PORT = 29551
+# The longest sequence the memory plan assumes when engine.maxModelLen is empty (Qwen3's native context).
+DEFAULT_CONTEXT_TOKENS = 32768
 ADAPTER_STORE_PORT = 8001
 
 
@@ -412,6 +423,7 @@ def _learner(
     adapter_store: AdapterStorePlan | None,
 ) -> Component:
     grpo, learner, model = spec.grpo, spec.learner, spec.model
+    check_learner_memory(spec)
     lora = model.adapter.lora
     adapter = (
         learner_cfg.AdapterConfig(
@@ -508,10 +520,58 @@ def _learner(
     )
 
 
+class LearnerMemoryError(PlanError):
+    """The learner's memory plan does not fit its GPUs."""
+
+    reason = "LearnerMemoryTooSmall"
+
+
+def memory_setup(spec: TrainingRunSpec, checkpointing: bool) -> TrainingSetup:
+    lora = spec.model.adapter.lora
+    return TrainingSetup(
+        lora_rank=lora.rank if lora is not None else None,
+        lora_targets=lora.target_modules if lora is not None else [],
+        micro_batch_tokens=spec.learner.micro_batch_tokens,
+        max_sequence_tokens=spec.engine.max_model_len or DEFAULT_CONTEXT_TOKENS,
+        gradient_checkpointing=checkpointing,
+        gpus=max(spec.learner.gpus, 1),
+        gpu_memory_bytes=spec.learner.gpu_memory_gib * GIB,
+    )
+
+
+def model_shape(spec: TrainingRunSpec) -> ModelShape | None:
+    hub = spec.model.base.hub
+    return KNOWN_SHAPES.get(hub.repo) if hub is not None else None
+
+
 def gradient_checkpointing(spec: TrainingRunSpec) -> bool:
-    """learner.gradientCheckpointing; auto = on for a GPU learner (see memory.py for what it saves)."""
+    """learner.gradientCheckpointing; auto = on for a GPU learner unless its memory plan fits without it."""
     setting = spec.learner.gradient_checkpointing
-    return setting == "on" or (setting == "auto" and spec.learner.gpus > 0)
+    if setting != "auto":
+        return setting == "on"
+    if spec.learner.gpus == 0:
+        return False
+    shape = model_shape(spec)
+    if shape is None:
+        return True
+    setup = memory_setup(spec, checkpointing=False)
+    return not fits(plan_memory(shape, setup), setup)
+
+
+def check_learner_memory(spec: TrainingRunSpec) -> MemoryPlan | None:
+    """The learner's memory plan on its GPUs; raises LearnerMemoryError, with the numbers, if it cannot fit."""
+    shape = model_shape(spec)
+    if spec.learner.gpus == 0 or shape is None:
+        return None
+    setup = memory_setup(spec, gradient_checkpointing(spec))
+    plan = plan_memory(shape, setup)
+    if not fits(plan, setup):
+        raise LearnerMemoryError(
+            f"the learner needs about {plan.peak / GIB:.0f} GiB per GPU, more than learner.gpuMemoryGiB "
+            f"{spec.learner.gpu_memory_gib}: {plan.summary()}; lower learner.microBatchTokens or "
+            "engine.maxModelLen, turn on learner.gradientCheckpointing, or add learner.gpus"
+        )
+    return plan
 
 
 def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement) -> learner_cfg.EvalSchedule | None:

@@ -324,7 +324,16 @@ class LearnerSpec(ApiModel):
     gradient_checkpointing: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="Recompute activations in the backward pass (less memory, ~30% more compute). auto: on "
-        "when the learner trains on GPUs and the memory plan without it does not fit; off on CPU.",
+        "when the learner trains on GPUs and the memory plan without it does not fit (or the model's shape is "
+        "not known to the operator); off on CPU.",
+    )
+    gpu_memory_gib: int = Field(
+        default=80,
+        ge=1,
+        le=4096,
+        description="Memory of each learner GPU. The operator refuses a spec whose memory plan (weights, "
+        "optimizer states, activations of the largest micro-batch, logits) exceeds it, when it knows the model's "
+        "shape (a Qwen3 model from the Hub).",
     )
     checkpoint_every: int = Field(
         default=50, ge=1, le=1_000_000, description="Save a checkpoint every N steps."

@@ -13,7 +13,7 @@ Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts mat
   progress:
     AllReplicasReady, ReplicasNotReady, Creating, Suspended, Training, WaitingForLearner,
     TrainingComplete, RestartBudgetExhausted, LearnerFailed, RunFinished, SuspendedByUser, NotSuspended,
-    HarnessPoolNotFound, InvalidSpec
+    HarnessPoolNotFound, InvalidSpec, LearnerMemoryTooSmall (the learner's memory plan exceeds its GPUs)
 
 `Complete` comes from the learner's Job succeeding: the learner exits 0 only after its last step (and its
 final checkpoint and export), so a Job success is the run's success. `Failed` comes from the Job failing
@@ -59,6 +59,7 @@ WARNING_REASONS = {
     *LEARNER_FAILURE_REASONS,
     "HarnessPoolNotFound",
     "InvalidSpec",
+    "LearnerMemoryTooSmall",
 }
 
 

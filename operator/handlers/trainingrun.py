@@ -141,7 +141,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     try:
         plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
     except PlanError as exc:
-        reason = "HarnessPoolNotFound" if len(pools) < len(wanted) else "InvalidSpec"
+        reason = "HarnessPoolNotFound" if len(pools) < len(wanted) else getattr(exc, "reason", "InvalidSpec")
         _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])

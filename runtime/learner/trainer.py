@@ -16,7 +16,14 @@ from typing import Any
 import torch
 from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.loss import loss_normalizer, reduce_loss, tis_weights, token_loss
-from harnessrl.runtime.learner.packing import MicroBatch, Sample, pack, split_by_tokens, split_mini_batches, trainable
+from harnessrl.runtime.learner.packing import (
+    MicroBatch,
+    Sample,
+    pack,
+    split_by_tokens,
+    split_mini_batches,
+    trainable,
+)
 
 log = logging.getLogger(__name__)
 

@@ -147,9 +147,11 @@ def test_missing_pool_and_unsupported_combinations_are_plan_errors() -> None:
 
 
 def test_nccl_weight_sync_wires_engine_and_learner() -> None:
+    # A full fine-tune of an 8B model needs its fp32 states sharded over several GPUs (test_learner_memory.py).
+    four = EXAMPLE["spec"]["learner"] | {"gpus": 4}
     plan = example_plan(
         model={"base": {"hub": {"repo": "Qwen/Qwen3-8B"}}, "adapter": {"full": {}}},
-        engine={"replicas": 1, "gpus": 2, "weightSync": "nccl"},
+        engine={"replicas": 1, "gpus": 2, "weightSync": "nccl"}, learner=four,
     )
     engine, learner = plan.engine.config, plan.learner.config
     assert isinstance(engine, EngineConfig) and isinstance(learner, LearnerConfig)
@@ -159,7 +161,7 @@ def test_nccl_weight_sync_wires_engine_and_learner() -> None:
     assert [p.name for p in plan.learner.ports] == ["http", "nccl-0"]
     # N engine replicas: one transfer group each, on its own port (the learner's master port + i).
     three = example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
-                         engine={"replicas": 3, "weightSync": "nccl"})
+                         engine={"replicas": 3, "weightSync": "nccl"}, learner=four)
     assert isinstance(three.learner.config, LearnerConfig) and len(three.learner.config.engine.urls) == 3
     assert [(p.name, p.port) for p in three.learner.ports][1:] == [("nccl-0", 29551), ("nccl-1", 29552), ("nccl-2", 29553)]
 
