@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import httpx
 import uvicorn
+from harnessrl.runtime.learner.background import LatestOnlyWorker
 from harnessrl.runtime.learner.checkpoint import (
     latest_checkpoint,
     load_optimizer_state,
@@ -99,6 +100,12 @@ class Learner:
         self.sync = make_sync(cfg.engine, cfg.model.served_name, sync_dir(ck.dir))
         self.proxy = ProxyControl(cfg.proxy)
         self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path)) if cfg.export is not None else None
+        exporter, artifacts = self.exporter, self.coordinator.artifacts
+        self.exports = (
+            LatestOnlyWorker[tuple[Path, list[StepMetrics]]](
+                lambda job: export_checkpoint(exporter, job[0], job[1], artifacts), "hub-export")
+            if exporter is not None else None
+        )
         self.checkpoints_written = 0
         self.weights = asyncio.Lock()
 
@@ -147,6 +154,9 @@ class Learner:
                 await asyncio.sleep(0.05)
                 continue
             await self.step(batch)
+        if self.exports is not None:
+            # The run is done only once its last checkpoint is on the Hub.
+            await asyncio.to_thread(self.exports.drain)
         st.done = True
 
     async def evaluate(self) -> None:
@@ -234,8 +244,9 @@ class Learner:
         artifacts = self.coordinator.artifacts
         artifacts.latest_checkpoint = str(path)
         log.info("checkpoint %s", path.name)
-        if self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
-            await asyncio.to_thread(export_checkpoint, self.exporter, path, self.metrics.history(), artifacts)
+        if self.exports is not None and self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
+            # Off the step's critical path: the upload runs while training goes on (background.py).
+            self.exports.submit((path, self.metrics.history()))
         return path
 
     async def serve(self) -> None:
