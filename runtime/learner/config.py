@@ -74,6 +74,9 @@ class GrpoConfig(_Cfg):
     # one that solves everything never steps again. Default 3 x groups_per_step.
     max_groups_per_step: int | None = Field(None, ge=1)
     micro_batch_tokens: int = Field(16384, ge=16, description="token budget of one forward/backward pass")
+    # Concatenate a micro-batch's sequences into one row (positions restart per sequence) instead of padding
+    # rows to the longest: no padding token is computed (packing.pack_flat).
+    padding_free: bool = True
     # Optimizer updates per step: the step's sequences are split into this many mini-batches, each one
     # update; within a mini-batch, gradients accumulate over its packed micro-batches.
     mini_batches: int = Field(1, ge=1, le=64)

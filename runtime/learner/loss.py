@@ -58,7 +58,8 @@ def loss_normalizer(grpo: GrpoConfig, loss_tokens: int, rows: int) -> float:
     return float(rows)
 
 
-def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float) -> torch.Tensor:
+def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float,
+                segments: torch.Tensor | None = None) -> torch.Tensor:
     """This micro-batch's share of the mini-batch loss.
 
     dapo: Σ masked token losses / (loss tokens in the whole mini-batch) — TRL loss_type "dapo".
@@ -68,6 +69,12 @@ def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, nor
     if loss_type in ("dapo", "dr_grpo"):
         return (per_token * mask).sum() / max(normalizer, 1.0)
     if loss_type == "grpo":
+        if segments is not None:  # padding-free: a sequence is a segment of the row, not the row
+            n = int(segments.max()) + 1
+            sums = torch.zeros(n, dtype=per_token.dtype, device=per_token.device).scatter_add(
+                0, segments.flatten(), (per_token * mask).flatten())
+            counts = torch.zeros(n, dtype=mask.dtype, device=mask.device).scatter_add(0, segments.flatten(), mask.flatten())
+            return (sums / counts.clamp(min=1.0)).sum() / max(normalizer, 1.0)
         rows = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
         return rows.sum() / max(normalizer, 1.0)
     raise ValueError(f"unknown loss_type {loss_type!r} (expected 'dapo', 'grpo' or 'dr_grpo')")

@@ -20,6 +20,7 @@ from harnessrl.runtime.learner.packing import (
     MicroBatch,
     Sample,
     pack,
+    pack_flat,
     split_by_tokens,
     split_mini_batches,
     trainable,
@@ -95,7 +96,11 @@ def sequence_logps(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
     input_ids = mb.input_ids.to(device)
     # Only sampled tokens need scoring; -100 lets the fused head skip the rest on GPU.
     labels = input_ids.masked_fill(mb.loss_mask.to(device) == 0, -100)
-    out = model(input_ids=input_ids, attention_mask=mb.attention_mask.to(device), labels=labels, fused_lm_head=True)
+    if mb.position_ids is not None:  # padding-free: no attention mask, positions mark where sequences start
+        out = model(input_ids=input_ids, position_ids=mb.position_ids.to(device), labels=labels, fused_lm_head=True)
+    else:
+        out = model(input_ids=input_ids, attention_mask=mb.attention_mask.to(device), labels=labels,
+                    fused_lm_head=True)
     lp = out.log_probs.float()
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
 
@@ -120,7 +125,8 @@ class PolicyTrainer:
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "loss_tokens": 0, "tokens": 0, "mbs": 0}
         grad_norm = 0.0
         minis = [
-            pack(chunk, self.grpo.micro_batch_tokens, self.pad_id)
+            (pack_flat(chunk, self.grpo.micro_batch_tokens) if self.grpo.padding_free
+             else pack(chunk, self.grpo.micro_batch_tokens, self.pad_id))
             for m in split_mini_batches(samples, self.grpo.mini_batches)
             for chunk in split_by_tokens(m, self.grpo.max_tokens_per_step)
         ]
@@ -128,7 +134,7 @@ class PolicyTrainer:
         old = [[self._score_no_grad(mb) for mb in mbs] for mbs in minis] if self.grpo.tis_cap is not None else None
         for k, mbs in enumerate(minis):
             n_tokens = sum(mb.loss_tokens for mb in mbs)
-            n_rows = sum(mb.input_ids.size(0) for mb in mbs)
+            n_rows = sum(len(mb.sequence_ids) for mb in mbs)
             normalizer = loss_normalizer(self.grpo, n_tokens, n_rows)
             self.optimizer.zero_grad(set_to_none=True)
             for j, mb in enumerate(mbs):
@@ -176,7 +182,7 @@ class PolicyTrainer:
             old = trainer_old.to(dev)
             weights = tis_weights(old, engine, self.grpo.tis_cap)
         tl = token_loss(logps, old, mb.advantages.to(dev), self.grpo.clip_low, self.grpo.clip_high, weights)
-        loss = reduce_loss(tl.per_token, mask, self.grpo.loss_type, normalizer)
+        loss = reduce_loss(tl.per_token, mask, self.grpo.loss_type, normalizer, mb.segments)
         stats = {
             "clipped": float((tl.clipped.float() * mask).sum()),
             "kl": float((tl.kl * mask).sum()),

@@ -16,8 +16,8 @@ import pytest
 import torch
 from harnessrl.runtime.learner.config import GrpoConfig
 from harnessrl.runtime.learner.loss import loss_normalizer
-from harnessrl.runtime.learner.packing import Sample, pack, split_by_tokens, split_mini_batches
-from harnessrl.runtime.learner.trainer import PolicyTrainer
+from harnessrl.runtime.learner.packing import Sample, pack, pack_flat, split_by_tokens, split_mini_batches
+from harnessrl.runtime.learner.trainer import PolicyTrainer, sequence_logps
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
 PROMPT = 6
@@ -227,3 +227,45 @@ def test_a_step_moves_the_policy_toward_positive_advantage() -> None:
         m = mb.loss_mask[row] > 0
         delta = float((after[row][m] - before[row][m]).sum())
         assert (delta > 0) == (samples[i].advantage > 0), (i, delta)
+
+
+def test_padding_free_rows_score_every_sequence_as_its_own_forward() -> None:
+    # transformers 5 reads packed sequences from position_ids (a block-causal mask for sdpa on CPU, varlen on
+    # flash): the logprobs of a concatenated row equal each sequence's own unpadded forward.
+    model = tiny_model()
+    samples = make_samples(5)
+    [flat] = pack_flat(samples, 10_000)
+    assert flat.input_ids.shape == (1, sum(len(s.sequence.token_ids) for s in samples))  # not one padding token
+    with torch.no_grad():
+        packed = sequence_logps(model, flat)[0]
+        start = 0
+        for j, i in enumerate(flat.sequence_ids):
+            n = len(samples[i].sequence.token_ids)
+            [alone] = pack([samples[i]], 10_000)
+            own = sequence_logps(model, alone)[0]
+            got = packed[start: start + n]
+            assert int(flat.segments[0, start]) == j
+            # Position 0 of a sequence is never predicted (and masked); the rest must match.
+            torch.testing.assert_close(got[1:], own[1:], rtol=1e-5, atol=1e-5)
+            assert flat.loss_mask[0, start] == 0
+            start += n
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_padding_free_step_equals_the_padded_step(loss_type: str) -> None:
+    samples = make_samples(7)
+    results = []
+    for padding_free in (False, True):
+        cfg = GrpoConfig(loss_type=loss_type, micro_batch_tokens=30, lr=0.0, max_grad_norm=None,  # type: ignore[arg-type]
+                         padding_free=padding_free)
+        model = tiny_model()
+        stats = PolicyTrainer(model, cfg).step(samples)
+        results.append((stats, grads(model)))
+    (padded, g1), (flat, g2) = results
+    assert flat.loss == pytest.approx(padded.loss, rel=1e-5)
+    assert flat.tokens == padded.tokens == sum(len(s.sequence.token_ids) for s in samples)
+    # What the forward passes compute: real tokens only, against padded rows.
+    assert sum(mb.input_ids.numel() for mb in pack_flat(samples, 30)) == flat.tokens
+    assert sum(mb.input_ids.numel() for mb in pack(samples, 30)) > flat.tokens
+    for name in g1:
+        torch.testing.assert_close(g1[name], g2[name], rtol=1e-4, atol=1e-6, msg=name)
