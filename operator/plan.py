@@ -567,7 +567,7 @@ def check_learner_memory(spec: TrainingRunSpec) -> MemoryPlan | None:
     plan = plan_memory(shape, setup)
     if not fits(plan, setup):
         raise LearnerMemoryError(
-            f"the learner needs about {plan.peak / GIB:.0f} GiB per GPU, more than learner.gpuMemoryGiB "
+            f"the learner needs about {plan.peak / GIB:.0f} GiB per GPU, more than learner.gpuMemoryGib "
             f"{spec.learner.gpu_memory_gib}: {plan.summary()}; lower learner.microBatchTokens or "
             "engine.maxModelLen, turn on learner.gradientCheckpointing, or add learner.gpus"
         )

@@ -58,7 +58,7 @@ def test_flagship_example_fits_after_the_micro_batch_split_and_not_before() -> N
 
 def test_the_operator_refuses_a_spec_that_cannot_fit_with_the_numbers() -> None:
     learner = EXAMPLE["spec"]["learner"]
-    with pytest.raises(LearnerMemoryError, match=r"needs about 9\d\d GiB per GPU, more than learner.gpuMemoryGiB 80"):
+    with pytest.raises(LearnerMemoryError, match=r"needs about 9\d\d GiB per GPU, more than learner.gpuMemoryGib 80"):
         example_plan(learner=learner | {"microBatchTokens": 2_000_000})
     with pytest.raises(LearnerMemoryError, match=r"activations 351\.0 GiB"):
         example_plan(learner=learner | {"gradientCheckpointing": "off"})
