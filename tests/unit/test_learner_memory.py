@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.plan import LearnerMemoryError, check_learner_memory
 from harnessrl.runtime.learner.memory import GIB, KNOWN_SHAPES, ModelShape, TrainingSetup, fits, plan_memory
 
-from tests.unit.test_operator_plan import EXAMPLE, example_plan
+from tests.unit.test_operator_plan import EXAMPLE, ROOT, example_plan
 
 QWEN3_8B = KNOWN_SHAPES["Qwen/Qwen3-8B"]
 
@@ -68,3 +71,15 @@ def test_the_operator_refuses_a_spec_that_cannot_fit_with_the_numbers() -> None:
                          learner=learner | {"microBatchTokens": 4096})
     assert not small.learner.config.model.gradient_checkpointing
     assert example_plan().learner.config.model.gradient_checkpointing
+
+
+def test_harnessrl_run_refuses_it_too_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harnessrl.operator.local import main
+
+    spec = EXAMPLE["spec"] | {"learner": EXAMPLE["spec"]["learner"] | {"microBatchTokens": 2_000_000}}
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(EXAMPLE | {"spec": spec}))
+    pools = sorted((ROOT / "examples" / "harnesspools").glob("*.yaml"))
+    assert main([str(run), *map(str, pools), "--run-dir", str(tmp_path / "state"), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "harnessrl run: the learner needs about" in err and "activations 846.9 GiB (2000000 tokens)" in err
