@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools src-tree lint typecheck test demo crds clean
+.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo crds clean
 
 all: test
 
@@ -36,6 +36,15 @@ $(TOOLS)/.installed: runtime/harness/versions.json
 
 tools: venv $(TOOLS)/.installed
 
+# The local sandbox isolates rollouts with bubblewrap (and, for a root runner, util-linux's setpriv). Installed when
+# make runs as root with apt (CI's fresh machine); otherwise make says what is missing and stops.
+sandbox-deps:
+	@if command -v bwrap >/dev/null && command -v setpriv >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y -q bubblewrap util-linux >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap util-linux; }; \
+	else echo "missing: bubblewrap (bwrap) and/or setpriv; the local sandbox needs them to isolate rollouts." \
+	  "Install as root: apt-get install bubblewrap util-linux" >&2; exit 1; fi
+
 # mypy and import-linter see harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps
 # folders, see pyproject.toml).
 src-tree:
@@ -56,7 +65,7 @@ crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 	cp crds/*.yaml charts/harnessrl/crds/
 
-test: venv tools lint typecheck
+test: venv tools sandbox-deps lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The quickstart needs only the venv: its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).

@@ -446,8 +446,9 @@ def _learner(
         export = learner_cfg.HubExport(
             repo=spec.export.hub_repo,
             token_file=placement.path("hub-token"),
-            # The API counts export intervals in steps; the learner counts checkpoints.
-            every=max(1, spec.export.every_steps // learner.checkpoint_every),
+            # The API counts export intervals in steps, the learner in checkpoints; the API refuses a step
+            # count that is not a multiple of checkpointEvery, so this is exact.
+            every=spec.export.every_steps // learner.checkpoint_every,
             private=spec.export.private,
             endpoint=spec.export.endpoint,
         )
@@ -688,7 +689,10 @@ def _sandbox(
 ) -> runner_cfg.LocalSandboxConfig | runner_cfg.KubernetesSandboxConfig | runner_cfg.E2BSandboxConfig:
     box = pool.sandbox
     if box.local is not None:
-        return runner_cfg.LocalSandboxConfig(cpu_seconds=box.local.cpu_seconds, memory_mb=box.local.memory_mib)
+        return runner_cfg.LocalSandboxConfig(
+            cpu_seconds=box.local.cpu_seconds, memory_mb=box.local.memory_mib, network=box.local.network,
+            allow_unisolated=box.local.allow_unisolated,
+        )
     if box.e2b is not None:
         secrets.append(_secret(box.e2b.api_key_secret, placement.path("e2b-api-key")))
         return runner_cfg.E2BSandboxConfig(

@@ -134,10 +134,45 @@ def resolve_model(run: TrainingRun, volumes: dict[str, Path]) -> Path:
     if base.pvc is not None:
         return resolve_volume(base.pvc, volumes, "spec.model.base")
     assert base.hub is not None
-    from huggingface_hub import snapshot_download
-
     print(f"harnessrl: downloading {base.hub.repo}@{base.hub.revision} ...", flush=True)
-    return Path(snapshot_download(repo_id=base.hub.repo, revision=base.hub.revision))
+    return hub_snapshot(base.hub.repo, base.hub.revision, "model", "spec.model.base")
+
+
+def hub_snapshot(repo: str, revision: str, repo_type: str, what: str) -> Path:
+    """A Hub repository's files (downloaded or cached), or a LocalRunError saying what is missing and how to
+    provide it: no network, no token, no such repository or revision."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{what}: the {repo_type} {repo}@{revision} on {constants.ENDPOINT}"
+    instead = "or use a pvc source and --volume CLAIM=DIR"
+    try:
+        return Path(snapshot_download(repo_id=repo, repo_type=repo_type, revision=revision))
+    except GatedRepoError:
+        raise LocalRunError(f"{where} is gated: accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`)") from None
+    except RepositoryNotFoundError:
+        raise LocalRunError(f"{where} does not exist or is private: check the id, or set HF_TOKEN to a token that can "
+                            f"read it, {instead}") from None
+    except RevisionNotFoundError:
+        raise LocalRunError(f"{where}: no such revision (a branch, tag or commit of the repository)") from None
+    except LocalEntryNotFoundError:
+        raise LocalRunError(f"{where} cannot be downloaded (no network?) and is not in the Hugging Face cache: "
+                            f"download it where there is a network (`hf download {repo} --repo-type {repo_type}`), "
+                            f"{instead}") from None
+    except HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code in (401, 403):
+            raise LocalRunError(f"{where} needs a token that can read it: set HF_TOKEN (or run `hf auth login`), "
+                                f"{instead}") from None
+        raise LocalRunError(f"{where} cannot be downloaded: {str(exc).strip().splitlines()[0]}") from None
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LocalRunError(f"{where} cannot be downloaded: {first}") from None
 
 
 def resolve_tasks(run: TrainingRun, volumes: dict[str, Path]) -> Path:
@@ -145,9 +180,7 @@ def resolve_tasks(run: TrainingRun, volumes: dict[str, Path]) -> Path:
     if tasks.pvc is not None:
         return resolve_volume(tasks.pvc, volumes, "spec.tasks")
     if tasks.hub is not None:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo_id=tasks.hub.repo, repo_type="dataset", revision=tasks.hub.revision))
+        return hub_snapshot(tasks.hub.repo, tasks.hub.revision, "dataset", "spec.tasks")
     raise LocalRunError("spec.tasks.image needs a cluster; on one machine use a pvc source with --volume CLAIM=DIR")
 
 
@@ -184,7 +217,11 @@ def prepare_secrets(plan: Plan, placement: LocalPlacement, secret_files: dict[st
     for name, ref in needed.items():
         if name not in secret_files:
             raise LocalRunError(f"the run needs Secret {name!r} (key {ref.key!r}); pass --secret {name}=FILE")
-        write_secret(Path(ref.path), secret_files[name].read_text().strip())
+        try:
+            value = secret_files[name].read_text().strip()
+        except OSError as exc:
+            raise LocalRunError(f"--secret {name}={secret_files[name]}: cannot read it ({exc.strerror})") from None
+        write_secret(Path(ref.path), value)
 
 
 def local_config(component: Component) -> dict[str, object]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Final, Literal, Self
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Final, Literal, Self, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -20,6 +21,9 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -36,7 +40,15 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# Non-negative: the API server refuses a negative request or limit.
+QUANTITY = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# A label, annotation, nodeSelector or toleration key: an optional DNS subdomain prefix and '/', then a name
+# of at most 63 characters (validation.IsQualifiedName). `[.]`, not a backslash: the text is also a CEL literal.
+_SUBDOMAIN_PREFIX = "[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+QUALIFIED_NAME = f"^({_SUBDOMAIN_PREFIX})?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+# A container resource: cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource (domain/name).
+RESOURCE_NAME = (f"^(cpu|memory|ephemeral-storage|hugepages-[A-Za-z0-9.]+|{_SUBDOMAIN_PREFIX}"
+                 "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 # Hugging Face repo ids: "name" or "namespace/name".
 HUB_REPO = r"^[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$"
 # An image reference: registry/path[:tag][@digest]; the registry validates the rest.
@@ -52,8 +64,21 @@ Revision = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 RelativePath = Annotated[str, StringConstraints(max_length=1024, pattern=r"^([^/].*)?$")]
 _PARENT_SEGMENT = r"(^|/)[.][.](/|$)"  # no backslashes: the same text is a CEL string literal
 Arg = Annotated[str, StringConstraints(max_length=4096)]
-# A Kubernetes resource quantity ("2", "500m", "16Gi") or a plain integer.
-Quantity = int | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY)]
+def _one_quantity_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One message for a bad quantity, instead of one per member of the int | str union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError(
+            "quantity", "Input should be a Kubernetes quantity such as 2, 500m or 16Gi (never negative)"
+        ) from None
+
+
+# A Kubernetes resource quantity ("2", "500m", "16Gi") or a plain integer; never negative.
+Quantity = Annotated[
+    Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY)],
+    WrapValidator(_one_quantity_error),
+]
 
 
 @dataclass(frozen=True)
@@ -78,8 +103,17 @@ def _add_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
         schema["x-kubernetes-validations"] = [rule.schema() for rule in rules]
 
 
+def _is_int(annotation: Any) -> bool:
+    """An `int` or `int | None` field (where the API server takes an integral number such as 8.0)."""
+    return annotation is int or (get_origin(annotation) in (Union, UnionType) and set(get_args(annotation)) == {int, type(None)})
+
+
 class ApiModel(BaseModel):
-    """Base of every API model: camelCase aliases, Python names accepted too, no unknown fields."""
+    """Base of every API model: camelCase aliases, Python names accepted too, no unknown fields.
+
+    Strict types, as the CRD schema: "8" is no integer, "true" no boolean, "1e-5" no number, NaN no
+    number. As the API server: an integral number (8.0) is an integer, and a null is an omitted field.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -87,10 +121,26 @@ class ApiModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="forbid",
+        strict=True,
+        allow_inf_nan=False,
         json_schema_extra=_add_rules,
     )
 
     rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_the_server_reads(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        # The API server drops nulls (no field is nullable) before it fills in defaults.
+        fixed = {key: value for key, value in data.items() if value is not None}
+        for name, field in cls.model_fields.items():
+            for key in {name, field.alias or name}:
+                value = fixed.get(key)
+                if isinstance(value, float) and value.is_integer() and _is_int(field.annotation):
+                    fixed[key] = int(value)
+        return fixed
 
     @model_validator(mode="after")
     def _check_rules(self) -> Self:
@@ -100,14 +150,9 @@ class ApiModel(BaseModel):
         return self
 
 
-@dataclass(frozen=True)
-class Unique:
-    """Annotated marker on a list: items unique by field `key` (a Kubernetes map list), or by value (a set).
-
-    The API server enforces uniqueness from x-kubernetes-list-type; this makes the Python model agree.
-    """
-
-    key: str | None = None
+class _Marker:
+    """An Annotated marker: a Python check after the field's own validation, and what the API server needs
+    to make the same check, added to the field's schema."""
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         return core_schema.no_info_after_validator_function(self._check, handler(source))
@@ -116,10 +161,29 @@ class Unique:
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         out = handler(schema)
+        self._extend(out)
+        return out
+
+    def _check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def _extend(self, out: JsonSchemaValue) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Unique(_Marker):
+    """Annotated marker on a list: items unique by field `key` (a Kubernetes map list), or by value (a set).
+
+    The API server enforces uniqueness from x-kubernetes-list-type; this makes the Python model agree.
+    """
+
+    key: str | None = None
+
+    def _extend(self, out: JsonSchemaValue) -> None:
         out["x-kubernetes-list-type"] = "map" if self.key else "set"
         if self.key:
             out["x-kubernetes-list-map-keys"] = [to_camel(self.key)]
-        return out
 
     def _check(self, items: list[Any]) -> list[Any]:
         seen: list[Any] = []
@@ -130,6 +194,40 @@ class Unique:
                 raise PydanticCustomError("duplicate", "{what} is listed more than once", {"what": what})
             seen.append(value)
         return items
+
+
+@dataclass(frozen=True)
+class KeysMatch(_Marker):
+    """Annotated marker on a map: every key matches `pattern` (after lowercasing when `lower`).
+
+    A CRD schema cannot constrain map keys, so the API server checks them with a CEL rule on the map;
+    the Python model checks the same pattern and says the same `message`.
+    """
+
+    pattern: str
+    message: str
+    lower: bool = False
+
+    def _extend(self, out: JsonSchemaValue) -> None:
+        out.setdefault("x-kubernetes-validations", []).append({"rule": self.cel(), "message": self.message})
+
+    def cel(self) -> str:
+        key = "k.lowerAscii()" if self.lower else "k"
+        return f"self.all(k, {key}.matches('{self.pattern}'))"
+
+    def _check(self, mapping: dict[str, Any]) -> dict[str, Any]:
+        for key in mapping:
+            # fullmatch, not search: Python's `$` also matches before a trailing newline, RE2's (CEL's) does not.
+            if re.fullmatch(self.pattern.removeprefix("^").removesuffix("$"), key.lower() if self.lower else key) is None:
+                raise PydanticCustomError("map_key", "{message} (got {key})", {"message": self.message, "key": repr(key)})
+        return mapping
+
+
+LABEL_KEYS = KeysMatch(QUALIFIED_NAME, "keys must be label keys: an optional DNS subdomain prefix and '/', then at most "
+                       "63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+ANNOTATION_KEYS = KeysMatch(QUALIFIED_NAME, LABEL_KEYS.message.replace("label keys", "annotation keys"), lower=True)
+RESOURCE_KEYS = KeysMatch(RESOURCE_NAME, "keys must be cpu, memory, ephemeral-storage, hugepages-<size> or an extended "
+                          "resource such as nvidia.com/gpu")
 
 
 def _join_or(names: list[str]) -> str:
@@ -165,7 +263,7 @@ def name_rule(kind: str) -> Rule:
         cel=f"self.metadata.name.matches('{_NAME}')",
         message=f"metadata.name must be a lowercase DNS label of at most {MAX_NAME} characters starting with "
         f"a letter: it prefixes the names of the {kind}'s Services and Pods",
-        check=lambda resource: re.match(_NAME, resource.metadata.name) is not None,
+        check=lambda resource: re.fullmatch(_NAME[1:-1], resource.metadata.name) is not None,
     )
 
 
@@ -195,7 +293,8 @@ class VolumePath(ApiModel):
         Rule(
             cel=f"!self.path.matches('{_PARENT_SEGMENT}')",
             message="path may not contain a '..' segment",
-            check=lambda v: re.search(_PARENT_SEGMENT, v.path) is None,
+            # `\Z` for `$`: RE2's `$` (CEL's) is the end of the text, Python's also matches before a final newline.
+            check=lambda v: re.search(_PARENT_SEGMENT.replace("$", r"\Z"), v.path) is None,
         ),
     )
 
@@ -208,10 +307,10 @@ class VolumePath(ApiModel):
 class ResourceRequirements(ApiModel):
     """Compute resources of a container, as in a Pod spec."""
 
-    requests: dict[str, Quantity] = Field(
+    requests: Annotated[dict[str, Quantity], RESOURCE_KEYS] = Field(
         default_factory=dict, max_length=16, description="Minimum resources, e.g. {cpu: 2, memory: 8Gi}."
     )
-    limits: dict[str, Quantity] = Field(
+    limits: Annotated[dict[str, Quantity], RESOURCE_KEYS] = Field(
         default_factory=dict, max_length=16, description="Maximum resources, e.g. {memory: 8Gi}."
     )
 
@@ -228,9 +327,27 @@ class EnvVar(ApiModel):
 
 
 class Toleration(ApiModel):
-    """A Pod toleration, as in a Pod spec."""
+    """A Pod toleration, as in a Pod spec (with the API server's rules on one, ValidateTolerations)."""
 
-    key: Annotated[str, StringConstraints(max_length=316)] | None = Field(
+    rules = (
+        Rule(
+            cel="self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            message="a toleration with operator Exists may not have a value",
+            check=lambda t: t.operator != "Exists" or not t.value,
+        ),
+        Rule(
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            message="tolerationSeconds needs effect NoExecute",
+            check=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+        ),
+        Rule(
+            cel="self.operator == 'Exists' || (has(self.key) && self.key != '')",
+            message="a toleration without a key (matching every taint) needs operator Exists",
+            check=lambda t: t.operator == "Exists" or bool(t.key),
+        ),
+    )
+
+    key: Annotated[str, StringConstraints(max_length=316, pattern=QUALIFIED_NAME)] | None = Field(
         default=None, description="Taint key the toleration applies to; empty matches all keys (with Exists)."
     )
     operator: Literal["Exists", "Equal"] = Field(
@@ -251,7 +368,7 @@ class Toleration(ApiModel):
 class PodOverrides(ApiModel):
     """Scheduling settings copied into every Pod the operator creates for this resource."""
 
-    node_selector: dict[str, LabelValue] = Field(
+    node_selector: Annotated[dict[str, LabelValue], LABEL_KEYS] = Field(
         default_factory=dict, max_length=32, description="Node labels the Pods must match."
     )
     tolerations: list[Toleration] = Field(
@@ -269,10 +386,12 @@ class PodOverrides(ApiModel):
             description="Kueue LocalQueue to admit the workload through (sets the kueue.x-k8s.io/queue-name label).",
         )
     )
-    labels: dict[str, LabelValue] = Field(
-        default_factory=dict, max_length=32, description="Extra labels on the Pods."
+    labels: Annotated[dict[str, LabelValue], LABEL_KEYS] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Extra labels on the Pods; the operator's own labels (which its selectors use) win over these.",
     )
-    annotations: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+    annotations: Annotated[dict[str, Annotated[str, StringConstraints(max_length=4096)]], ANNOTATION_KEYS] = Field(
         default_factory=dict, max_length=32, description="Extra annotations on the Pods."
     )
     service_account_name: ResourceName | None = Field(
@@ -287,8 +406,9 @@ class ObjectMeta(ApiModel):
 
     name: ResourceName = Field(description="Name of the resource.")
     namespace: LabelName | None = Field(default=None, description="Namespace of the resource.")
-    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+    # The API server checks these on every object (ValidateObjectMeta); the CRD schema cannot.
+    labels: Annotated[dict[str, LabelValue], LABEL_KEYS] = Field(default_factory=dict, description="Labels.")
+    annotations: Annotated[dict[str, str], ANNOTATION_KEYS] = Field(default_factory=dict, description="Annotations.")
     uid: str | None = Field(default=None, description="Set by the API server.")
     generation: int | None = Field(default=None, description="Set by the API server; bumped on spec changes.")
     resource_version: str | None = Field(default=None, description="Set by the API server.")

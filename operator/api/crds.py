@@ -80,6 +80,7 @@ KINDS = (
         short_name="hp",
         columns=[
             column("Harness", "string", ".spec.harness.known.name", "Known harness."),
+            column("Version", "string", ".status.harnessVersion", "CLI version run (the pinned one when unset)."),
             column("Custom", "string", ".spec.harness.custom.name", "Custom harness.", priority=1),
             condition_column(READY),
             column("Desired", "integer", ".spec.replicas", "Runner Pods wanted."),

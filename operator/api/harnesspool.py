@@ -12,6 +12,7 @@ from harnessrl.operator.api.common import (
     LabelName,
     ObjectMeta,
     PodOverrides,
+    ResourceName,
     ResourceRequirements,
     Rule,
     SecretKeyRef,
@@ -97,7 +98,7 @@ class HarnessSpec(ApiModel):
 class KubernetesSandbox(ApiModel):
     """One Pod per rollout, reaching only the proxy."""
 
-    runtime_class_name: Annotated[str, StringConstraints(min_length=1, max_length=253)] | None = Field(
+    runtime_class_name: ResourceName | None = Field(
         default=None, description="RuntimeClass of sandbox Pods, e.g. gvisor or kata, for stronger isolation."
     )
     resources: ResourceRequirements = Field(
@@ -126,13 +127,22 @@ class E2BSandbox(ApiModel):
 
 
 class LocalSandbox(ApiModel):
-    """A subprocess in a fresh directory on the runner itself, limited by rlimits (development only)."""
+    """A subprocess in a fresh directory on the runner itself, in bubblewrap namespaces with rlimits (development only)."""
 
     cpu_seconds: int = Field(
         default=3600, ge=1, le=604_800, description="CPU time limit of the harness process."
     )
     memory_mib: int = Field(
         default=16384, ge=64, le=1_048_576, alias="memoryMiB", description="Address-space limit per process."
+    )
+    network: Literal["proxy", "host"] = Field(
+        default="proxy",
+        description="proxy: a network namespace that reaches only the run's capture proxy; host: the runner's network.",
+    )
+    allow_unisolated: bool = Field(
+        default=False,
+        description="Run harnesses as plain subprocesses where bubblewrap or user namespaces are missing, instead of "
+        "refusing to start. They can then read everything the runner's user can.",
     )
 
 
@@ -199,6 +209,11 @@ class HarnessPoolStatus(ApiModel):
         default=None, description="Label selector of the runner Pods, for the scale subresource."
     )
     rollouts: PoolRolloutCounts = Field(default_factory=PoolRolloutCounts, description="Rollout counters.")
+    harness_version: Annotated[str, StringConstraints(max_length=64)] | None = Field(
+        default=None,
+        description="Version of the known harness's CLI the runners run: the one harnessrl pins when "
+        "spec.harness.known.version is empty.",
+    )
     kopf: dict[str, Any] | None = kopf_field()
 
 

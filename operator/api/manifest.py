@@ -60,6 +60,25 @@ def parse_manifest(data: Mapping[str, Any], source: str = "manifest") -> Resourc
         raise ManifestError(f"{source}: {kind} {name!r} is invalid:\n  {problems}") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML where a key written twice in one mapping is an error (PyYAML keeps the last one silently;
+    kubectl refuses it)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"mapping key {key!r} is already defined above", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping)
+
+
 def _documents(source: str | Path | Mapping[str, Any]) -> tuple[str, list[Any]]:
     if isinstance(source, Mapping):
         return "manifest", [source]
@@ -69,7 +88,7 @@ def _documents(source: str | Path | Mapping[str, Any]) -> tuple[str, list[Any]]:
     except OSError as error:
         raise ManifestError(f"{path}: cannot read: {error.strerror}") from None
     try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        docs = [doc for doc in yaml.load_all(text, Loader=_UniqueKeyLoader) if doc is not None]
     except yaml.YAMLError as error:
         raise ManifestError(f"{path}: not valid YAML: {error}") from None
     return str(path), docs

@@ -70,6 +70,13 @@ HARNESS_POOL_NOT_FOUND = _reason("HarnessPoolNotFound", "a HarnessPool the run n
 JOBSET_NOT_INSTALLED = _reason(
     "JobSetNotInstalled", "spec.learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io), not installed", warning=True
 )
+INVALID_HARNESS_POOL = _reason(
+    "InvalidHarnessPool", "a HarnessPool the run uses fails the current model (also a condition on the pool)", warning=True
+)
+CHILD_REFUSED = _reason(
+    "ChildRefused", "the API server refused a child built from the spec; the message names it and quotes the server",
+    warning=True,
+)
 INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
 LEARNER_MEMORY_TOO_SMALL = _reason(
     "LearnerMemoryTooSmall", "the learner's memory plan exceeds its GPUs (spec.learner.gpuMemoryGib)", warning=True

@@ -75,7 +75,10 @@ def _unwrap_union(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict
     types = {option.get("type") for option in present}
     if types == {"integer", "string"}:
         string = next(option for option in present if option["type"] == "string")
+        integer = next(option for option in present if option["type"] == "integer")
+        # Both branches' value validations move up: the server applies each to its own type only.
         hoisted = {k: v for k, v in string.items() if k in {"pattern", "maxLength"}}
+        hoisted |= {k: v for k, v in integer.items() if k in {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}}
         return {**rest, **hoisted, "anyOf": [{"type": "integer"}, {"type": "string"}], INT_OR_STRING: True}
     raise SchemaError(f"{path}: a union of {sorted(map(str, types))} has no structural form")
 

@@ -26,7 +26,7 @@ class Condition(ApiModel):
     message: Annotated[str, StringConstraints(max_length=32768)] = Field(
         default="", description="Human-readable detail of the last transition."
     )
-    last_transition_time: datetime = Field(description="When status last changed.")
+    last_transition_time: datetime = Field(description="When status last changed.", strict=False)
     observed_generation: int = Field(
         default=0, ge=0, description="metadata.generation the condition was computed from."
     )

@@ -105,7 +105,8 @@ class ModelSpec(ApiModel):
     )
     adapter: AdapterSpec = Field(
         default_factory=lambda: AdapterSpec(lora=LoraAdapter()),
-        description="What is trained; LoRA by default.",
+        description="What is trained; LoRA by default. Immutable: checkpoints hold this adapter's weights.",
+        json_schema_extra=immutable("model.adapter"),
     )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Weight dtype for serving and training."
@@ -399,6 +400,12 @@ class TrainingRunSpec(ApiModel):
             message="engine.weightSync lora needs model.adapter.lora",
             check=lambda s: s.engine.weight_sync != "lora" or s.model.adapter.lora is not None,
         ),
+        # The learner pushes every Nth checkpoint; a cadence between checkpoints would have to be rounded.
+        Rule(
+            cel="!has(self.export) || self.export.everySteps % self.learner.checkpointEvery == 0",
+            message="export.everySteps must be a multiple of learner.checkpointEvery (an export pushes a checkpoint)",
+            check=lambda s: s.export is None or s.export.every_steps % s.learner.checkpoint_every == 0,
+        ),
     )
 
     model: ModelSpec = Field(description="Base weights and what is trained.")
@@ -465,8 +472,9 @@ class TrainingRunStatus(ApiModel):
     hub_revision: Annotated[str, StringConstraints(max_length=256)] | None = Field(
         default=None, description="Hub commit of the latest export."
     )
-    start_time: datetime | None = Field(default=None, description="When the first step started.")
-    completion_time: datetime | None = Field(default=None, description="When the run completed or failed.")
+    # JSON carries times as strings; strict typing would refuse them.
+    start_time: datetime | None = Field(default=None, description="When the first step started.", strict=False)
+    completion_time: datetime | None = Field(default=None, description="When the run completed or failed.", strict=False)
     kopf: dict[str, Any] | None = kopf_field()
 
 

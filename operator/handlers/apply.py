@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -83,13 +85,41 @@ def patch_body(desired: Manifest) -> Manifest:
     return body
 
 
-def drifted(desired: Any, live: Any) -> bool:
+_SUFFIX_SCALE: dict[str, Decimal] = {
+    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    **{s: Decimal(10) ** (3 * (n + 1)) for n, s in enumerate("kMGTPE")},
+    **{f"{s}i": Decimal(2) ** (10 * (n + 1)) for n, s in enumerate("KMGTPE")},
+}
+_QUANTITY_TEXT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([a-zA-Z]*|[eE][+-]?\d+)")
+
+
+def quantity_value(value: Any) -> Decimal | None:
+    """The amount a Kubernetes quantity stands for (the server stores 0.5 as "500m"); None if it is none."""
+    match = _QUANTITY_TEXT.fullmatch(str(value).strip())
+    if match is None or isinstance(value, bool):
+        return None
+    number, suffix = Decimal(match.group(1)), match.group(2)
+    if suffix[:1] in ("e", "E"):
+        return number.scaleb(int(suffix[1:]))
+    scale = _SUFFIX_SCALE.get(suffix)
+    return None if scale is None else number * scale
+
+
+def _same_quantity(desired: Any, live: Any) -> bool:
+    amount = quantity_value(desired)
+    return amount is not None and amount == quantity_value(live)
+
+
+def drifted(desired: Any, live: Any, key: str = "") -> bool:
     """True when some value in `desired` is missing or different in `live` (extra live fields are fine:
-    the API server adds defaults)."""
+    the API server adds defaults; resource amounts compare as quantities)."""
     if isinstance(desired, dict):
         if not isinstance(live, dict):
             return True
-        return any(drifted(value, live.get(key)) for key, value in desired.items())
+        if key in ("limits", "requests"):
+            return any(not _same_quantity(value, live.get(name)) and drifted(value, live.get(name))
+                       for name, value in desired.items())
+        return any(drifted(value, live.get(name), name) for name, value in desired.items())
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
             return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +19,7 @@ import kubernetes.client
 from harnessrl.operator.handlers.apply import Kube
 from harnessrl.operator.plan import Images
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
+from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger("harnessrl.operator")
@@ -36,10 +38,41 @@ class OperatorOptions(BaseModel):
     request_timeout_s: float = Field(10.0, gt=0)
 
 
+class Backoff:
+    """Per-object retry delays after a refusal only a change can cure (a child the API server refuses):
+    doubling from `first` up to `cap`; a new generation of the object retries at once."""
+
+    def __init__(self, first: float, cap: float = 300.0) -> None:
+        self.first, self.cap = first, cap
+        self._entries: dict[tuple[str, str], tuple[int, int, float]] = {}  # key -> (generation, failures, not before)
+        self._mu = threading.Lock()
+
+    def due(self, key: tuple[str, str], generation: int) -> bool:
+        with self._mu:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != generation:
+                self._entries.pop(key, None)
+                return True
+            return time.monotonic() >= entry[2]
+
+    def failed(self, key: tuple[str, str], generation: int) -> float:
+        """Record a refusal; returns the delay before the next try."""
+        with self._mu:
+            failures = self._entries.get(key, (generation, 0, 0.0))[1] + 1
+            delay = min(self.first * 2 ** (failures - 1), self.cap)
+            self._entries[key] = (generation, failures, time.monotonic() + delay)
+            return delay
+
+    def succeeded(self, key: tuple[str, str]) -> None:
+        with self._mu:
+            self._entries.pop(key, None)
+
+
 class Context:
     def __init__(self, options: OperatorOptions, api: kubernetes.client.ApiClient) -> None:
         self.options = options
         self.kube = Kube(api, timeout=options.request_timeout_s)
+        self.refusals = Backoff(options.resync_seconds)
         self.known: set[Key] = set()
         self.progress: dict[tuple[str, str], CoordinatorStatus] = {}  # (namespace, run) -> last learner status
         self._reconcilers: dict[str, Callable[[Context, str, str], None]] = {}
@@ -107,7 +140,9 @@ class Context:
         while True:
             try:
                 self._reconcilers[kind](self, namespace, name)
-            except Exception:  # one object's failure must not stop the others; the resync retries it
+            except ApiException as exc:  # the API is unreachable or busy (5xx, 409, 429): the resync retries it
+                log.warning("reconcile of %s %s/%s: API error %s %s; retrying", kind, namespace, name, exc.status, exc.reason)
+            except Exception:  # a bug: one object's failure must not stop the others; the resync retries it
                 log.exception("reconcile of %s %s/%s failed", kind, namespace, name)
             with self._mu:
                 if key in self._dirty and not self._stop.is_set():

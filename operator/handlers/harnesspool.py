@@ -4,13 +4,19 @@ subresource and HPA), readiness, and rollout counters from those runs' learners.
 
 from __future__ import annotations
 
+from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import API_VERSION
-from harnessrl.operator.api.harnesspool import KIND, HarnessPoolStatus, PoolRolloutCounts
+from harnessrl.operator.api.harnesspool import KIND, HarnessPoolSpec, HarnessPoolStatus, PoolRolloutCounts
 from harnessrl.operator.handlers.context import Context
-from harnessrl.operator.handlers.status import pool_status
-from harnessrl.operator.handlers.trainingrun import read_status, write_status
+from harnessrl.operator.handlers.status import (
+    pool_blocked_status,
+    pool_status,
+)
+from harnessrl.operator.handlers.trainingrun import read_status, spec_problems, write_status
 from harnessrl.operator.kube.common import COMPONENT, POOL
 from harnessrl.operator.plan import ComponentKind
+from harnessrl.runtime.harness.versions import pin
+from pydantic import ValidationError
 
 
 def reconcile(ctx: Context, namespace: str, name: str) -> None:
@@ -29,5 +35,14 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         timed_out=sum(c.timed_out for c in counts),
     )
     old = read_status(HarnessPoolStatus, body)
-    new = pool_status(int(body["metadata"].get("generation") or 0), old, name, deployments, pods, rollouts)
+    generation = int(body["metadata"].get("generation") or 0)
+    try:
+        spec = HarnessPoolSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:  # stored before an upgrade: say so on the pool (its runs say it too)
+        write_status(kube, KIND, body, old, pool_blocked_status(generation, old, R.INVALID_SPEC, spec_problems(exc, body.get("spec"))))
+        return
+    new = pool_status(generation, old, name, deployments, pods, rollouts)
+    known = spec.harness.known
+    if known is not None:  # an unpinned version is not a mystery: the pool says which CLI it gets
+        new = new.model_copy(update={"harness_version": known.version or pin(known.name).version})
     write_status(kube, KIND, body, old, new)

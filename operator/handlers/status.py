@@ -1,20 +1,8 @@
 """Children's state -> a run's (or pool's) status: conditions with stable reasons, phase, progress. Pure.
 
 Condition types of a TrainingRun: EngineReady, ProxyReady, HarnessesReady, Ready (all three), Training,
-Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts match on them):
-
-  trouble a user must act on, read from the children's Pods:
-    ImagePullBackOff      an image cannot be pulled (ErrImagePull / ImagePullBackOff / InvalidImageName)
-    InsufficientGPU       a Pod is Unschedulable for lack of nvidia.com/gpu
-    Unschedulable         a Pod is Unschedulable for another reason
-    CrashLoopBackOff      a container keeps crashing
-    ConfigError           the kubelet cannot set up a container (CreateContainerConfigError, ...)
-    HubExportFailing      the learner trains, but its last Hub export failed
-  progress:
-    AllReplicasReady, ReplicasNotReady, Creating, Suspended, Training, WaitingForLearner,
-    TrainingComplete, RestartBudgetExhausted, LearnerFailed, RunFinished, SuspendedByUser, NotSuspended,
-    HarnessPoolNotFound, InvalidSpec, LearnerMemoryTooSmall (the learner's memory plan exceeds its GPUs)
-    JobSetNotInstalled    learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io/v1alpha2), absent from the cluster
+Suspended, Complete, Failed. Reasons are part of the API (alerts and scripts match on them); each is defined
+and documented once in operator/api/reasons.py and listed in the API reference (operator/api/README.md).
 
 `Complete` comes from the learner's Job succeeding: the learner exits 0 only after its last step (and its
 final checkpoint and export), so a Job success is the run's success. `Failed` comes from the Job failing
@@ -340,3 +328,12 @@ def pool_status(
             "rollouts": rollouts,
         }
     )
+
+
+def pool_blocked_status(
+    generation: int, old: HarnessPoolStatus | None, reason: str, message: str, now: datetime | None = None
+) -> HarnessPoolStatus:
+    """The status of a pool whose stored spec the operator cannot use."""
+    old = old or HarnessPoolStatus()
+    conds = set_condition(list(old.conditions), READY, "False", reason, message, generation, now)
+    return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": "Pending"})

@@ -7,6 +7,7 @@ No finalizer is ever added, so deleting a run never waits for the operator.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import socket
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
+from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
 from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, Snapshot, path
 from harnessrl.operator.handlers.context import Context
@@ -41,6 +43,7 @@ from harnessrl.operator.plan import (
     pool_names,
 )
 from harnessrl.runtime.contracts.status import fetch
+from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger("harnessrl.operator.trainingrun")
@@ -61,6 +64,27 @@ CHILD_KINDS = [
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 ]
+
+
+class ChildRefused(Exception):
+    """The API server refused to create or update a child (400/403/422): the spec cannot be realised as is."""
+
+    def __init__(self, kind: str, name: str, exc: ApiException) -> None:
+        super().__init__(f"the API server refused {kind} {name}: {server_message(exc)}")
+
+
+def server_message(exc: ApiException) -> str:
+    """The message of the Status object an API error carries (its reason when the body is not one)."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or f"{exc.status} {exc.reason}")
+
+
+def spec_problems(exc: ValidationError, spec: Any) -> str:
+    """A model's complaints about a stored spec, one `spec.field: problem` each, in the manifest's names."""
+    return "; ".join(f"spec.{line}" for line in format_errors(exc, spec))[:2000]
 
 
 def read_status(model: type[S], body: Manifest) -> S | None:
@@ -128,17 +152,24 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         spec = TrainingRunSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         # The CRD's schema rejects this at the API server; an older object may still fail the current model.
-        _finish(kube, body, old, blocked_status(generation, old, R.INVALID_SPEC, str(exc)[:2000]))
+        _finish(kube, body, old, blocked_status(generation, old, R.INVALID_SPEC, spec_problems(exc, body.get("spec"))))
         return
     if is_terminal(old):
         _finished(ctx, body, spec, old)
         return
     pools: dict[str, HarnessPoolSpec] = {}
+    invalid: list[str] = []
     wanted = pool_names(spec)  # trained on and evaluated under
     for pool_name in wanted:
         pool = kube.get(API_VERSION, "HarnessPool", namespace, pool_name)
         if pool is not None:
-            pools[pool_name] = HarnessPoolSpec.model_validate(pool.get("spec") or {})
+            try:
+                pools[pool_name] = HarnessPoolSpec.model_validate(pool.get("spec") or {})
+            except ValidationError as exc:  # stored before an upgrade; the pool carries the same condition
+                invalid.append(f"HarnessPool {pool_name} is invalid: {spec_problems(exc, pool.get('spec'))}")
+    if invalid:
+        _finish(kube, body, old, blocked_status(generation, old, R.INVALID_HARNESS_POOL, "; ".join(invalid)))
+        return
     placement = ClusterPlacement(namespace)
     try:
         plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
@@ -152,7 +183,17 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         _finish(kube, body, old, blocked_status(generation, old, R.JOBSET_NOT_INSTALLED, message))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
-    snapshot = apply_children(kube, plan, owner)
+    key = (namespace, name)
+    if not ctx.refusals.due(key, generation):
+        return  # a child was refused for this generation; wait out the backoff (the condition says why)
+    try:
+        snapshot = apply_children(kube, plan, owner)
+    except ChildRefused as refused:
+        ctx.refusals.failed(key, generation)
+        log.warning("TrainingRun %s/%s: %s", namespace, name, refused)
+        _finish(kube, body, old, blocked_status(generation, old, R.CHILD_REFUSED, str(refused)[:4000]))
+        return
+    ctx.refusals.succeeded(key)
     observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {INSTANCE: name}))
     if int(((observed.learner or {}).get("status") or {}).get("active") or 0) >= 1:
         url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
@@ -175,7 +216,12 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Snapshot:
         kube.ensure(proxy.admin_secret(plan, owner, secrets.token_urlsafe(32)))
     changed = False
     for manifest in render(plan, owner):
-        changed |= kube.ensure(manifest, snapshot) != "unchanged"
+        try:
+            changed |= kube.ensure(manifest, snapshot) != "unchanged"
+        except ApiException as exc:
+            if exc.status in (400, 403, 422):  # the server will not take it as it is; retrying will not help
+                raise ChildRefused(manifest["kind"], manifest["metadata"]["name"], exc) from None
+            raise
     wanted = {c.pool for c in plan.runners}
     for (api_version, kind, name), child in snapshot.items():
         labels = child["metadata"].get("labels") or {}

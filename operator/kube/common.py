@@ -152,7 +152,9 @@ def pod_template(
 ) -> Manifest:
     """A Pod template with the run's pod overrides applied (scheduling, labels, annotations, account)."""
     pod: PodOverrides = component.pod
-    template_labels = labels(plan.run, component.kind, component.pool) | dict(pod.labels)
+    # The operator's labels win over the user's: its selectors (immutable on a StatefulSet) and its
+    # watches find Pods by them.
+    template_labels = dict(pod.labels) | labels(plan.run, component.kind, component.pool)
     if pod.queue_name:
         template_labels[QUEUE] = pod.queue_name
     spec = dict(spec)

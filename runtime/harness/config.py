@@ -87,7 +87,8 @@ HarnessSpec = Annotated[
 
 
 class LocalSandboxConfig(_Model):
-    """A fresh workspace and HOME per rollout under `base_dir`, the harness a subprocess with rlimits."""
+    """A fresh workspace and HOME per rollout under `base_dir`; the harness runs in bubblewrap namespaces
+    (sandboxes/bwrap.py) with rlimits."""
 
     kind: Literal["local"] = "local"
     base_dir: Path = Path("/tmp/harnessrl-rollouts")
@@ -96,6 +97,17 @@ class LocalSandboxConfig(_Model):
     # RLIMIT_DATA per process (heap and private writable mappings); None = no limit.
     memory_mb: int | None = Field(16384, ge=64)
     max_processes: int | None = Field(None, ge=8, description="RLIMIT_NPROC; None = inherit (it is per user)")
+    # RLIMIT_FSIZE: the largest file a harness may write; None = no limit.
+    max_file_mb: int | None = Field(4096, ge=1)
+    # "proxy": a network namespace that reaches only the session's proxy; "host": the runner's network.
+    network: Literal["proxy", "host"] = "proxy"
+    # Without bubblewrap (or user namespaces) the runner refuses to start unless this is set; then rollouts run
+    # as plain subprocesses that can read anything the runner's user can.
+    allow_unisolated: bool = False
+    # Directories the harness may read besides the system, PATH's tools and the runner's Python.
+    read_only_paths: list[Path] = Field(default_factory=list, max_length=64)
+    # A root runner runs harnesses as this uid and gid (RLIMIT_NPROC does not bind root).
+    run_as_uid: int = Field(65534, ge=1)
     # Keep the rollout directory after teardown (debugging only).
     keep: bool = False
 

@@ -12,7 +12,7 @@ import httpx
 from harnessrl.runtime.harness.adapters import adapter_for
 from harnessrl.runtime.harness.config import RunnerConfig, load_config
 from harnessrl.runtime.harness.runner import Runner
-from harnessrl.runtime.harness.sandboxes import make_provider
+from harnessrl.runtime.harness.sandboxes import SandboxError, make_provider
 from harnessrl.runtime.harness.tasks import load_dir, source_dir
 
 log = logging.getLogger("harnessrl.runner")
@@ -34,7 +34,11 @@ async def serve(config: RunnerConfig) -> int:
     timeout = httpx.Timeout(config.timeouts.session_s)
     async with httpx.AsyncClient(timeout=timeout) as http:
         runner = Runner(config, adapter, provider, tasks, http, config.read_admin_token())
-        await runner.serve(stop)
+        try:
+            await runner.serve(stop)
+        except SandboxError as exc:  # the sandbox cannot be had here: say why and stop, nothing was leased
+            log.error("runner cannot start: %s", exc)
+            return 2
     log.info("runner stopped after %d rollouts", len(runner.completed))
     return 0
 

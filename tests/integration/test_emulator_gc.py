@@ -78,7 +78,7 @@ def test_gc_crosses_kinds_and_delete_preconditions(kube_api: KubeApi) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     sts = apps.create_namespaced_stateful_set("default", {
         "metadata": {"name": "db"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "serviceName": "db",
-                                             "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}}}})
+                                             "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "db", "image": "db"}]}}}})
     ref = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": sts.metadata.uid, "controller": True}]
     core.create_namespaced_service("default", {"metadata": {"name": "db", "ownerReferences": ref}, "spec": {"ports": [{"port": 80}]}})
     core.create_namespaced_persistent_volume_claim("default", {"metadata": {"name": "data", "ownerReferences": ref},

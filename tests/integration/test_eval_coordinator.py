@@ -75,7 +75,7 @@ def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator
         "runner_id": f"{pool}-0",
         "harness": {"kind": "custom", "name": "oneshot", "dialect": "openai_chat", "command": f"{sys.executable} {agent} {{instruction}} {{model}}",
                     "env": {"MARK": mark}},
-        "sandbox": {"kind": "local", "base_dir": str(tmp_path / "sandboxes")},
+        "sandbox": {"kind": "local", "base_dir": str(tmp_path / "sandboxes"), "read_only_paths": [str(agent)]},
         "tasks": {"kind": "dir", "path": str(tasks)},
         # All 8 rollouts of a pool at once: the broken pool's runner backs off leasing after infra errors (up to
         # 15 s, Runner.note_outcome), so it should do that once between its two tries, not once per batch.

@@ -1,14 +1,18 @@
 """The kubernetes sandbox against the API emulator (tests/kube_emulator, over HTTP with the official client).
 
-The emulator has no kubelet and no exec endpoint: a helper thread plays the kubelet (marks Pods Running), and a
-command in the Pod cannot run here — so these tests cover the objects, their lifecycle and reaping, and that a
-Pod whose exec fails is deleted; running a harness inside a Pod needs a real cluster.
+A helper thread plays the kubelet (marks Pods Running); the emulator serves `pods/exec` over WebSocket in the
+channel protocol the official client's `stream()` speaks, running each command in bubblewrap with the Pod's
+emptyDir volumes at their mount paths (tests/kube_emulator/podexec.py). So the objects, their lifecycle and
+reaping, and the exec path (files in and out, stdout/stderr, exit codes, timeouts, grading, a dropped
+connection) are exercised through the real client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +92,8 @@ async def test_pod_is_deleted_when_its_rollout_fails(kube_api: Any) -> None:
     kubelet = threading.Thread(target=play_kubelet, args=(kube_api, stop), daemon=True)
     kubelet.start()
     try:
-        # Running, then copying the task in through exec fails (no exec here): the sandbox is torn down.
+        # Running, then the exec that copies the task in loses its connection: the sandbox is torn down.
+        kube_api.emulator.pod_exec.drop_after_start = True
         with pytest.raises(SandboxError, match="exec"):
             await prov.open("rollout-2", task)
     finally:
@@ -111,3 +116,78 @@ async def test_orphans_reaped_on_start_and_all_deleted_on_shutdown(kube_api: Any
     assert sandboxes(kube_api)[0] == sorted([*live, other])
     await restarted.shutdown()
     assert sandboxes(kube_api) == ([other], [other])
+
+
+@pytest.fixture
+def kubelet(kube_api: Any) -> Iterator[None]:
+    stop = threading.Event()
+    thread = threading.Thread(target=play_kubelet, args=(kube_api, stop), daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(5)
+
+
+@pytest.mark.usefixtures("kubelet")
+async def test_a_rollout_runs_and_is_graded_through_exec(kube_api: Any) -> None:
+    task = load_dir(TASKS)["sales-total"]
+    prov = provider(kube_api)
+    async with await prov.open("rollout-x", task) as sb:
+        res = await sb.run(["sh", "-c", "head -1 sales.csv; echo to-stderr >&2; exit 3"], {"A": "1"}, 60)
+        assert (res.exit_code, res.stdout, res.stderr, res.timed_out) == (
+            3, "order_id,customer,region,date,amount\n", "to-stderr\n", False)
+        await sb.write_files({"/workspace/answer.txt": "5351\n", "/home/agent/.config/x.json": "{}"})
+        assert await sb.read_file("/home/agent/.config/x.json") == "{}"
+        assert await sb.read_file("/workspace/missing") is None
+        # The harness plants a reward; the grader's own run replaces it with the real one.
+        await sb.write_files({"/logs/verifier/reward.json": '{"reward": 1}'})
+        graded = await sb.grade(task, 60)
+        assert graded.grade is not None and graded.grade.reward == 1.0, graded
+        await sb.write_files({"/workspace/answer.txt": "1\n"})
+        assert (await sb.grade(task, 60)).grade.reward == 0.0  # type: ignore[union-attr]
+    assert sandboxes(kube_api) == ([], [])
+
+
+@pytest.mark.usefixtures("kubelet")
+async def test_exec_timeout_kills_the_command(kube_api: Any) -> None:
+    prov = provider(kube_api)
+    async with await prov.open("rollout-t", load_dir(TASKS)["sales-total"]) as sb:
+        res = await sb.run(["sleep", "60"], {}, 2)
+        assert res.timed_out and res.exit_code == 137 and res.duration_s < 30
+        # The provider's own deadline, for a command whose `timeout` did not end it: the stream is abandoned.
+        direct = await asyncio.to_thread(prov.exec, sb.name, ["sleep", "60"], 1.5)
+        assert direct.timed_out and direct.exit_code == -1
+
+
+@pytest.mark.usefixtures("kubelet")
+async def test_a_dropped_exec_connection_is_a_sandbox_error_not_an_exit_code(kube_api: Any) -> None:
+    prov = provider(kube_api)
+    async with await prov.open("rollout-d", load_dir(TASKS)["sales-total"]) as sb:
+        kube_api.emulator.pod_exec.drop_after_start = True
+        with pytest.raises(SandboxError, match=r"exec in pod .*(connection|failed)"):
+            await sb.run(["sleep", "5"], {}, 30)
+        kube_api.emulator.pod_exec.drop_after_start = False
+
+
+@pytest.mark.usefixtures("kubelet")
+def test_emulated_exec_speaks_stdin_and_the_v4_protocol(kube_api: Any) -> None:
+    from kubernetes import client as k8s
+    from kubernetes.stream import stream
+
+    prov = provider(kube_api)
+    name = prov.create("rollout-s")
+    prov.wait_running(name)
+    core = k8s.CoreV1Api(kube_api.client())
+    for protocol in ("v5.channel.k8s.io", "v4.channel.k8s.io"):
+        ws = stream(core.connect_get_namespaced_pod_exec, name, "default", container="sandbox",
+                    command=["sh", "-c", "read line; echo got:$line; echo e >&2; exit 7"], stdin=True, stdout=True,
+                    stderr=True, tty=False, _preload_content=False, _request_timeout=30,
+                    _headers={"sec-websocket-protocol": protocol})
+        ws.write_stdin("hello\n")
+        deadline = time.monotonic() + 30
+        while ws.is_open() and time.monotonic() < deadline:
+            ws.update(timeout=1)
+        assert ws.subprotocol == protocol
+        assert (ws.read_stdout(), ws.read_stderr(), ws.returncode) == ("got:hello\n", "e\n", 7)
+        ws.close()
+    prov.delete(name)

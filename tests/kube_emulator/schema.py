@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any
 
 from .cel_rules import CelRule, evaluate_rule
+from .go_text import go_regexp
 from .values import MISSING, shown, type_name
 
 # Root fields every object has; the schema never prunes them (metadata is ObjectMeta, validated apart).
@@ -37,8 +37,13 @@ def _type_ok(schema: dict[str, Any], value: Any) -> bool:
     return isinstance(value, _JSON_TYPES[wanted])
 
 
-def prune_and_default(schema: dict[str, Any], value: Any, *, root: bool = False) -> Any:
-    """Drop unknown fields and non-nullable nulls, then fill defaults (the server's order)."""
+def prune_and_default(schema: dict[str, Any], value: Any, *, root: bool = False, path: str = "",
+                      dropped: list[str] | None = None) -> Any:
+    """Drop unknown fields (their paths go to `dropped`) and non-nullable nulls, then fill defaults (the
+    server's order). An integral number where an integer is wanted is stored as the integer, as the server
+    decodes JSON numbers."""
+    if schema.get("type") == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, dict) and (schema.get("type") == "object" or "properties" in schema
                                     or "additionalProperties" in schema):
         properties: dict[str, Any] = schema.get("properties") or {}
@@ -47,22 +52,25 @@ def prune_and_default(schema: dict[str, Any], value: Any, *, root: bool = False)
         embedded = schema.get("x-kubernetes-embedded-resource")
         result: dict[str, Any] = {}
         for key, child in value.items():
+            at = f"{path}.{key}" if path else key
             if (root or embedded) and key in _ROOT_KEPT:
                 result[key] = child
             elif key in properties:
                 if child is None and not properties[key].get("nullable"):
                     continue
-                result[key] = prune_and_default(properties[key], child)
+                result[key] = prune_and_default(properties[key], child, path=at, dropped=dropped)
             elif isinstance(additional, dict):
-                result[key] = prune_and_default(additional, child)
+                result[key] = prune_and_default(additional, child, path=at, dropped=dropped)
             elif keep_unknown:
                 result[key] = child
+            elif dropped is not None:
+                dropped.append(at)
         for key, child_schema in properties.items():
             if key not in result and "default" in child_schema:
                 result[key] = prune_and_default(child_schema, copy.deepcopy(child_schema["default"]))
         return result
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [prune_and_default(schema["items"], item) for item in value]
+        return [prune_and_default(schema["items"], item, path=f"{path}[{n}]", dropped=dropped) for n, item in enumerate(value)]
     return value
 
 
@@ -94,7 +102,7 @@ def _scalar_causes(schema: dict[str, Any], value: Any, path: str) -> list[dict[s
             causes.append(_cause(path, "FieldValueInvalid", f"Invalid value: {shown(value)}: {at} should be at least {schema['minLength']} chars long"))
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             causes.append(_cause(path, "FieldValueTooLong", f"Too long: may not be more than {schema['maxLength']} bytes"))
-        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+        if "pattern" in schema and go_regexp(schema["pattern"]).search(value) is None:
             causes.append(_cause(path, "FieldValueInvalid", f"Invalid value: {shown(value)}: {at} should match '{schema['pattern']}'"))
     return causes
 

@@ -15,6 +15,7 @@ import kmock
 from kmock._internal import rendering
 
 from . import errors
+from .podexec import PodExec
 from .resources import ResourceType
 from .routing import Route, parse_path
 from .selectors import field_matcher, label_matcher
@@ -28,8 +29,22 @@ _VERSION_INFO = {
 }
 
 
-def _response(payload: Any, status: int = 200) -> rendering.Response:
-    return rendering.Response(status=status, payload=payload, headers={"Content-Type": "application/json"})
+def _response(payload: Any, status: int = 200, warnings: list[str] | None = None) -> rendering.Response:
+    # One Warning header holding the list (RFC 9110 allows a comma-joined field), code 299 as the server sends.
+    # kmock merges a reaction's headers into its own across requests: None (never sent) clears an earlier one.
+    headers: dict[str, str | None] = {"Content-Type": "application/json",
+                                      "Warning": ", ".join("299 - " + json.dumps(w) for w in warnings) if warnings else None}
+    return rendering.Response(status=status, payload=payload, headers=headers)
+
+
+def _refuse_constant(name: str) -> Any:
+    # Go's encoding/json has no NaN or Infinity: the server cannot parse such a body.
+    raise ValueError(f"invalid character '{name.lstrip('-')[0]}' looking for beginning of value")
+
+
+def parse_json(body: bytes) -> Any:
+    """JSON as the API server's decoder reads it (no NaN, Infinity or -Infinity)."""
+    return json.loads(body, parse_constant=_refuse_constant)
 
 
 @attrs.define(kw_only=True)
@@ -42,6 +57,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
 
     store: Store = attrs.field(factory=Store)
     _server_address: str = attrs.field(default="127.0.0.1:0")
+    pod_exec: PodExec = attrs.field(factory=PodExec)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -52,6 +68,11 @@ class KubeEmulator(kmock.KubernetesScaffold):
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """kmock's RawHandler.__call__, but with a Kubernetes path parser that understands every path."""
         await raw_request.read()
+        if raw_request.headers.get("Upgrade", "").lower() == "websocket":
+            try:
+                return await self._exec(raw_request)
+            except kmock.KubernetesError as e:
+                return await self._render_error(e)
         raw_response: aiohttp.web.StreamResponse | None = None
         try:
             request = await self._parse(raw_request)
@@ -70,10 +91,21 @@ class KubeEmulator(kmock.KubernetesScaffold):
             await raw_response.write_eof()
             return raw_response
 
+    async def _exec(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """pods/exec, the one WebSocket endpoint served (podexec.py); the Pod must exist and be Running."""
+        route = parse_path(raw_request.path)
+        if (route.kind, route.plural, route.subresource) != ("resource", "pods", "exec") or route.name is None:
+            raise errors.bad_request(f"no WebSocket endpoint at {raw_request.path}")
+        pod = self.store.get(self.store.resource_type("", "v1", "pods"), route.namespace, route.name)
+        phase = pod.get("status", {}).get("phase")
+        if phase != "Running":
+            raise errors.bad_request(f"pod {route.name} is not running (phase {phase}): cannot exec into it")
+        return await self.pod_exec.serve(raw_request, pod)
+
     async def _parse(self, raw_request: aiohttp.web.BaseRequest) -> rendering.Request:
         body = await raw_request.read()
         try:
-            data = json.loads(body) if body else None
+            data = parse_json(body) if body else None
         except ValueError:
             data = None
         route = parse_path(raw_request.path)
@@ -146,6 +178,12 @@ class KubeEmulator(kmock.KubernetesScaffold):
         if request.params.get("dryRun"):
             raise errors.bad_request("dryRun is not supported by the harnessrl Kubernetes API emulator")
         method = str(request.method.value).upper()
+        if method in ("POST", "PUT") and request.body and request.data is None:
+            try:
+                parse_json(request.body)
+            except ValueError as e:
+                raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+        store.begin_request(request.params.get("fieldValidation"))
         if route.name is None:
             if method == "GET" and request.params.get("watch") in ("true", "1"):
                 return rendering.Response(status=200, payload=self._watch(request, rt, namespace, None),
@@ -153,7 +191,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
             if method == "GET":
                 return _response(self._list(request, rt, namespace))
             if method == "POST":
-                return _response(store.create(rt, namespace, request.data), 201)
+                return _response(store.create(rt, namespace, request.data), 201, store.warnings)
             if method == "DELETE":
                 return _response(self._delete_collection(request, rt, namespace))
         else:
@@ -168,10 +206,11 @@ class KubeEmulator(kmock.KubernetesScaffold):
                     raise errors.endpoint_not_found(request.url.path)
                 return _response(obj)
             if method == "PUT":
-                return _response(store.update(rt, namespace, route.name, request.data, route.subresource))
+                return _response(store.update(rt, namespace, route.name, request.data, route.subresource), warnings=store.warnings)
             if method == "PATCH":
                 content_type = request.headers.get("Content-Type", "")
-                return _response(store.patch(rt, namespace, route.name, content_type, request.body, route.subresource))
+                return _response(store.patch(rt, namespace, route.name, content_type, request.body, route.subresource),
+                                 warnings=store.warnings)
             if method == "DELETE" and route.subresource is None:
                 options = dict(request.data) if isinstance(request.data, dict) else {}
                 for param in ("propagationPolicy", "orphanDependents"):

@@ -12,7 +12,6 @@ import collections
 import datetime
 import json
 import random
-import re
 import string
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +21,8 @@ from typing import Any
 import yaml
 
 from . import errors
+from .builtin_rules import object_meta_causes, semantic_causes
+from .builtin_schema import DecodeError, decode
 from .builtins import (
     allocate_cluster_ip,
     immutability_causes,
@@ -30,6 +31,8 @@ from .builtins import (
     normalize_secret,
 )
 from .cel_rules import compile_rule
+from .go_text import invalid as go_invalid
+from .go_text import is_dns1123_label, is_dns1123_subdomain
 from .patching import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -58,8 +61,6 @@ CRD_KEY: StorageKey = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY: StorageKey = ("", "namespaces")
 SERVICE_KEY: StorageKey = ("", "services")
 SECRET_KEY: StorageKey = ("", "secrets")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Metadata the server owns: clients cannot change it with an update or a patch.
 _SERVER_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                     "name", "namespace")
@@ -114,6 +115,19 @@ def set_path(obj: dict[str, Any], path: str, value: Any) -> None:
     obj[parts[-1]] = value
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"invalid character '{name.lstrip('-')[0]}' looking for beginning of value")
+
+
+def _has_non_finite(value: Any) -> bool:
+    """YAML's .nan/.inf: JSON (and so the server) has no such numbers."""
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    return isinstance(value, list) and any(_has_non_finite(v) for v in value)
+
+
 class Store:
     """All objects of all resources, with the behaviours of the API server around them."""
 
@@ -124,6 +138,8 @@ class Store:
         self.history: collections.deque[WatchEvent] = collections.deque(maxlen=history_limit)
         self.floor = 0  # the events after this resourceVersion are all still in `history`
         self.listeners: set[Callable[[WatchEvent], None]] = set()
+        self.field_validation = "Warn"
+        self.warnings: list[str] = []  # of the request being served, for its Warning headers
         for rt in BUILTIN_RESOURCES:
             self.types[(rt.group, rt.version, rt.plural)] = rt
         for name in INITIAL_NAMESPACES:
@@ -263,17 +279,11 @@ class Store:
         if not name:
             raise errors.invalid(rt.kind, rt.group, "", [{"field": "metadata.name", "reason": "FieldValueRequired",
                                                           "message": "Required value: name or generateName is required"}])
-        if rt.storage_key == NAMESPACE_KEY:
-            if not (len(name) <= 63 and _LABEL.match(name)):
-                raise errors.invalid(rt.kind, rt.group, name, [{
-                    "field": "metadata.name", "reason": "FieldValueInvalid",
-                    "message": f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
-                               "alphanumeric characters or '-', and must start and end with an alphanumeric character"}])
-        elif not (len(name) <= 253 and _SUBDOMAIN.match(name)) and rt.storage_key != ("", "events"):
-            raise errors.invalid(rt.kind, rt.group, name, [{
-                "field": "metadata.name", "reason": "FieldValueInvalid",
-                "message": f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                           "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"}])
+        if rt.storage_key == ("", "events"):
+            return
+        problems = is_dns1123_label(name) if rt.storage_key == NAMESPACE_KEY else is_dns1123_subdomain(name)
+        if problems:
+            raise errors.invalid(rt.kind, rt.group, name, [go_invalid("metadata.name", name, m) for m in problems])
 
     def _check_namespace_open(self, namespace: str) -> None:
         ns = self.objects[NAMESPACE_KEY].get(("", namespace))
@@ -283,9 +293,44 @@ class Store:
             raise errors.forbidden(
                 f"unable to create new content in namespace {namespace} because it is being terminated")
 
+    def begin_request(self, field_validation: str | None) -> None:
+        """Per request: how unknown fields are handled (Strict, Warn — the default — or Ignore); no warnings yet."""
+        if field_validation not in (None, "", "Strict", "Warn", "Ignore"):
+            raise errors.bad_request(f'fieldValidation must be one of "Ignore", "Warn" or "Strict", got "{field_validation}"')
+        self.field_validation = field_validation or "Warn"
+        self.warnings = []
+
+    def _unknown_fields(self, rt: ResourceType, unknown: list[str]) -> None:
+        """Dropped unknown fields: refused under Strict (400, as the server's strict decoder), else a warning."""
+        if not unknown:
+            return
+        texts = [f'unknown field "{path}"' for path in unknown]
+        if self.field_validation == "Strict":
+            raise errors.bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                                     f'strict decoding error: {", ".join(texts)}')
+        if self.field_validation == "Warn":
+            self.warnings.extend(texts)
+
+    def _decode_builtin(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """A built-in object as the server decodes it against its kind's OpenAPI schema (400 when it cannot)."""
+        try:
+            decoded = decode(rt.api_version, rt.kind, obj)
+        except DecodeError as e:
+            raise errors.bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {e}') from None
+        if decoded is None or rt.storage_key == CRD_KEY:  # a CRD's schema is checked by crd_problems
+            return obj
+        self._unknown_fields(rt, decoded.unknown)
+        return decoded.obj
+
     def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-        """Server-side defaulting and validation (custom resources: their schema; CRDs; namespaces)."""
+        """Server-side decoding, defaulting and validation (built-in kinds: their OpenAPI schema and semantic
+        rules; custom resources: their schema; CRDs; namespaces)."""
         name = obj["metadata"]["name"]
+        if not rt.custom:
+            obj = self._decode_builtin(rt, obj)
+            causes = semantic_causes(rt.storage_key, obj)
+            if causes:
+                raise errors.invalid(rt.kind, rt.group, name, causes)
         if rt.storage_key == SECRET_KEY:
             normalize_secret(obj)
         if old is not None and rt.storage_key == SERVICE_KEY:
@@ -303,8 +348,11 @@ class Store:
                 raise errors.invalid(rt.kind, rt.group, name, causes)
             obj["status"] = self._crd_status(obj)
         if rt.custom and rt.openapi_schema is not None:
-            obj = prune_and_default(rt.openapi_schema, obj, root=True)
-            causes = validate(rt.openapi_schema, obj, "", MISSING if old is None else old, root=True)
+            dropped: list[str] = []
+            obj = prune_and_default(rt.openapi_schema, obj, root=True, dropped=dropped)
+            self._unknown_fields(rt, dropped)
+            causes = object_meta_causes(obj.get("metadata") or {})
+            causes += validate(rt.openapi_schema, obj, "", MISSING if old is None else old, root=True)
             if causes:
                 raise errors.invalid(rt.kind, rt.group, name, causes)
         return obj
@@ -341,7 +389,9 @@ class Store:
               subresource: str | None) -> dict[str, Any]:
         kind = content_type.split(";")[0].strip().lower()
         try:
-            body = yaml.safe_load(raw) if kind == APPLY_PATCH else json.loads(raw or b"null")
+            body = yaml.safe_load(raw) if kind == APPLY_PATCH else json.loads(raw or b"null", parse_constant=_no_constant)
+            if kind == APPLY_PATCH and _has_non_finite(body):
+                raise ValueError("json: unsupported value: NaN")
         except (ValueError, yaml.YAMLError) as e:
             raise errors.bad_request(f"error decoding patch: {e}") from e
         if kind == APPLY_PATCH and self._object_key(rt, namespace, name) not in self.objects[rt.storage_key]:

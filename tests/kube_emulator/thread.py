@@ -55,6 +55,8 @@ class EmulatorThread:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(_STOP_TIMEOUT)
+        if self._emulator is not None:
+            self._emulator.pod_exec.close()
         if self._thread.is_alive():
             raise RuntimeError(f"the Kubernetes API emulator did not stop within {_STOP_TIMEOUT} s")
         if self._failure is not None and exc is None:

@@ -80,7 +80,8 @@ def test_special_aliases_keep_their_spelling() -> None:
     assert isinstance(spec, HarnessPoolSpec) and spec.sandbox.local is not None
     assert spec.sandbox.local.memory_mib == 512
     dumped = spec.model_dump(exclude_none=True)
-    assert dumped["sandbox"] == {"local": {"cpuSeconds": 3600, "memoryMiB": 512}}
+    assert dumped["sandbox"] == {"local": {"cpuSeconds": 3600, "memoryMiB": 512, "network": "proxy",
+                                           "allowUnisolated": False}}
     e2b = {"template": "t", "apiKeySecret": {"name": "e2b"}, "proxyUrl": "https://proxy.example.com"}
     assert load_manifest(pool(sandbox={"e2b": e2b})).spec.model_dump()["sandbox"]["e2b"]["template"] == "t"
 
@@ -92,7 +93,7 @@ def test_errors_name_the_field_in_the_manifest_terms() -> None:
     assert "spec.engine.replicas: Input should be greater than or equal to 1" in message
     # A union member tag ('int', 'constrained-str') never leaks into the path.
     message = error_of(pool(resources={"limits": {"memory": "8 gigs"}}))
-    assert "spec.resources.limits.memory: String should match pattern" in message
+    assert "spec.resources.limits.memory: Input should be a Kubernetes quantity such as 2, 500m or 16Gi" in message
     assert "[" not in message.split("spec.resources.limits.memory")[1].split(":")[0]
 
 
@@ -196,3 +197,13 @@ def test_condition_rejects_a_lowercase_status() -> None:
         Condition.model_validate(
             {"type": "Ready", "status": "true", "reason": "X", "lastTransitionTime": "2026-01-01T00:00:00Z"}
         )
+
+
+def test_a_key_written_twice_is_an_error_not_the_last_one_wins(tmp_path: Path) -> None:
+    manifest = tmp_path / "pool.yaml"
+    manifest.write_text("apiVersion: harnessrl.io/v1alpha1\nkind: HarnessPool\nmetadata: {name: p}\n"
+                        "spec:\n  concurrency: 2\n  harness: {known: {name: codex}}\n  concurrency: 4\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(manifest)
+    assert "mapping key 'concurrency' is already defined above" in str(caught.value)
+    assert "line 7" in str(caught.value)

@@ -15,6 +15,9 @@ from harnessrl.operator.api.common import ApiModel, Rule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.kube_emulator.cel_rules import CelRule, evaluate_rule
+from tests.kube_emulator.values import MISSING
+
 
 def _ruled_models() -> list[type[ApiModel]]:
     found: set[type[ApiModel]] = set()
@@ -55,6 +58,8 @@ def test_every_rule_is_covered() -> None:
         "{instruction}",
         "'..'",
         "metadata.name",
+        "toleration",
+        "checkpointEvery",
     }
     for model in MODELS:
         for rule in model.rules:
@@ -125,3 +130,51 @@ def test_weight_sync_rule_agrees() -> None:
             ),
         )
         assert rule.check(instance) == cel_holds(rule, value) == (sync != "lora" or adapter == "lora")
+
+
+@pytest.mark.parametrize("key", [None, "", "gpu"])
+@pytest.mark.parametrize("operator", ["Exists", "Equal"])
+@pytest.mark.parametrize("value", [None, "", "yes"])
+@pytest.mark.parametrize("effect", [None, "NoSchedule", "NoExecute"])
+@pytest.mark.parametrize("seconds", [None, 30])
+def test_toleration_rules_agree(key: str | None, operator: str, value: str | None, effect: str | None,
+                                seconds: int | None) -> None:
+    fields = {"key": key, "operator": operator, "value": value, "effect": effect, "tolerationSeconds": seconds}
+    present = {k: v for k, v in fields.items() if v is not None}
+    instance = common.Toleration.model_construct(key=key, operator=operator, value=value, effect=effect,
+                                                 toleration_seconds=seconds)
+    for rule in common.Toleration.rules:
+        assert rule.check(instance) == cel_holds(rule, present), (rule.message, present)
+    # The API server's own rules (ValidateTolerations), which these stand in for:
+    server_ok = (not (operator == "Exists" and value) and (seconds is None or effect == "NoExecute")
+                 and (operator == "Exists" or bool(key)))
+    assert all(rule.check(instance) for rule in common.Toleration.rules) == server_ok
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 400), st.booleans())
+def test_export_cadence_rule_agrees(every: int, checkpoint: int, with_export: bool) -> None:
+    rule = only_rule(trainingrun.TrainingRunSpec, "checkpointEvery")
+    value: dict[str, Any] = {"learner": {"checkpointEvery": checkpoint}}
+    export = None
+    if with_export:
+        value["export"] = {"everySteps": every}
+        export = trainingrun.ExportSpec.model_construct(every_steps=every)
+    instance = trainingrun.TrainingRunSpec.model_construct(
+        export=export, learner=trainingrun.LearnerSpec.model_construct(checkpoint_every=checkpoint))
+    assert rule.check(instance) == cel_holds(rule, value) == (not with_export or every % checkpoint == 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(alphabet="aZ9-_./", max_size=12), st.from_regex(common.QUALIFIED_NAME, fullmatch=True),
+                 st.from_regex(common.RESOURCE_NAME, fullmatch=True)))
+def test_map_key_rules_agree(key: str) -> None:
+    for marker in (common.LABEL_KEYS, common.ANNOTATION_KEYS, common.RESOURCE_KEYS):
+        # The emulator's CEL (with the Kubernetes string library's lowerAscii), as the API server evaluates it.
+        in_cel = evaluate_rule(CelRule(rule=marker.cel(), message=marker.message), {key: "v"}, MISSING, "spec") is None
+        try:
+            marker._check({key: "v"})
+            in_python = True
+        except ValueError:
+            in_python = False
+        assert in_cel == in_python, (marker.message, key)

@@ -21,6 +21,8 @@ from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.proxy.config import ProxyConfig
 
+from tests.kube_emulator.builtin_rules import selector_matches, semantic_causes
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.31"
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())
@@ -289,3 +291,43 @@ def test_proxy_workers_get_their_own_ports_reachable_from_sandboxes() -> None:
     # One worker per replica (the default): the single port, as before.
     assert manifests()[("NetworkPolicy", "run-sandboxes")]["spec"]["egress"][0]["ports"] == [
         {"protocol": "TCP", "port": 8080}]
+
+
+def test_user_labels_never_override_the_operators_own() -> None:
+    clash = {"app.kubernetes.io/instance": "other", "app.kubernetes.io/component": "oops", "team": "ml"}
+    templates = 0
+    for (kind, name), manifest in manifests(pod={"labels": clash}).items():
+        template = (manifest.get("spec") or {}).get("template")
+        if template is None:
+            continue
+        templates += 1
+        labels = template["metadata"]["labels"]
+        assert labels["team"] == "ml", (kind, name)
+        assert labels["app.kubernetes.io/instance"] == "run", (kind, name)
+        assert labels["app.kubernetes.io/component"] != "oops", (kind, name)
+        selector = manifest["spec"].get("selector")
+        if selector is not None:  # a StatefulSet or Deployment still selects its own Pods
+            assert selector_matches(selector, labels), (kind, name)
+    assert templates >= 4
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_manifest_passes_the_api_servers_semantic_rules(variant: str) -> None:
+    """What kubernetes-validate cannot see (selectors, requests <= limits, label syntax): the emulator's rules."""
+    plurals = {"StatefulSet": ("apps", "statefulsets"), "Deployment": ("apps", "deployments"), "Job": ("batch", "jobs"),
+               "Service": ("", "services"), "ConfigMap": ("", "configmaps"), "Secret": ("", "secrets"),
+               "NetworkPolicy": ("networking.k8s.io", "networkpolicies")}
+    for (kind, name), manifest in manifests(**VARIANTS[variant]).items():
+        assert semantic_causes(plurals.get(kind, ("", kind.lower())), manifest) == [], (kind, name)
+
+
+def test_resource_amounts_compare_as_quantities() -> None:
+    """The API server stores quantities in canonical form (0.5 -> 500m, 1024Mi -> 1Gi): no drift, no patch."""
+    desired = {"spec": {"containers": [{"resources": {"requests": {"cpu": 0.5, "memory": "1024Mi"},
+                                                      "limits": {"cpu": 2, "nvidia.com/gpu": 1}}}]}}
+    live = {"spec": {"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                                   "limits": {"cpu": "2", "nvidia.com/gpu": "1"}}}]}}
+    assert not drifted(desired, live)
+    live["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "600m"
+    assert drifted(desired, live)
+    assert drifted({"requests": {"cpu": "1"}}, {"requests": {}}, "resources")

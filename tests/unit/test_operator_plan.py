@@ -90,8 +90,20 @@ def test_runner_configs_follow_their_pools() -> None:
     mini = runners["mini-swe-agent"].config
     assert isinstance(mini, RunnerConfig) and isinstance(mini.sandbox, LocalSandboxConfig)
     assert mini.sandbox.memory_mb == 8192
+    # Isolated by default: the pool must opt out, and the runner refuses to start unisolated otherwise.
+    assert mini.sandbox.network == "proxy" and mini.sandbox.allow_unisolated is False
     # The run's scheduling settings reach runner Pods too.
     assert runners["codex"].pod.priority_class_name == "training"
+
+
+def test_a_pool_that_allows_an_unisolated_local_sandbox_says_so_to_its_runner() -> None:
+    local = POOLS["mini-swe-agent"].model_dump(by_alias=True)
+    local["sandbox"]["local"] |= {"allowUnisolated": True, "network": "host"}
+    pools = {**POOLS, "mini-swe-agent": HarnessPoolSpec.model_validate(local)}
+    spec = TrainingRunSpec.model_validate(EXAMPLE["spec"])
+    plan = build_plan("run", "team", spec, pools, ClusterPlacement("team"), Images(registry="reg.io/h", tag="1.2"))
+    sandbox = {r.pool: r for r in plan.runners}["mini-swe-agent"].config.sandbox
+    assert isinstance(sandbox, LocalSandboxConfig) and sandbox.allow_unisolated and sandbox.network == "host"
 
 
 def test_custom_and_e2b_pools() -> None:

@@ -10,7 +10,7 @@ from harnessrl.runtime.harness.config import (
     LocalSandboxConfig,
     RunnerConfig,
 )
-from harnessrl.runtime.harness.sandboxes.base import SandboxProvider
+from harnessrl.runtime.harness.sandboxes.base import SandboxError, SandboxProvider
 
 
 def make_provider(config: RunnerConfig, hide: list[Path]) -> SandboxProvider:
@@ -32,4 +32,4 @@ def make_provider(config: RunnerConfig, hide: list[Path]) -> SandboxProvider:
     return E2BProvider(sandbox, pool=config.pool, runner_id=config.runner_id)
 
 
-__all__ = ["SandboxProvider", "make_provider"]
+__all__ = ["SandboxError", "SandboxProvider", "make_provider"]

@@ -53,6 +53,24 @@ def create_kwargs(config: E2BSandboxConfig, api_key: str, pool: str, runner_id: 
     return kwargs
 
 
+def infra_error(doing: str, exc: Exception) -> SandboxError:
+    """E2B's SDK errors as the runner's infrastructure error (the rollout is retried, never scored), named by kind:
+    its TimeoutException (a SandboxException, not the builtin TimeoutError), not found, rate limit (429), service
+    busy (503), authentication, and transport errors."""
+    from e2b import (
+        AuthenticationException,
+        NotFoundException,
+        RateLimitException,
+        ServiceBusyException,
+        TimeoutException,
+    )
+
+    kinds = [(TimeoutException, "timed out"), (NotFoundException, "sandbox not found"), (RateLimitException,
+             "rate limited"), (ServiceBusyException, "service busy"), (AuthenticationException, "authentication failed")]
+    kind = next((name for cls, name in kinds if isinstance(exc, cls)), type(exc).__name__)
+    return SandboxError(f"e2b {doing}: {kind}: {exc}")
+
+
 class E2BSandbox(remote.RemoteShellSandbox):
     kill_all = "pkill -9 -u user -f . 2>/dev/null; true"
 
@@ -69,17 +87,17 @@ class E2BSandbox(remote.RemoteShellSandbox):
         return public_url(url, str(self.provider.config.proxy_public_url))
 
     async def _sh(self, line: str, timeout_s: float) -> ExecResult:
-        from e2b import CommandExitException, SandboxException
+        from e2b import CommandExitException
 
         started = time.monotonic()
         try:
             res = await self.sbx.commands.run(line, timeout=timeout_s)
         except CommandExitException as exc:  # a non-zero exit is a result, not an error
             res = exc
-        except SandboxException as exc:
-            raise SandboxError(f"e2b sandbox command failed: {exc}") from exc
-        except TimeoutError:
-            return ExecResult(exit_code=-9, timed_out=True, duration_s=time.monotonic() - started)
+        except Exception as exc:
+            # The command's own limit is coreutils `timeout` inside (remote.shell_line); an SDK timeout here means
+            # the sandbox stopped answering. Gone, timed out, rate limited, unreachable: all infrastructure.
+            raise infra_error("running a command", exc) from exc
         return ExecResult(
             exit_code=res.exit_code, stdout=res.stdout or "", stderr=res.stderr or "", duration_s=time.monotonic() - started
         )
@@ -120,12 +138,12 @@ class E2BProvider(SandboxProvider):
                 await AsyncSandbox.kill(info.sandbox_id, api_key=self.api_key())
 
     async def open(self, rollout_id: str, task: Task) -> E2BSandbox:
-        from e2b import AsyncSandbox, SandboxException
+        from e2b import AsyncSandbox
 
         try:
             sbx = await AsyncSandbox.create(**create_kwargs(self.config, self.api_key(), self.pool, self.runner_id, rollout_id))
-        except SandboxException as exc:
-            raise SandboxError(f"creating an e2b sandbox: {exc}") from exc
+        except Exception as exc:
+            raise infra_error("creating a sandbox", exc) from exc
         sandbox = E2BSandbox(self, sbx, self.config.workdir)
         self.open_sandboxes.add(sandbox)
         try:

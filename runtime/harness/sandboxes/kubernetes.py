@@ -14,6 +14,7 @@ read as a directory there; the task files travel into the sandbox Pod through ex
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import secrets
@@ -125,6 +126,20 @@ def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: 
             ],
         },
     }
+
+
+def exit_code(ws: Any) -> int | None:
+    """The exit code in the Status the server sends on the error channel (3) when the command ends; None when the
+    stream ended without one (a dropped connection, where the client's own `returncode` raises TypeError)."""
+    try:
+        status = json.loads(ws.read_channel(3) or "null")
+        if status is None:
+            return None
+        if status.get("status") == "Success":
+            return 0
+        return int(status["details"]["causes"][0]["message"])
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
 
 
 class KubernetesSandbox(remote.RemoteShellSandbox):
@@ -244,9 +259,13 @@ class KubernetesProvider(SandboxProvider):
                     out.append(ws.read_stdout())
                 if ws.peek_stderr():
                     err.append(ws.read_stderr())
-            code = ws.returncode
+            code = None if timed_out else exit_code(ws)
+        except Exception as exc:  # websocket errors: the stream broke under the command
+            raise SandboxError(f"exec in pod {name} failed: {exc}") from exc
         finally:
             ws.close()
+        if code is None and not timed_out:
+            raise SandboxError(f"exec in pod {name}: the connection ended without the command's exit status")
         stdout, stderr = "".join(out)[-remote.MAX_INLINE_BYTES * 4 :], "".join(err)[-65536:]
         return ExecResult(exit_code=code if code is not None else -1, stdout=stdout, stderr=stderr, timed_out=timed_out)
 

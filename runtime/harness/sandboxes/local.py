@@ -1,26 +1,23 @@
-"""The local sandbox: a directory per rollout and the harness as a limited subprocess on this machine.
+"""The local sandbox: a directory per rollout and the harness in bubblewrap namespaces on this machine.
 
 Each rollout gets `base_dir/<prefix>-<rollout>-<random>/` (mode 0700) holding `home/`, `workspace/`,
 `tests/` and `logs/`. Commands run:
-- in their own session and process group, with RLIMIT_CPU / RLIMIT_DATA / RLIMIT_NPROC set before exec;
-- tagged with HARNESSRL_SANDBOX=<dir name> in their environment; on timeout, cancellation or close the group is
-  SIGKILLed and then every process still carrying the tag (a daemon that left the group) is too, so nothing a
-  harness starts outlives its rollout;
-- when the runner is root (isolation "auto" or "namespace"), in a private mount namespace where `base_dir` is an
-  empty tmpfs except for the rollout's own directory, and the task source and the proxy admin token are hidden:
-  a rollout cannot see another's workspace or the graders' expected answers. Without root this isolation is
-  off ("auto") and only the directory modes separate rollouts (which do not stop a same-uid process).
-
-Network: not restricted here. Limiting a local process to the proxy needs a network namespace plus a forwarder
-or firewall rules on the host, which this sandbox does not change; the kubernetes sandbox enforces it with a
-NetworkPolicy.
+- under bubblewrap (bwrap.py): their own mount namespace (read-only system and tool directories, read-write only
+  the rollout's own directory: no other rollout, no task source, no token file), PID namespace (no other process
+  to see or signal; all of it dies with the command), and network namespace whose only way out is a relay to the
+  session's proxy (netrelay.py; `proxy_url` names the address inside);
+- as an unprivileged uid (`run_as_uid`) when the runner is root, which also makes RLIMIT_NPROC bind;
+- in their own session and process group, with RLIMIT_CPU / RLIMIT_DATA / RLIMIT_FSIZE / RLIMIT_NPROC set before
+  exec, tagged with HARNESSRL_SANDBOX=<dir name>; on timeout, cancellation or close the group is SIGKILLed and
+  then every process still carrying the tag is too.
+Where bubblewrap cannot run, `start` refuses unless the pool allows unisolated sandboxes (`allow_unisolated`);
+those run the command as a plain limited subprocess.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import re
@@ -28,11 +25,15 @@ import resource
 import secrets
 import shutil
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from harnessrl.runtime.harness.config import LocalSandboxConfig
+from harnessrl.runtime.harness.sandboxes import bwrap, netrelay
 from harnessrl.runtime.harness.sandboxes.base import (
     OUTPUT_LIMIT,
     ExecResult,
@@ -45,54 +46,25 @@ from harnessrl.runtime.harness.tasks import Task
 log = logging.getLogger(__name__)
 
 MARKER_ENV = "HARNESSRL_SANDBOX"
-CLONE_NEWNS = 0x00020000
-MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 
 
-def _libc_call(name: str, *args: object) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if getattr(libc, name)(*args) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{name}: {os.strerror(err)}")
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    def enc(s: str | None) -> bytes | None:
-        return s.encode() if s is not None else None
-
-    _libc_call("mount", enc(source), target.encode(), enc(fstype), ctypes.c_ulong(flags), enc(data))
-
-
-def isolate_mounts(base_dir: Path, own_dir: Path, hide: list[Path]) -> None:
-    """In the calling (child) process: a private mount namespace where base_dir shows only own_dir and
-    each path in `hide` is masked (a directory by an empty tmpfs, a file by /dev/null). Needs root."""
-    _libc_call("unshare", CLONE_NEWNS)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    own_fd = os.open(own_dir, os.O_PATH | os.O_DIRECTORY)
-    for path in hide:
-        if path.is_dir():
-            _mount("tmpfs", str(path), "tmpfs", 0, "mode=000,size=4k")
-        elif path.exists():
-            _mount("/dev/null", str(path), None, MS_BIND, None)
-    _mount("tmpfs", str(base_dir), "tmpfs", 0, "mode=0711,size=64k")
-    os.makedirs(own_dir, mode=0o700, exist_ok=True)
-    _mount(f"/proc/self/fd/{own_fd}", str(own_dir), None, MS_BIND | MS_REC, None)
-    os.close(own_fd)
-
-
-def child_setup(
-    limits: list[tuple[int, int, int]], isolation: Callable[[], None] | None, cwd: str
-) -> Callable[[], None]:
-    """The preexec function: rlimits, then the mount isolation, then back into the workspace."""
+def child_setup(limits: list[tuple[int, int, int]]) -> Callable[[], None]:
+    """The preexec function: the rlimits (inherited through bwrap by the harness)."""
 
     def setup() -> None:
         for which, soft, hard in limits:
             resource.setrlimit(which, (soft, hard))
-        if isolation is not None:
-            isolation()
-        os.chdir(cwd)
 
     return setup
+
+
+def inside_url(url: str) -> tuple[str, tuple[str, int]]:
+    """A proxy URL as the sandbox reaches it (loopback, same port) and the host:port it is relayed to."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        raise SandboxError(f"proxy URL {url!r} names no host")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return urlunsplit((parts.scheme, f"127.0.0.1:{port}", parts.path, parts.query, parts.fragment)), (parts.hostname, port)
 
 
 def rlimits(config: LocalSandboxConfig) -> list[tuple[int, int, int]]:
@@ -103,6 +75,8 @@ def rlimits(config: LocalSandboxConfig) -> list[tuple[int, int, int]]:
         out.append((resource.RLIMIT_DATA, config.memory_mb * 1024 * 1024, config.memory_mb * 1024 * 1024))
     if config.max_processes is not None:
         out.append((resource.RLIMIT_NPROC, config.max_processes, config.max_processes))
+    if config.max_file_mb is not None:
+        out.append((resource.RLIMIT_FSIZE, config.max_file_mb * 1024 * 1024, config.max_file_mb * 1024 * 1024))
     return out
 
 
@@ -164,6 +138,19 @@ class LocalSandbox(Sandbox):
         self.logs_dir = str(root / "logs")
         self._runs = 0
         self._closed = False
+        # Inside port -> (host, port) of the proxy it is relayed to, and the relays' runner-side halves.
+        self.forwards: dict[int, tuple[str, int]] = {}
+        self.forwarders: dict[int, netrelay.UnixForwarder] = {}
+        self.relay_dir: Path | None = None
+
+    def proxy_url(self, url: str) -> str:
+        if not self.provider.isolates_network:
+            return url
+        inside, target = inside_url(url)
+        port = target[1]
+        if self.forwards.setdefault(port, target) != target:
+            raise SandboxError(f"sandbox {self.name}: port {port} already relays to {self.forwards[port]}")
+        return inside
 
     def _inside(self, path: str) -> Path:
         resolved = Path(os.path.normpath(path))
@@ -171,12 +158,26 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"path {path} is outside the sandbox {self.root}")
         return resolved
 
+    def _own(self, path: Path) -> None:
+        """Hand what the runner wrote to the harness's uid (a root runner drops to another)."""
+        uid = self.provider.drop_to
+        if uid is None:
+            return
+        for parent in [path, *path.parents]:
+            if not parent.is_relative_to(self.root):
+                break
+            os.chown(parent, uid, uid)
+        if path.is_dir():
+            for sub in path.rglob("*"):
+                os.chown(sub, uid, uid, follow_symlinks=False)
+
     async def write_files(self, files: dict[str, str]) -> None:
         for path, content in files.items():
             target = self._inside(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
             target.chmod(0o600)
+            self._own(target)
 
     async def read_file(self, path: str) -> str | None:
         target = self._inside(path)
@@ -186,7 +187,40 @@ class LocalSandbox(Sandbox):
             return None
 
     async def put_tests(self, task: Task) -> None:
-        shutil.copytree(task.tests_dir, self.tests_dir, dirs_exist_ok=True)
+        # Whatever the harness left where the verifier writes (a planted reward file) must not be graded.
+        for d in (Path(self.tests_dir), Path(self.logs_dir)):
+            shutil.rmtree(d, ignore_errors=True)
+        (Path(self.logs_dir) / "verifier").mkdir(mode=0o700, parents=True)
+        shutil.copytree(task.tests_dir, self.tests_dir)
+        self._own(Path(self.tests_dir))
+        self._own(Path(self.logs_dir))
+
+    async def _start_forwarders(self) -> list[str]:
+        """The `PORT=SOCKET` arguments of netrelay's inside half, its outside halves listening."""
+        if self.relay_dir is None:
+            self.relay_dir = Path(tempfile.mkdtemp(prefix="hrl-relay-"))
+            self.relay_dir.chmod(0o711)
+        specs = []
+        for port, (host, target_port) in self.forwards.items():
+            if port not in self.forwarders:
+                forwarder = netrelay.UnixForwarder(self.relay_dir / f"{port}.sock", host, target_port)
+                try:
+                    await forwarder.start()
+                except OSError as exc:
+                    raise SandboxError(f"cannot relay the proxy into sandbox {self.name}: {exc}") from exc
+                self.forwarders[port] = forwarder
+            specs.append(f"{port}={bwrap.RELAY_DIR}/{port}.sock")
+        return specs
+
+    async def command(self, argv: list[str], workdir: str) -> list[str]:
+        plan = self.provider.plan_for(self.root)
+        if plan is None:
+            return argv
+        if self.forwards:
+            relay = [sys.executable, "-I", "-S", netrelay.__file__, *await self._start_forwarders(), "--"]
+            argv = [*relay, *argv]
+            plan = plan.model_copy(update={"binds": ((self.relay_dir, bwrap.RELAY_DIR),)})
+        return bwrap.bwrap_argv(plan, argv, workdir)
 
     async def run(
         self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None
@@ -197,29 +231,33 @@ class LocalSandbox(Sandbox):
         io_dir = self.root / "io"
         io_dir.mkdir(exist_ok=True)
         out_path, err_path = io_dir / f"{self._runs}.out", io_dir / f"{self._runs}.err"
+        workdir = cwd or self.workspace
         full_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
             **env,
             "HOME": self.home,
-            "PWD": cwd or self.workspace,  # some CLIs take their project directory from $PWD, not getcwd()
+            "PWD": workdir,  # some CLIs take their project directory from $PWD, not getcwd()
             "TMPDIR": str(self.root / "tmp"),
             MARKER_ENV: self.name,
         }
-        (self.root / "tmp").mkdir(exist_ok=True)
-        workdir = cwd or self.workspace
+        tmp = self.root / "tmp"
+        if not tmp.exists():
+            tmp.mkdir()
+            self._own(tmp)
+        command = await self.command(argv, workdir)
         started = time.monotonic()
         with out_path.open("wb") as out, err_path.open("wb") as err:
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *argv,
+                    *command,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
                     env=full_env,
                     cwd=workdir,
                     start_new_session=True,  # its own session and process group: killed as one
-                    preexec_fn=child_setup(self.provider.limits, self.provider.isolation_for(self.root), workdir),
+                    preexec_fn=child_setup(self.provider.limits),
                 )
             except (OSError, ValueError) as exc:
                 raise SandboxError(f"cannot start {argv[0]!r}: {exc}") from exc
@@ -251,39 +289,60 @@ class LocalSandbox(Sandbox):
             return
         self._closed = True
         await asyncio.to_thread(kill_tagged, self.name)
+        for forwarder in self.forwarders.values():
+            await forwarder.close()
+        if self.relay_dir is not None:
+            shutil.rmtree(self.relay_dir, ignore_errors=True)
         if not self.provider.config.keep:
             await asyncio.to_thread(shutil.rmtree, self.root, True)
         self.provider.forget(self)
 
 
 class LocalProvider(SandboxProvider):
-    """Local sandboxes under config.base_dir. `prefix` names this runner's sandboxes (for reaping)."""
+    """Local sandboxes under config.base_dir. `prefix` names this runner's sandboxes (for reaping); `hide`: paths
+    masked should they fall under a directory the sandbox can read (the task source, the token files)."""
 
-    def __init__(
-        self,
-        config: LocalSandboxConfig,
-        prefix: str = "rollout",
-        hide: list[Path] | None = None,
-        isolation: str = "auto",
-    ) -> None:
-        if isolation not in ("auto", "namespace", "none"):
-            raise ValueError(f"isolation must be auto, namespace or none, not {isolation!r}")
+    def __init__(self, config: LocalSandboxConfig, prefix: str = "rollout", hide: list[Path] | None = None) -> None:
         self.config = config
         self.base_dir = config.base_dir.resolve()
         self.prefix = re.sub(r"[^A-Za-z0-9_.-]", "-", prefix)
         self.hide = [p.resolve() for p in hide or []]
         self.limits = rlimits(config)
-        self.namespaces = isolation == "namespace" or (isolation == "auto" and os.geteuid() == 0)
+        self.drop_to = config.run_as_uid if os.geteuid() == 0 else None
+        self.isolated = False  # known after start()
         self.open_sandboxes: dict[str, LocalSandbox] = {}
+        protected = [Path.cwd().resolve(), self.base_dir, *self.hide]
+        roots = bwrap.tool_roots(os.environ.get("PATH", ""), protected)
+        self.read_only = (*roots, *(p.resolve() for p in config.read_only_paths), Path(netrelay.__file__).resolve())
 
-    def isolation_for(self, root: Path) -> Callable[[], None] | None:
-        if not self.namespaces:
+    @property
+    def isolates_network(self) -> bool:
+        return self.isolated and self.config.network == "proxy"
+
+    def plan_for(self, rollout_dir: Path) -> bwrap.BwrapPlan | None:
+        if not self.isolated:
             return None
-        return lambda: isolate_mounts(self.base_dir, root, self.hide)
+        return bwrap.BwrapPlan(
+            bwrap="bwrap", rollout_dir=rollout_dir, read_only=self.read_only, hide=tuple(self.hide),
+            share_net=self.config.network == "host", drop_to=self.drop_to,
+        )
 
     async def start(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.base_dir.chmod(0o711)
+        self.isolated = True
+        plan = self.plan_for(self.base_dir)
+        assert plan is not None
+        why = await asyncio.to_thread(bwrap.probe, plan)
+        if why is not None:
+            self.isolated = False
+            if not self.config.allow_unisolated:
+                raise SandboxError(
+                    f"the local sandbox cannot isolate rollouts on this machine: {why}. Install it, or set "
+                    "sandbox.local.allowUnisolated: true to run harnesses as plain subprocesses that can read "
+                    "everything this runner's user can"
+                )
+            log.warning("local sandbox NOT isolated (allowUnisolated): %s", why)
         # Whatever an earlier runner with this prefix left: its processes, then its directories.
         killed = await asyncio.to_thread(kill_tagged, f"{self.prefix}-")
         stale = [d for d in self.base_dir.iterdir() if d.is_dir() and d.name.startswith(f"{self.prefix}-")]
@@ -295,6 +354,7 @@ class LocalProvider(SandboxProvider):
     async def open(self, rollout_id: str, task: Task) -> LocalSandbox:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "-", rollout_id)[:64]
         root = self.base_dir / f"{self.prefix}-{safe}-{secrets.token_hex(4)}"
+        sandbox = LocalSandbox(self, root)
         try:
             root.mkdir(mode=0o700, parents=False)
             for sub in ("home", "workspace", "tests", "logs/verifier"):
@@ -303,10 +363,10 @@ class LocalProvider(SandboxProvider):
                 shutil.copytree(
                     task.environment_dir, root / "workspace", dirs_exist_ok=True, ignore=shutil.ignore_patterns(".keep")
                 )
+            sandbox._own(root)
         except OSError as exc:
             shutil.rmtree(root, ignore_errors=True)
             raise SandboxError(f"cannot create a sandbox under {self.base_dir}: {exc}") from exc
-        sandbox = LocalSandbox(self, root)
         self.open_sandboxes[sandbox.name] = sandbox
         return sandbox
 
