@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
+from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, SecretKeyRef
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
@@ -24,6 +25,15 @@ from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.versions import pin
 from harnessrl.runtime.learner import config as learner_cfg
 from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.memory import (
+    GIB,
+    KNOWN_SHAPES,
+    MemoryPlan,
+    ModelShape,
+    TrainingSetup,
+    fits,
+    plan_memory,
+)
 from harnessrl.runtime.proxy.config import AdmissionLimits, ProxyConfig
 from harnessrl.runtime.proxy.workers import worker_ports
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -45,11 +55,15 @@ RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
 NCCL_ENGINE_ARGS = ["--weight-transfer-config", '{"backend":"nccl"}']
 NCCL_ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 NCCL_PORT = 29551
+# The longest sequence the memory plan assumes when engine.maxModelLen is empty (Qwen3's native context).
+DEFAULT_CONTEXT_TOKENS = 32768
 ADAPTER_STORE_PORT = 8001
 
 
 class PlanError(ValueError):
     """The spec cannot be turned into components (a missing pool, a combination no component supports)."""
+
+    reason = R.INVALID_SPEC
 
 
 class ComponentKind(StrEnum):
@@ -316,9 +330,6 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         # Engine Pods cannot read the learner's checkpoint volume, and nothing would restart them on new weights.
         raise PlanError("engine.weightSync restart runs only in `harnessrl run`; in a cluster use lora (with "
                         "model.adapter.lora) or nccl (full weights on GPUs)")
-    if nccl and engine.replicas > 1:
-        # One NCCL transfer group per learner: the learner broadcasts to one engine.
-        raise PlanError(f"engine.weightSync nccl supports one engine replica, not {engine.replicas}")
     if model.base.hub is not None:
         # vLLM downloads hub weights itself; a revision other than main is passed through.
         source = model.base.hub.repo
@@ -419,6 +430,7 @@ def _learner(
         # The NCCL transfer sends one process's whole weights; a sharded (FSDP2) learner has only its shards.
         raise PlanError(f"engine.weightSync nccl needs a learner on one GPU, not learner.gpus {learner.gpus} × "
                         f"learner.nodes {learner.nodes}: use one GPU, or weightSync lora with model.adapter.lora")
+    check_learner_memory(spec)
     lora = model.adapter.lora
     adapter = (
         learner_cfg.AdapterConfig(
@@ -448,6 +460,7 @@ def _learner(
             # The learner trains in bf16 or fp32; fp16 serving still trains in the learner's default.
             dtype="auto" if model.dtype == "float16" else model.dtype,
             device="cuda" if learner.gpus else "cpu",
+            gradient_checkpointing=gradient_checkpointing(spec),
         ),
         adapter=adapter,
         grpo=learner_cfg.GrpoConfig(
@@ -460,7 +473,12 @@ def _learner(
             groups_per_step=grpo.batch,
             seed=grpo.seed,
             max_grad_norm=grpo.max_grad_norm or None,
-            **({"micro_batch_tokens": grpo.max_tokens_per_step} if grpo.max_tokens_per_step else {}),
+            max_tokens_per_step=grpo.max_tokens_per_step,
+            micro_batch_tokens=learner.micro_batch_tokens,
+            loss_type=grpo.loss_type,
+            scale_rewards=grpo.scale_rewards,
+            tis_cap=grpo.tis_cap,
+            **({"dr_grpo_tokens": spec.engine.max_model_len} if spec.engine.max_model_len else {}),
         ),
         reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale),
         harnesses=[
@@ -501,11 +519,67 @@ def _learner(
         gpus=learner.gpus,
         resources=learner.resources,
         ports=[Port(name="http", port=placement.learner_port)]
-        + ([Port(name="nccl", port=NCCL_PORT)] if spec.engine.weight_sync == "nccl" else []),
+        # One weight-transfer group per engine replica, each rendezvousing on its own port.
+        + ([Port(name=f"nccl-{i}", port=NCCL_PORT + i) for i in range(spec.engine.replicas)]
+           if spec.engine.weight_sync == "nccl" else []),
         config=config,
         secrets=secrets,
         pod=spec.pod,
     )
+
+
+class LearnerMemoryError(PlanError):
+    """The learner's memory plan does not fit its GPUs."""
+
+    reason = R.LEARNER_MEMORY_TOO_SMALL
+
+
+def memory_setup(spec: TrainingRunSpec, checkpointing: bool) -> TrainingSetup:
+    lora = spec.model.adapter.lora
+    return TrainingSetup(
+        lora_rank=lora.rank if lora is not None else None,
+        lora_targets=lora.target_modules if lora is not None else [],
+        micro_batch_tokens=spec.learner.micro_batch_tokens,
+        max_sequence_tokens=spec.engine.max_model_len or DEFAULT_CONTEXT_TOKENS,
+        gradient_checkpointing=checkpointing,
+        gpus=max(spec.learner.gpus, 1) * spec.learner.nodes,  # FSDP2 shards over every node's GPUs
+        gpu_memory_bytes=spec.learner.gpu_memory_gib * GIB,
+    )
+
+
+def model_shape(spec: TrainingRunSpec) -> ModelShape | None:
+    hub = spec.model.base.hub
+    return KNOWN_SHAPES.get(hub.repo) if hub is not None else None
+
+
+def gradient_checkpointing(spec: TrainingRunSpec) -> bool:
+    """learner.gradientCheckpointing; auto = on for a GPU learner unless its memory plan fits without it."""
+    setting = spec.learner.gradient_checkpointing
+    if setting != "auto":
+        return setting == "on"
+    if spec.learner.gpus == 0:
+        return False
+    shape = model_shape(spec)
+    if shape is None:
+        return True
+    setup = memory_setup(spec, checkpointing=False)
+    return not fits(plan_memory(shape, setup), setup)
+
+
+def check_learner_memory(spec: TrainingRunSpec) -> MemoryPlan | None:
+    """The learner's memory plan on its GPUs; raises LearnerMemoryError, with the numbers, if it cannot fit."""
+    shape = model_shape(spec)
+    if spec.learner.gpus == 0 or shape is None:
+        return None
+    setup = memory_setup(spec, gradient_checkpointing(spec))
+    plan = plan_memory(shape, setup)
+    if not fits(plan, setup):
+        raise LearnerMemoryError(
+            f"the learner needs about {plan.peak / GIB:.0f} GiB per GPU, more than learner.gpuMemoryGib "
+            f"{spec.learner.gpu_memory_gib}: {plan.summary()}; lower learner.microBatchTokens or "
+            "engine.maxModelLen, turn on learner.gradientCheckpointing, or add learner.gpus"
+        )
+    return plan
 
 
 def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement) -> learner_cfg.EvalSchedule | None:

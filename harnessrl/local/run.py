@@ -45,6 +45,7 @@ from harnessrl.operator.plan import (
     Plan,
     PlanError,
     build_plan,
+    check_learner_memory,
     eval_task_ids_file,
 )
 from harnessrl.runtime.engine.config import EngineConfig
@@ -323,6 +324,8 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     spec = run.spec
     if args.steps is not None:
         spec = spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"steps": args.steps})})
+    # Before any download: a run whose learner cannot fit its GPUs is refused as the operator refuses it.
+    check_learner_memory(spec)
     volumes = parse_mapping(args.volume, "--volume")
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)

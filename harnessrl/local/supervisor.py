@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from harnessrl.runtime.learner.failure import EXIT_FAILED
+
 
 class SupervisorError(RuntimeError):
     """A component did not become healthy, or crashed more often than its restart budget allows."""
@@ -113,6 +115,9 @@ class Supervisor:
             if code == 0 and managed.spec.done_on_clean_exit:
                 managed.popen = None
                 continue
+            if code == EXIT_FAILED:
+                # The component said no restart can help (the learner's LearnerFailure): stop with its reason.
+                raise SupervisorError(f"{managed.spec.name} failed and is not restarted: {_last_line(managed.spec.log)}")
             if managed.restarts >= self.restart_budget:
                 raise SupervisorError(
                     f"{managed.spec.name} exited with status {code} and has used its {self.restart_budget} "
@@ -143,6 +148,14 @@ class Supervisor:
         deadline = time.monotonic() + grace_s
         for managed in reversed(self.procs):
             _reap(managed.popen, deadline)
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return f"see {log}"
+    return f"{lines[-1] if lines else ''} (see {log})"
 
 
 def _reap(popen: subprocess.Popen[bytes] | None, deadline: float) -> None:

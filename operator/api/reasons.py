@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harnessrl.runtime.learner import failure
+
 
 @dataclass(frozen=True)
 class Documented:
@@ -76,5 +78,21 @@ CHILD_REFUSED = _reason(
     warning=True,
 )
 INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
+LEARNER_MEMORY_TOO_SMALL = _reason(
+    "LearnerMemoryTooSmall", "the learner's memory plan exceeds its GPUs (spec.learner.gpuMemoryGib)", warning=True
+)
+# The learner ends itself with these (runtime/learner/failure.py): no restart can help, the run fails at once.
+WEIGHT_SYNC_UNSUPPORTED = _reason(
+    failure.WEIGHT_SYNC_UNSUPPORTED, "the engine lacks vLLM's weight-transfer API, or CUDA is missing", warning=True
+)
+WEIGHT_SYNC_REJECTED = _reason(
+    failure.WEIGHT_SYNC_REJECTED, "the engine refused a weight transfer (a version or config mismatch)", warning=True
+)
+WEIGHT_SYNC_FAILED = _reason(
+    failure.WEIGHT_SYNC_FAILED, "publishing weights to the engine kept failing for the whole retry window", warning=True
+)
+WEIGHT_SYNC_HUNG = _reason(
+    failure.WEIGHT_SYNC_HUNG, "a weight transfer did not finish in time: the communicator is unusable", warning=True
+)
 
 WARNING_REASONS = frozenset(r.name for r in REASONS.values() if r.warning)

@@ -175,9 +175,31 @@ class GrpoSpec(ApiModel):
     )
     max_tokens_per_step: int | None = Field(
         default=None,
-        ge=1,
+        ge=16,
         le=1_000_000_000,
-        description="Cap on trained tokens per step; longer batches are split into micro-batches.",
+        description="Most tokens one optimiser update trains on; a step with more is split, in order, into "
+        "several updates (nothing is dropped). One update per step when empty. The size of a forward pass is "
+        "learner.microBatchTokens.",
+    )
+    loss_type: Literal["dapo", "grpo", "dr_grpo"] = Field(
+        default="dapo",
+        description="How token losses are averaged (TRL's loss_type): dapo over every loss token of the update; "
+        "grpo per sequence, then over sequences (favours short sequences); dr_grpo summed per sequence over a "
+        "constant length (engine.maxModelLen, or 32768).",
+    )
+    scale_rewards: Literal["batch", "group", "none"] = Field(
+        default="batch",
+        description="Advantage = reward − group mean, divided by the std of every reward in the step (batch), "
+        "of the group (group), or not at all (none; Dr. GRPO). batch by default: per-group std turns an "
+        "all-solved group's small efficiency-bonus differences into advantages larger than solving a task.",
+    )
+    tis_cap: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1000.0,
+        description="Truncated importance sampling: weight each token's loss by min(π_learner/π_engine, tisCap). "
+        "Off when empty: the ratio is already taken against the engine's own sampled logprobs; TIS costs one "
+        "extra forward pass per micro-batch.",
     )
     max_grad_norm: float = Field(
         default=1.0,
@@ -300,6 +322,27 @@ class LearnerSpec(ApiModel):
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory of the learner Pod."
+    )
+    micro_batch_tokens: int = Field(
+        default=16384,
+        ge=16,
+        le=4_194_304,
+        description="Tokens of one forward/backward pass; gradients accumulate over a step's micro-batches, so "
+        "the update is the same for any value. A sequence longer than this is a micro-batch of its own.",
+    )
+    gradient_checkpointing: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Recompute activations in the backward pass (less memory, ~30% more compute). auto: on "
+        "when the learner trains on GPUs and the memory plan without it does not fit (or the model's shape is "
+        "not known to the operator); off on CPU.",
+    )
+    gpu_memory_gib: int = Field(
+        default=80,
+        ge=1,
+        le=4096,
+        description="Memory of each learner GPU. The operator refuses a spec whose memory plan (weights, "
+        "optimizer states, activations of the largest micro-batch, logits) exceeds it, when it knows the model's "
+        "shape (a Qwen3 model from the Hub).",
     )
     checkpoint_every: int = Field(
         default=50, ge=1, le=1_000_000, description="Save a checkpoint every N steps."

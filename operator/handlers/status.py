@@ -29,6 +29,7 @@ from harnessrl.operator.api.reasons import (
 from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition
 from harnessrl.operator.api.trainingrun import RolloutCounts, TrainingRunSpec, TrainingRunStatus
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
+from harnessrl.runtime.learner.failure import parse_termination_message
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
@@ -152,6 +153,9 @@ def run_status(
     elif not finished and failed:
         reason = R.RESTART_BUDGET_EXHAUSTED if failed.get("reason") == "BackoffLimitExceeded" else R.LEARNER_FAILED
         detail = failed.get("message") or "the learner failed"
+        # A learner that ended itself with a reason (runtime/learner/failure.py) left it in its termination log.
+        if (said := learner_termination(_pods_of(observed.pods, "learner"))) is not None:
+            reason, detail = said
         put(FAILED, "True", reason, f"{detail} (restart budget {spec.learner.restart_budget})")
         put(COMPLETE, "False", reason, "")
         finished = True
@@ -208,6 +212,16 @@ def run_status(
             }
         )
     return status
+
+
+def learner_termination(pods: list[Manifest]) -> tuple[str, str] | None:
+    """(reason, message) from the newest learner Pod's termination message, if the learner wrote one."""
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (cs.get("state") or {}).get("terminated") or {}
+            if cs.get("name") == "learner" and (said := parse_termination_message(terminated.get("message") or "")):
+                return said
+    return None
 
 
 def _harnesses_condition(observed: Observed, pods: list[Manifest]) -> tuple[ConditionStatus, str, str]:

@@ -174,7 +174,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     try:
         plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
     except PlanError as exc:
-        reason = R.HARNESS_POOL_NOT_FOUND if len(pools) < len(wanted) else R.INVALID_SPEC
+        reason = R.HARNESS_POOL_NOT_FOUND if len(pools) < len(wanted) else exc.reason
         _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
         return
     if plan.learner.replicas > 1 and not kube.serves(JOBSET_GROUP_VERSION):

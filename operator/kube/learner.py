@@ -25,6 +25,7 @@ from harnessrl.operator.kube.common import (
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
 from harnessrl.operator.plan import CLUSTER_PATHS, Plan
+from harnessrl.runtime.learner.failure import EXIT_FAILED
 
 # On a Job whose admission Kueue manages: the operator leaves `spec.suspend` to Kueue.
 KUEUE_ADMITTED = "harnessrl.io/admitted-by-kueue"
@@ -88,13 +89,20 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "ports": container_ports(learner),
         "resources": resources(learner),
         "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     multi_node = learner.replicas > 1
     if multi_node:
         container["ports"] = [*container["ports"], {"name": "rdzv", "containerPort": RDZV_PORT, "protocol": "TCP"}]
     else:
-        # Pods other than the first serve no coordinator: a probe would keep them unready for ever.
+        # Probes only here: in a JobSet, Pods other than the first serve no coordinator, so a probe would keep
+        # them unready for ever (or kill them).
         container["readinessProbe"] = http_probe("/healthz", period=10, failures=3)
+        # The event loop serves /healthz while steps and transfers run in threads: a learner that stops
+        # answering for 5 minutes is wedged, and a restart resumes from its checkpoint. Loading the weights
+        # and replaying the journal come first, so the liveness check waits for a first answer (up to 30 min).
+        container["startupProbe"] = http_probe("/healthz", period=30, failures=60)
+        container["livenessProbe"] = http_probe("/healthz", period=30, failures=10)
     spec = {
         "restartPolicy": "Never",
         "initContainers": [*model_inits, *index_inits],
@@ -114,6 +122,12 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "parallelism": learner.replicas,
         # Never two learners on one checkpoint volume: a replacement starts once the failed Pod is gone.
         "podReplacementPolicy": "Failed",
+        # The learner exits with EXIT_FAILED when no restart can help (runtime/learner/failure.py): the run
+        # fails at once with the reason in its termination message, instead of spending the restart budget.
+        "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "learner", "operator": "In",
+                                                  "values": [EXIT_FAILED]}},
+        ]},
         "template": pod,
     }
     claim = checkpoint_claim(plan, owner)
@@ -140,7 +154,10 @@ def jobset(plan: Plan, meta: Manifest, job_spec: Manifest) -> Manifest:
         "spec": {
             "suspend": job_suspended(plan),
             "network": {"enableDNSHostnames": True, "subdomain": nodes_subdomain(plan), "publishNotReadyAddresses": True},
-            "failurePolicy": {"maxRestarts": plan.restart_budget},
+            # A Job failed by its podFailurePolicy (the learner's EXIT_FAILED) fails the JobSet without a restart.
+            "failurePolicy": {"maxRestarts": plan.restart_budget, "rules": [
+                {"name": "learner-gave-up", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
+            ]},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [REPLICATED_JOB]},
             "replicatedJobs": [{
                 "name": REPLICATED_JOB,

@@ -53,9 +53,14 @@ class GrpoConfig(_Cfg):
     # DAPO-style asymmetric clip of the ratio pi/pi_behaviour: [1 - clip_low, 1 + clip_high].
     clip_low: float = Field(0.2, ge=0, le=1)
     clip_high: float = Field(0.28, ge=0)
-    # How token losses are averaged: "dapo" = over all loss tokens of the step (TRL loss_type="dapo");
-    # "grpo" = per sequence, then over sequences (TRL loss_type="grpo").
-    loss_type: Literal["dapo", "grpo"] = "dapo"
+    # How token losses are averaged (TRL's loss_type): "dapo" = over all loss tokens of the update; "grpo" = per
+    # sequence, then over sequences; "dr_grpo" = summed per sequence, divided by sequences × dr_grpo_tokens
+    # (a constant, so no length bias).
+    loss_type: Literal["dapo", "grpo", "dr_grpo"] = "dapo"
+    dr_grpo_tokens: int = Field(32768, ge=1, description="dr_grpo's constant: the longest sequence trained")
+    # Advantages (TRL's scale_rewards): r - group mean, divided by the group's std ("group"), by the std of all
+    # the step's rewards ("batch"), or not at all ("none", Dr. GRPO). See reward.scale_batch.
+    scale_rewards: Literal["group", "batch", "none"] = "batch"
     # Truncated importance sampling: multiply token losses by min(exp(logp_trainer_old - logp_engine), cap)
     # to correct for engine/trainer mismatch. None = off.
     tis_cap: float | None = Field(None, gt=0)
@@ -68,10 +73,15 @@ class GrpoConfig(_Cfg):
     # Without it, a policy that solves nearly everything makes each step wait for ever rarer mixed groups, and
     # one that solves everything never steps again. Default 3 x groups_per_step.
     max_groups_per_step: int | None = Field(None, ge=1)
-    micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one packed micro-batch")
+    micro_batch_tokens: int = Field(16384, ge=16, description="token budget of one forward/backward pass")
+    # Concatenate a micro-batch's sequences into one row (positions restart per sequence) instead of padding
+    # rows to the longest: no padding token is computed (packing.pack_flat).
+    padding_free: bool = True
     # Optimizer updates per step: the step's sequences are split into this many mini-batches, each one
     # update; within a mini-batch, gradients accumulate over its packed micro-batches.
     mini_batches: int = Field(1, ge=1, le=64)
+    # Most tokens one update trains on: a mini-batch with more is split (in order) into further updates.
+    max_tokens_per_step: int | None = Field(None, ge=16)
     adv_epsilon: float = Field(1e-4, gt=0)
     seed: int = 0
 
@@ -188,9 +198,11 @@ class EngineLink(_Cfg):
     urls: list[str] = Field(min_length=1, max_length=256, description="vLLM OpenAI-server base URLs")
     sync: SyncMode = SyncMode.lora
     request_timeout_s: float = Field(120.0, gt=0)
-    # nccl only: where this learner's rendezvous listens for the engines' workers.
+    # nccl only: where this learner's rendezvous listens for the engines' workers (replica i: port + i).
     nccl_master_address: str = "127.0.0.1"
-    nccl_master_port: int = Field(29551, ge=1, le=65535)
+    nccl_master_port: int = Field(29551, ge=1, le=65535 - 256)
+    # nccl only: the longest a group's rendezvous or one transfer of the weights may take before it counts as hung.
+    sync_timeout_s: float = Field(600.0, gt=0)
     # lora, for engines that do not see the learner's files (a cluster): the adapter store beside each engine
     # (runtime/engine/adapter_store.py), in the order of `urls`; each adapter is uploaded there, then loaded.
     adapter_stores: list[str] = Field(default_factory=list, max_length=256)

@@ -36,7 +36,7 @@ from harnessrl.runtime.coordinator import ledger as L
 from harnessrl.runtime.coordinator.leases import CoordinatorError, UnknownRollout
 from harnessrl.runtime.learner import evaluation as E
 from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, RewardConfig
-from harnessrl.runtime.learner.reward import group_advantages, reward
+from harnessrl.runtime.learner.reward import group_advantages, reward, scale_batch
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.trajectory.models import TrainingSequence
 from pydantic import BaseModel, Field
@@ -405,7 +405,10 @@ class Coordinator:
         if len(trainable) < n and len(trainable) + self.state.carry.skipped < self.grpo.groups_per_step_limit():
             return None
         batch = self.state.carry
-        for g, advantages, fresh in trainable[:n]:
+        chosen = trainable[:n]
+        scaled = scale_batch([adv for _, adv, _ in chosen], [[s.reward or 0.0 for s in fresh] for _, _, fresh in chosen],
+                             self.grpo.adv_epsilon, self.grpo.scale_rewards)
+        for (g, _, fresh), advantages in zip(chosen, scaled, strict=True):
             self._consume(g, fresh, self._fresh_advantages(g)[2])
             self.state.counters.groups_trained += 1
             batch.groups.append(
@@ -437,7 +440,7 @@ class Coordinator:
         fresh = [s for s in done if all(q.min_policy_version >= oldest_ok for q in s.sequences)]
         stale = len(done) - len(fresh)
         rewards = [s.reward for s in fresh if s.reward is not None]
-        return group_advantages(rewards, self.grpo.adv_epsilon), fresh, stale
+        return group_advantages(rewards, self.grpo.adv_epsilon, self.grpo.scale_rewards), fresh, stale
 
     def finish_step(self, policy_version: int, policy_model: str, done: bool) -> None:
         """Count the step; open an evaluation round when one is due (the run is done only after it)."""

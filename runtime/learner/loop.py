@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import uvicorn
@@ -17,6 +19,7 @@ from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
 from harnessrl.runtime.coordinator.service import replay
+from harnessrl.runtime.learner.background import LatestOnlyWorker
 from harnessrl.runtime.learner.checkpoint import (
     latest_checkpoint,
     load_optimizer_state,
@@ -28,15 +31,17 @@ from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
 from harnessrl.runtime.learner.distributed import World
 from harnessrl.runtime.learner.evaluation import EvalLog
+from harnessrl.runtime.learner.failure import WEIGHT_SYNC_FAILED, WEIGHT_SYNC_UNSUPPORTED, LearnerFailure
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, mean
-from harnessrl.runtime.learner.packing import Sample
+from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # After the last step the coordinator keeps answering `done` this long, so runners hear it and exit.
 DONE_GRACE_S = 3.0
@@ -73,7 +78,8 @@ class Learner:
     def __init__(self, cfg: LearnerConfig, world: World = World()):
         self.cfg = cfg
         if world.distributed and cfg.engine.sync == SyncMode.nccl:
-            raise ValueError("engine.sync nccl sends one process's whole weights: it needs a learner of one process")
+            raise LearnerFailure(WEIGHT_SYNC_UNSUPPORTED,
+                                 "engine.sync nccl sends one process's whole weights: it needs a learner of one process")
         ck = cfg.checkpoint
         ck.dir.mkdir(parents=True, exist_ok=True)
         self.metrics = MetricsSink(cfg.metrics_file())
@@ -105,36 +111,41 @@ class Learner:
         self.sync = make_sync(cfg.engine, cfg.model.served_name, sync_dir(ck.dir))
         self.proxy = ProxyControl(cfg.proxy)
         self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path)) if cfg.export is not None else None
+        exporter, artifacts = self.exporter, self.coordinator.artifacts
+        self.exports = (
+            LatestOnlyWorker[tuple[Path, list[StepMetrics]]](
+                lambda job: export_checkpoint(exporter, job[0], job[1], artifacts), "hub-export")
+            if exporter is not None else None
+        )
         self.checkpoints_written = 0
+        self.weights = asyncio.Lock()
 
     async def publish(self, version: int) -> tuple[PolicyState, float]:
         t0 = time.perf_counter()
-        deadline, delay = time.monotonic() + PUBLISH_RETRY_S, 1.0
-        while True:
-            try:
-                if version == 0:
-                    policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model as served
-                else:
-                    model = await asyncio.to_thread(self.trainer.published)
-                    policy = await asyncio.to_thread(self.sync.publish, model, version)
-                await self.proxy.set_policy(policy)
-                return policy, time.perf_counter() - t0
-            except (httpx.HTTPError, OSError, RuntimeError) as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("publishing policy v%d failed (%s); retrying in %.0fs", version, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 15.0)
+
+        async def attempt() -> PolicyState:
+            if version == 0:
+                policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model as served
+            else:
+                model = await asyncio.to_thread(self.trainer.published)
+                policy = await asyncio.to_thread(self.sync.publish, model, version)
+            await self.proxy.set_policy(policy)
+            return policy
+
+        policy = await with_retries(attempt, f"publishing policy v{version}", PUBLISH_RETRY_S)
+        return policy, time.perf_counter() - t0
 
     async def watch_engines(self) -> None:
-        """Reload the current policy into engines that restarted without it (LoRA sync)."""
+        """Serve the current policy again on engines that restarted without it (a LoRA load, or a rebuilt NCCL
+        group and a push); a LearnerFailure here ends the process like one in training."""
         while True:
             await asyncio.sleep(WATCH_ENGINES_S)
             version = self.coordinator.state.policy_version
             if version == 0:
                 continue
             try:
-                restored = await asyncio.to_thread(self.sync.restore, version)
+                async with self.weights:
+                    restored = await asyncio.to_thread(self.sync.restore, version)
             except (httpx.HTTPError, OSError, RuntimeError) as exc:
                 log.warning("checking the engines for policy v%d: %s", version, exc)
                 continue
@@ -155,6 +166,9 @@ class Learner:
                 await asyncio.sleep(0.05)
                 continue
             await self.step(batch)
+        if self.exports is not None:
+            # The run is done only once its last checkpoint is on the Hub.
+            await asyncio.to_thread(self.exports.drain)
         st.done = True
 
     async def evaluate(self) -> None:
@@ -170,18 +184,23 @@ class Learner:
 
     async def step(self, batch: Batch) -> None:
         st = self.coordinator.state
-        samples = [
+        # Only sequences with a sampled token to score: a batch whose rollouts captured none (every turn of
+        # every rollout failed upstream, say) would otherwise crash the step, and on restart the journal replays
+        # it into the same batch, so the learner would crash-loop.
+        samples = trainable([
             Sample(sequence=seq, advantage=r.advantage)
             for g in batch.groups
             for r in g.rollouts
             for seq in r.sequences
-        ]
+        ])
         if samples:
-            stats = await asyncio.to_thread(self.trainer.step, samples)
-            version = st.policy_version + 1
-            policy, sync_s = await self.publish(version)
+            # Held from the update to its publish: an engine restored meanwhile must not get half-updated weights.
+            async with self.weights:
+                stats = await asyncio.to_thread(self.trainer.step, samples)
+                version = st.policy_version + 1
+                policy, sync_s = await self.publish(version)
         else:
-            # Bounded dynamic sampling found no group with reward variance: the step passes without an update.
+            # No group with reward variance (bounded dynamic sampling) or no trainable token: no update.
             stats, version, sync_s = StepStats.without_update(), st.policy_version, 0.0
             policy = PolicyState(model=st.policy_model, version=version)
         done = st.step + 1 >= self.cfg.grpo.steps
@@ -228,8 +247,9 @@ class Learner:
         artifacts = self.coordinator.artifacts
         artifacts.latest_checkpoint = str(path)
         log.info("checkpoint %s", path.name)
-        if self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
-            await asyncio.to_thread(export_checkpoint, self.exporter, path, self.metrics.history(), artifacts)
+        if self.exports is not None and self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
+            # Off the step's critical path: the upload runs while training goes on (background.py).
+            self.exports.submit((path, self.metrics.history()))
         return path
 
     def _save_checkpoint(self, snapshot: CoordinatorState) -> Path:
@@ -252,15 +272,38 @@ class Learner:
             server = uvicorn.Server(config)
             serving = asyncio.create_task(server.serve())
             watching = asyncio.create_task(self.watch_engines())
+            training = asyncio.create_task(self.train())
             try:
-                await self.train()
+                # The watcher only ever ends by failing: then the run fails with its reason too.
+                await asyncio.wait({training, watching}, return_when=asyncio.FIRST_COMPLETED)
+                if watching.done():
+                    training.cancel()
+                    watching.result()
+                training.result()
                 await asyncio.sleep(DONE_GRACE_S)
             finally:
+                training.cancel()
                 watching.cancel()
                 server.should_exit = True
                 await serving
                 self.journal.close()
                 self.trainer.stop()
+
+
+async def with_retries(attempt: Callable[[], Awaitable[T]], what: str, window_s: float) -> T:
+    """Retry `attempt` on errors a restarting engine or proxy causes, with backoff, for `window_s`; then the run
+    fails with WeightSyncFailed (a process restart reaches a component that stayed down no better). A
+    LearnerFailure (a refused request, a missing API) is not retried."""
+    deadline, delay = time.monotonic() + window_s, 1.0
+    while True:
+        try:
+            return await attempt()
+        except (httpx.HTTPError, OSError, RuntimeError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise LearnerFailure(WEIGHT_SYNC_FAILED, f"{what} kept failing for {window_s:.0f}s: {exc}") from exc
+            log.warning("%s failed (%s); retrying in %.0fs", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 15.0)
 
 
 def export_checkpoint(exporter: HubExporter, path: Path, history: list[StepMetrics], artifacts: Artifacts) -> None:

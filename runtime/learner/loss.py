@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from harnessrl.runtime.learner.config import GrpoConfig
 
 
 @dataclass
@@ -48,15 +49,32 @@ def tis_weights(trainer_old_logps: torch.Tensor, engine_logps: torch.Tensor, cap
     return torch.clamp(torch.exp(trainer_old_logps - engine_logps), max=cap).detach()
 
 
-def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float) -> torch.Tensor:
+def loss_normalizer(grpo: GrpoConfig, loss_tokens: int, rows: int) -> float:
+    """What the whole mini-batch's loss is divided by (each micro-batch divides its share by the same)."""
+    if grpo.loss_type == "dapo":
+        return float(loss_tokens)
+    if grpo.loss_type == "dr_grpo":
+        return float(rows * grpo.dr_grpo_tokens)
+    return float(rows)
+
+
+def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, normalizer: float,
+                segments: torch.Tensor | None = None) -> torch.Tensor:
     """This micro-batch's share of the mini-batch loss.
 
     dapo: Σ masked token losses / (loss tokens in the whole mini-batch) — TRL loss_type "dapo".
     grpo: Σ over rows of (row's mean token loss) / (rows in the whole mini-batch) — TRL loss_type "grpo".
+    dr_grpo: Σ masked token losses / (rows in the mini-batch × a constant length) — TRL loss_type "dr_grpo".
     Summing the shares of all micro-batches gives exactly the unsplit mini-batch loss."""
-    if loss_type == "dapo":
+    if loss_type in ("dapo", "dr_grpo"):
         return (per_token * mask).sum() / max(normalizer, 1.0)
     if loss_type == "grpo":
+        if segments is not None:  # padding-free: a sequence is a segment of the row, not the row
+            n = int(segments.max()) + 1
+            sums = torch.zeros(n, dtype=per_token.dtype, device=per_token.device).scatter_add(
+                0, segments.flatten(), (per_token * mask).flatten())
+            counts = torch.zeros(n, dtype=mask.dtype, device=mask.device).scatter_add(0, segments.flatten(), mask.flatten())
+            return (sums / counts.clamp(min=1.0)).sum() / max(normalizer, 1.0)
         rows = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
         return rows.sum() / max(normalizer, 1.0)
-    raise ValueError(f"unknown loss_type {loss_type!r} (expected 'dapo' or 'grpo')")
+    raise ValueError(f"unknown loss_type {loss_type!r} (expected 'dapo', 'grpo' or 'dr_grpo')")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 from harnessrl.runtime.learner.config import load_config
@@ -23,15 +24,25 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxy call would drown the step lines
     from harnessrl.runtime.learner.distributed import init_world
+    from harnessrl.runtime.learner.failure import LearnerFailure, write_termination_log
     from harnessrl.runtime.learner.loop import Learner, build_trainer
     from harnessrl.runtime.learner.ranks import follow
     from harnessrl.runtime.learner.trainer import resolve_device
 
-    # Under torchrun every process runs this; rank 0 runs the learner, the others follow its commands.
-    world = init_world(resolve_device(cfg.model).type)
-    if world.is_main:
-        asyncio.run(Learner(cfg, world).serve())
-    else:
-        trainer, _ = build_trainer(cfg, world)
-        follow(trainer, world)
+    try:
+        # Under torchrun every process runs this; rank 0 runs the learner, the others follow its commands.
+        world = init_world(resolve_device(cfg.model).type)
+        if world.is_main:
+            asyncio.run(Learner(cfg, world).serve())
+        else:
+            trainer, _ = build_trainer(cfg, world)
+            follow(trainer, world)
+    except LearnerFailure as failure:
+        # The reason reaches the TrainingRun's Failed condition through the termination log; a failure no
+        # restart can fix exits with EXIT_FAILED, which the Job and the local supervisor do not restart.
+        logging.getLogger("harnessrl.learner").error("%s", failure)
+        write_termination_log(failure)
+        logging.shutdown()
+        # A hung transfer thread must not hold the exit: state is already durable (checkpoint + journal).
+        os._exit(failure.exit_code)
     return 0

@@ -29,17 +29,38 @@ def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: Rewar
     return c * (1.0 + bonus)
 
 
-def group_advantages(rewards: Sequence[float], epsilon: float) -> list[float] | None:
-    """(r − mean) / (std + ε) within a group, std with Bessel's correction (as TRL's GRPO `nanstd`).
+def _std(xs: Sequence[float]) -> float:
+    """Standard deviation with Bessel's correction (as TRL's GRPO `nanstd`)."""
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def group_advantages(rewards: Sequence[float], epsilon: float, scale: str = "group") -> list[float] | None:
+    """r − group mean, divided by the group's std + ε when `scale` is "group" (TRL scale_rewards="group");
+    "batch" and "none" leave the division to `scale_batch`.
 
     Returns None when the group has no variance: every advantage would be 0, so the group teaches nothing
     and is skipped (and counted) rather than trained on.
     """
     if len(rewards) < 2:
         return None
-    mean = sum(rewards) / len(rewards)
-    var = sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)
-    std = math.sqrt(var)
+    std = _std(rewards)
     if std <= 1e-12:
         return None
-    return [(r - mean) / (std + epsilon) for r in rewards]
+    mean = sum(rewards) / len(rewards)
+    div = std + epsilon if scale == "group" else 1.0
+    return [(r - mean) / div for r in rewards]
+
+
+def scale_batch(advantages: list[list[float]], rewards: list[list[float]], epsilon: float, scale: str) -> list[list[float]]:
+    """The step's advantages under TRL's `scale_rewards`: "batch" divides the group-centred rewards by the std
+    of every reward in the step's groups + ε; "group" (already divided per group) and "none" (Dr. GRPO) keep
+    them. Under "group", an all-solved group whose rewards differ only by the efficiency bonus gets the same
+    ±1-sized advantages as a solved/failed group; under "batch" its advantages keep their true, small size."""
+    if scale != "batch":
+        return advantages
+    flat = [r for rs in rewards for r in rs]
+    if len(flat) < 2:
+        return advantages
+    div = _std(flat) + epsilon
+    return [[a / div for a in adv] for adv in advantages]

@@ -4,9 +4,8 @@ Three ways behind one interface (`publish(model, version) -> PolicyState`, block
 the event loop):
 - LoRA: save the adapter, `POST /v1/load_lora_adapter` as `<served>-v<N>` on every engine, unload old ones. Engines
   that do not see the learner's files (a cluster) get it uploaded to the adapter store in their Pod first.
-- NCCL: full weights over vLLM's weight-transfer API (`NCCLTrainerWeightTransferEngine`): pause → update →
-  resume. GPU only; the engines need `VLLM_SERVER_DEV_MODE=1` and `--weight-transfer-config
-  '{"backend":"nccl"}'`, one engine (one transfer group) per learner.
+- NCCL: full weights over vLLM's weight-transfer API, one transfer group per engine replica (weight_transfer.py).
+  GPU only; the engines need `VLLM_SERVER_DEV_MODE=1` and `--weight-transfer-config '{"backend":"nccl"}'`.
 - restart: write the adapter or full weights and `policy.json`; whoever runs the engines restarts them on it.
 """
 
@@ -122,59 +121,6 @@ class LoraSync:
         shutil.rmtree(self.sync_dir / name, ignore_errors=True)
 
 
-class NcclSync:
-    """Full-weight broadcast with vLLM's own trainer-side transfer engine (needs CUDA and NCCL)."""
-
-    def __init__(self, engine: EngineLink, served_name: str, engine_world_size: int = 1):
-        if len(engine.urls) != 1:
-            raise ValueError("engine.sync 'nccl' drives one engine (one NCCL group); run one learner per engine")
-        self.engine = engine
-        self.served = served_name
-        self.world_size = 1 + engine_world_size
-        self._transfer: Any = None
-        self.client = httpx.Client(timeout=engine.request_timeout_s)
-
-    def _init(self, model: Any) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise RuntimeError("engine.sync 'nccl' needs a CUDA device in the learner")
-        from vllm.distributed.weight_transfer.base import ModuleSource
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
-        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
-
-        info = NCCLTrainerInitInfo(
-            master_address=self.engine.nccl_master_address,
-            master_port=self.engine.nccl_master_port,
-            world_size=self.world_size,
-        )
-        client = HTTPVLLMWeightSyncClient(server_root(self.engine.urls[0]), timeout=self.engine.request_timeout_s)
-        # The fused-head patch leaves parameter names as in the HF checkpoint, which vLLM's loader expects.
-        self._transfer = WeightTransferTrainerFactory.trainer_init(info, client=client, source=ModuleSource(model))
-
-    def publish(self, model: Any, version: int) -> PolicyState:
-        if self._transfer is None:
-            self._init(model)
-        root = server_root(self.engine.urls[0])
-        # "keep" freezes in-flight requests instead of aborting them: harness sessions continue after resume.
-        self._post(f"{root}/pause", params={"mode": "keep"})
-        try:
-            self._transfer.send_weights()
-        finally:
-            self._post(f"{root}/resume")
-        return PolicyState(model=self.served, version=version)
-
-    def restore(self, version: int) -> list[str]:
-        # A restarted engine loads its weights from the checkpoint it is started on; nothing to push here.
-        return []
-
-    def _post(self, url: str, params: dict[str, str] | None = None) -> None:
-        r = self.client.post(url, params=params)
-        if r.status_code != 200:
-            raise RuntimeError(f"POST {url} -> {r.status_code}: {r.text[:300]}")
-
-
 class RestartSync:
     """Fallback: publish the policy (adapter or full weights) to a directory with `policy.json` naming it;
     whoever runs the engines restarts them on it (see engine/restart.py)."""
@@ -210,6 +156,8 @@ def make_sync(engine: EngineLink, served_name: str, sync_dir: Path) -> WeightSyn
     if engine.sync == SyncMode.lora:
         return LoraSync(engine, served_name, sync_dir)
     if engine.sync == SyncMode.nccl:
+        from harnessrl.runtime.learner.weight_transfer import NcclSync
+
         return NcclSync(engine, served_name)
     return RestartSync(served_name, sync_dir)
 

@@ -17,8 +17,16 @@ from typing import Any
 import torch
 from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.distributed import World, all_max, all_sum, device_for, rank_share, shard
-from harnessrl.runtime.learner.loss import reduce_loss, tis_weights, token_loss
-from harnessrl.runtime.learner.packing import MicroBatch, Sample, pack, split_mini_batches, trainable
+from harnessrl.runtime.learner.loss import loss_normalizer, reduce_loss, tis_weights, token_loss
+from harnessrl.runtime.learner.packing import (
+    MicroBatch,
+    Sample,
+    pack,
+    pack_flat,
+    split_by_tokens,
+    split_mini_batches,
+    trainable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +132,11 @@ def sequence_logps(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
     input_ids = mb.input_ids.to(device)
     # Only sampled tokens need scoring; -100 lets the fused head skip the rest on GPU.
     labels = input_ids.masked_fill(mb.loss_mask.to(device) == 0, -100)
-    out = model(input_ids=input_ids, attention_mask=mb.attention_mask.to(device), labels=labels, fused_lm_head=True)
+    if mb.position_ids is not None:  # padding-free: no attention mask, positions mark where sequences start
+        out = model(input_ids=input_ids, position_ids=mb.position_ids.to(device), labels=labels, fused_lm_head=True)
+    else:
+        out = model(input_ids=input_ids, attention_mask=mb.attention_mask.to(device), labels=labels,
+                    fused_lm_head=True)
     lp = out.log_probs.float()
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
 
@@ -169,15 +181,21 @@ class PolicyTrainer:
         self.model.train()
         local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "loss_tokens": 0.0, "tokens": 0.0, "mbs": 0.0}
         grad_norm = 0.0
-        minis = [self._my_micro_batches(m) for m in split_mini_batches(samples, self.grpo.mini_batches)]
+        # Each update takes at most maxTokensPerStep tokens (an over-long mini-batch becomes several updates);
+        # the split is the same on every rank, and each rank then packs its share of each update.
+        minis = [
+            self._my_micro_batches(chunk)
+            for m in split_mini_batches(samples, self.grpo.mini_batches)
+            for chunk in split_by_tokens(m, self.grpo.max_tokens_per_step)
+        ]
         # With TIS, "old" is the trainer's policy before this step's first update, scored once up front.
         old = [[self._score_no_grad(mb) for mb in mbs] for mbs, _ in minis] if self.grpo.tis_cap is not None else None
         for k, (mbs, n_real) in enumerate(minis):
             n_tokens, n_rows = all_sum(
-                [sum(mb.loss_tokens for mb in mbs[:n_real]), sum(mb.input_ids.size(0) for mb in mbs[:n_real])],
+                [sum(mb.loss_tokens for mb in mbs[:n_real]), sum(len(mb.sequence_ids) for mb in mbs[:n_real])],
                 self.world,
             )
-            normalizer = float(n_tokens if self.grpo.loss_type == "dapo" else n_rows)
+            normalizer = loss_normalizer(self.grpo, int(n_tokens), int(n_rows))
             self.optimizer.zero_grad(set_to_none=True)
             for j, mb in enumerate(mbs):
                 loss, stats = self.micro_batch_loss(mb, normalizer, None if old is None else old[k][j])
@@ -215,9 +233,14 @@ class PolicyTrainer:
         """This rank's share of a mini-batch, packed, then topped up with idle micro-batches to the most any
         rank has; and how many of them are real."""
         mine = rank_share(mini, [len(s.sequence.token_ids) for s in mini], self.world)
-        mbs = pack(mine, self.grpo.micro_batch_tokens, self.pad_id) if mine else []
+        mbs = self._pack(mine) if mine else []
         n = all_max(len(mbs), self.world)
         return mbs + [idle_micro_batch(self.pad_id) for _ in range(n - len(mbs))], len(mbs)
+
+    def _pack(self, samples: list[Sample]) -> list[MicroBatch]:
+        if self.grpo.padding_free:
+            return pack_flat(samples, self.grpo.micro_batch_tokens)
+        return pack(samples, self.grpo.micro_batch_tokens, self.pad_id)
 
     @torch.no_grad()
     def _score_no_grad(self, mb: MicroBatch) -> torch.Tensor:
@@ -239,7 +262,7 @@ class PolicyTrainer:
             old = trainer_old.to(dev)
             weights = tis_weights(old, engine, self.grpo.tis_cap)
         tl = token_loss(logps, old, mb.advantages.to(dev), self.grpo.clip_low, self.grpo.clip_high, weights)
-        loss = reduce_loss(tl.per_token, mask, self.grpo.loss_type, normalizer)
+        loss = reduce_loss(tl.per_token, mask, self.grpo.loss_type, normalizer, mb.segments)
         stats = {
             "clipped": float((tl.clipped.float() * mask).sum()),
             "kl": float((tl.kl * mask).sum()),

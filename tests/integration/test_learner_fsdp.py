@@ -17,6 +17,7 @@ import pytest
 import torch
 from harnessrl.runtime.learner.checkpoint import latest_checkpoint, load_optimizer_state
 from harnessrl.runtime.learner.config import AdapterConfig, ModelConfig
+from harnessrl.runtime.learner.packing import split_by_tokens, split_mini_batches
 from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
 
 from tests.fixtures.learner_fsdp import GRPO, KINDS, batch, trainable_state
@@ -83,7 +84,12 @@ def test_a_checkpoint_of_two_processes_resumes_in_one(two_processes: Path, tiny_
     trainer = one_process(tiny_model_dir, kind, ck / "policy")
     assert_states_close(trainable_state(trainer), dist["after_first"])
     trainer.load_optimizer_state(load_optimizer_state(ck))
+    vocab = int(trainer.model.config.vocab_size)
+    # Step 1's updates: its mini-batches, each split by the per-update token budget (more than one per mini-batch).
+    updates = sum(len(split_by_tokens(m, GRPO.max_tokens_per_step))
+                  for m in split_mini_batches(batch(1, vocab), GRPO.mini_batches))
+    assert updates > GRPO.mini_batches
     moments = trainer.optimizer_state()["state"]
-    assert moments and all(int(s["step"]) == 2 for s in moments.values())  # two mini-batch updates in step 1
-    trainer.step(batch(2, int(trainer.model.config.vocab_size)))
+    assert moments and all(int(s["step"]) == updates for s in moments.values())
+    trainer.step(batch(2, vocab))
     assert_states_close(trainable_state(trainer), dist["after_second"])

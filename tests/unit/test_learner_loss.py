@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 import torch
 from harnessrl.runtime.learner.config import GrpoConfig
-from harnessrl.runtime.learner.packing import Sample, pack, split_mini_batches
-from harnessrl.runtime.learner.trainer import PolicyTrainer
+from harnessrl.runtime.learner.loss import loss_normalizer
+from harnessrl.runtime.learner.packing import Sample, pack, pack_flat, split_by_tokens, split_mini_batches
+from harnessrl.runtime.learner.trainer import PolicyTrainer, sequence_logps
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
 PROMPT = 6
+DR_GRPO_TOKENS = 64
 
 
 def tiny_model() -> torch.nn.Module:
@@ -93,7 +95,7 @@ def trl_loss(model: torch.nn.Module, inputs: dict[str, Any], loss_type: str, low
         off_policy_mask_threshold=None, importance_sampling_level="token", beta=0.0, loss_type=loss_type,
         epsilon_low=low, epsilon_high=high, use_vllm=is_ratio is not None,
         vllm_importance_sampling_correction=is_ratio is not None, current_gradient_accumulation_steps=1,
-        _entropy_bonus_enabled=False, _metrics=metrics,
+        _entropy_bonus_enabled=False, _metrics=metrics, max_completion_length=DR_GRPO_TOKENS,
         args=types.SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=False),
     )
     fake._get_per_token_logps_and_entropies = types.MethodType(GRPOTrainer._get_per_token_logps_and_entropies, fake)
@@ -111,17 +113,18 @@ def ours(model: torch.nn.Module, samples: list[Sample], cfg: GrpoConfig,
     trainer = PolicyTrainer(model, cfg)
     model.zero_grad(set_to_none=True)
     [mb] = pack(samples, budget=10_000)
-    n = float(mb.loss_tokens if cfg.loss_type == "dapo" else mb.input_ids.size(0))
+    n = loss_normalizer(cfg, mb.loss_tokens, mb.input_ids.size(0))
     loss, stats = trainer.micro_batch_loss(mb, n, old)
     loss.backward()
     return float(loss), stats["clipped"] / mb.loss_tokens, grads(model)
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
 def test_loss_and_gradients_match_trl(loss_type: str) -> None:
     model = tiny_model()
     samples = make_samples()
-    cfg = GrpoConfig(loss_type=loss_type, clip_low=0.2, clip_high=0.28)  # type: ignore[arg-type]
+    cfg = GrpoConfig(loss_type=loss_type, clip_low=0.2, clip_high=0.28,  # type: ignore[arg-type]
+                     dr_grpo_tokens=DR_GRPO_TOKENS)
     model.zero_grad(set_to_none=True)
     ref, metrics = trl_loss(model, trl_inputs(samples), loss_type, 0.2, 0.28)
     ref.backward()
@@ -160,8 +163,10 @@ def test_truncated_importance_sampling_matches_trl_vllm_correction() -> None:
         torch.testing.assert_close(our_grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
 def test_packing_and_accumulation_do_not_change_the_gradient(loss_type: str) -> None:
+    # The step equals the one-big-batch step whatever the micro-batch budget (defect 4: each micro-batch's
+    # loss is divided by the whole update's normaliser, so accumulated gradients sum to the unsplit one).
     samples = make_samples(7)
     cfg_one = GrpoConfig(loss_type=loss_type, micro_batch_tokens=10_000, lr=0.0, max_grad_norm=None)  # type: ignore[arg-type]
     cfg_many = cfg_one.model_copy(update={"micro_batch_tokens": 24})
@@ -177,6 +182,22 @@ def test_packing_and_accumulation_do_not_change_the_gradient(loss_type: str) -> 
     assert s1.loss_tokens == s2.loss_tokens == sum(sum(s.sequence.loss_mask) for s in samples)
     for name in g1:
         torch.testing.assert_close(g1[name], g2[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_steps_token_budget_splits_updates_not_forward_passes() -> None:
+    # grpo.max_tokens_per_step caps the tokens of one optimiser update; micro_batch_tokens sizes a forward pass.
+    samples = make_samples(6)
+    sizes = [len(s.sequence.token_ids) for s in samples]
+    chunks = split_by_tokens(samples, 2 * max(sizes))
+    assert [s for c in chunks for s in c] == samples and all(sum(len(s.sequence.token_ids) for s in c) <= 2 * max(sizes)
+                                                            for c in chunks)
+    assert split_by_tokens(samples, None) == [samples]
+    model = tiny_model()
+    cfg = GrpoConfig(micro_batch_tokens=10_000, max_tokens_per_step=2 * max(sizes), lr=1e-3)
+    trainer = PolicyTrainer(model, cfg)
+    trainer.step(samples)
+    steps = {int(st["step"]) for st in trainer.optimizer.state.values()}
+    assert steps == {len(chunks)} and len(chunks) >= 3
 
 
 def test_pack_respects_budget_and_keeps_every_sequence() -> None:
@@ -206,3 +227,45 @@ def test_a_step_moves_the_policy_toward_positive_advantage() -> None:
         m = mb.loss_mask[row] > 0
         delta = float((after[row][m] - before[row][m]).sum())
         assert (delta > 0) == (samples[i].advantage > 0), (i, delta)
+
+
+def test_padding_free_rows_score_every_sequence_as_its_own_forward() -> None:
+    # transformers 5 reads packed sequences from position_ids (a block-causal mask for sdpa on CPU, varlen on
+    # flash): the logprobs of a concatenated row equal each sequence's own unpadded forward.
+    model = tiny_model()
+    samples = make_samples(5)
+    [flat] = pack_flat(samples, 10_000)
+    assert flat.input_ids.shape == (1, sum(len(s.sequence.token_ids) for s in samples))  # not one padding token
+    with torch.no_grad():
+        packed = sequence_logps(model, flat)[0]
+        start = 0
+        for j, i in enumerate(flat.sequence_ids):
+            n = len(samples[i].sequence.token_ids)
+            [alone] = pack([samples[i]], 10_000)
+            own = sequence_logps(model, alone)[0]
+            got = packed[start: start + n]
+            assert int(flat.segments[0, start]) == j
+            # Position 0 of a sequence is never predicted (and masked); the rest must match.
+            torch.testing.assert_close(got[1:], own[1:], rtol=1e-5, atol=1e-5)
+            assert flat.loss_mask[0, start] == 0
+            start += n
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_padding_free_step_equals_the_padded_step(loss_type: str) -> None:
+    samples = make_samples(7)
+    results = []
+    for padding_free in (False, True):
+        cfg = GrpoConfig(loss_type=loss_type, micro_batch_tokens=30, lr=0.0, max_grad_norm=None,  # type: ignore[arg-type]
+                         padding_free=padding_free)
+        model = tiny_model()
+        stats = PolicyTrainer(model, cfg).step(samples)
+        results.append((stats, grads(model)))
+    (padded, g1), (flat, g2) = results
+    assert flat.loss == pytest.approx(padded.loss, rel=1e-5)
+    assert flat.tokens == padded.tokens == sum(len(s.sequence.token_ids) for s in samples)
+    # What the forward passes compute: real tokens only, against padded rows.
+    assert sum(mb.input_ids.numel() for mb in pack_flat(samples, 30)) == flat.tokens
+    assert sum(mb.input_ids.numel() for mb in pack(samples, 30)) > flat.tokens
+    for name in g1:
+        torch.testing.assert_close(g1[name], g2[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 import torch
 from harnessrl.runtime.contracts.coordinator import OutcomeKind
-from harnessrl.runtime.learner.config import HarnessWeight, RewardConfig
-from harnessrl.runtime.learner.reward import group_advantages, reward
+from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, RewardConfig
+from harnessrl.runtime.learner.reward import group_advantages, reward, scale_batch
 from harnessrl.runtime.learner.schedule import GroupPlanner, swrr_cycle, task_for_group
 from trl.trainer.utils import nanstd
 
@@ -86,3 +86,27 @@ def test_planner_pairs_tasks_and_harnesses() -> None:
     plans = [planner.plan(k) for k in range(6)]
     assert [p[1].pool for p in plans] == ["a", "b", "a", "a", "b", "a"]
     assert [p[0] for p in plans] == ["t0", "t1"] * 3
+
+
+def test_under_the_default_scaling_the_bonus_no_longer_outweighs_solving() -> None:
+    # Defect 5: with per-group std normalisation, an all-solved group's small tool-call differences became
+    # advantages of about ±1.5, larger than a solved/failed group's ±0.94.
+    cfg = RewardConfig()
+    solved = [reward(OutcomeKind.solved, 1.0, calls, cfg) for calls in (2, 3, 5, 8, 10, 12, 20, 30)]
+    mixed = [reward(o, c, 6, cfg) for o, c in [(OutcomeKind.solved, 1.0)] * 4 + [(OutcomeKind.wrong, 0.0)] * 4]
+    rewards = [[r for r in solved if r is not None], [r for r in mixed if r is not None]]
+
+    def biggest(scale: str) -> tuple[float, float]:
+        centred = [group_advantages(rs, 1e-4, scale) for rs in rewards]
+        assert all(c is not None for c in centred)
+        adv = scale_batch([c for c in centred if c is not None], rewards, 1e-4, scale)
+        return max(abs(a) for a in adv[0]), max(abs(a) for a in adv[1])
+
+    all_solved, solved_failed = biggest("group")
+    assert all_solved > 1.4 and solved_failed == pytest.approx(0.935, abs=0.01) and all_solved > solved_failed
+    default = GrpoConfig().scale_rewards
+    assert default == "batch"
+    all_solved, solved_failed = biggest(default)
+    assert all_solved < 0.1 * solved_failed  # the bonus still orders solved rollouts, but cannot outweigh solving
+    all_solved, solved_failed = biggest("none")
+    assert all_solved < 0.1 * solved_failed

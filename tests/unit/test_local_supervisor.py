@@ -163,3 +163,17 @@ def test_replace_restarts_a_component_on_a_new_spec_outside_the_budget(tmp_path:
         assert supervisor.check() is False and managed.restarts == 0 and managed.exit_codes == []
     finally:
         supervisor.stop_all(grace_s=5)
+
+
+def test_a_component_that_exits_failed_is_not_restarted(tmp_path: Path) -> None:
+    from harnessrl.runtime.learner.failure import EXIT_FAILED
+
+    log = tmp_path / "learner.log"
+    sup = Supervisor(restart_budget=3, poll_s=0.05)
+    m = sup.start(ProcessSpec(name="learner", env={}, log=log, argv=[
+        sys.executable, "-c", f"print('WeightSyncRejected: the engine said no'); raise SystemExit({EXIT_FAILED})"]))
+    assert m.popen is not None
+    m.popen.wait(timeout=30)
+    with pytest.raises(SupervisorError, match="not restarted: WeightSyncRejected: the engine said no"):
+        sup.check()
+    assert m.restarts == 0

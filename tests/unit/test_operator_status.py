@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harnessrl.operator.api.harnesspool import PoolRolloutCounts
-from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.api.trainingrun import TrainingRunSpec, TrainingRunStatus
 from harnessrl.operator.handlers.status import Observed, blocked_status, pool_status, run_status, transitions
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 
@@ -168,7 +168,9 @@ def test_every_condition_and_reason_written_is_documented() -> None:
         run_status(SPEC.model_copy(update={"suspend": True}), 1, None, Observed(), T0),
         run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Complete", "status": "True"}]}}), T0),
         run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Failed", "status": "True"}]}}), T0),
+        failed_with_reason_state(),
         blocked_status(1, None, "InvalidSpec", "bad"),
+        blocked_status(1, None, "LearnerMemoryTooSmall", "too big"),
         pool_status(1, None, "p", [], [], PoolRolloutCounts(), T0),
         pool_status(1, None, "p", [ready()], [], PoolRolloutCounts(), T0),
     ]
@@ -178,3 +180,18 @@ def test_every_condition_and_reason_written_is_documented() -> None:
     for s in states:
         for event in transitions([], s.conditions):
             assert (event.type == "Warning") == REASONS[event.reason].warning, event
+
+
+def failed_with_reason_state() -> TrainingRunStatus:
+    # The Job's podFailurePolicy failed it at the learner's EXIT_FAILED; the reason is in the termination log.
+    learner_pod = pod("learner", {"containerStatuses": [{"name": "learner", "state": {"terminated": {
+        "exitCode": 78, "message": "WeightSyncUnsupported: POST http://e/pause -> 404: no weight-transfer API"}}}]})
+    job = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                                      "message": "Container learner failed with exit code 78"}]}}
+    return run_status(SPEC, 1, None, Observed(learner=job, pods=[learner_pod]), T0)
+
+
+def test_a_learner_that_failed_with_a_reason_fails_the_run_with_it() -> None:
+    failed = failed_with_reason_state()
+    assert conds(failed)["Failed"] == ("True", "WeightSyncUnsupported") and failed.phase == "Failed"
+    assert "no weight-transfer API" in next(c.message for c in failed.conditions if c.type == "Failed")
