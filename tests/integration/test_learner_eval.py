@@ -250,7 +250,7 @@ def test_a_learner_killed_in_the_middle_of_a_journal_write_resumes_without_the_t
     the file and byte offset, resumes from the step-2 checkpoint with that round still open and every completion
     acked since replayed, and runs to the end: each accepted completion (training and evaluation) journaled
     exactly once, the torn one once (the runner's retry), and both rounds count every rollout once."""
-    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy = ProxyStandIn("tiny", "admin-secret")
     proxy.start()
     token_file = tmp_path / "admin-token"
     token_file.write_text(proxy.admin_token)

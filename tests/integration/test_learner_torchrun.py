@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 def test_two_ranks_train_publish_checkpoint_and_finish(tmp_path: Path, tiny_model_dir: Path, hub_server: HubServer,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESSRL_TEST_HUB_TOKEN", hub_server.token)
-    proxy = ProxyStandIn(None, "tiny", "admin-secret")
+    proxy = ProxyStandIn("tiny", "admin-secret")
     proxy.start()
     token_file = tmp_path / "admin-token"
     token_file.write_text(proxy.admin_token)
