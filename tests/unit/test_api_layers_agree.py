@@ -96,7 +96,10 @@ def _set(obj: Any, path: tuple[str, ...], value: Any) -> None:
     node = obj
     for part in path[:-1]:
         if isinstance(node, list):
-            node = node[0] if node else node
+            # Going through an item: make it an object if it is a scalar (or missing) so the path can continue.
+            if not node or not isinstance(node[0], dict | list):
+                node[:1] = [{}]
+            node = node[0]
             continue
         child = node.get(part)
         if not isinstance(child, dict | list):
