@@ -7,6 +7,7 @@ step's line shows the training rollouts' solved rate, labelled as such."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -15,6 +16,9 @@ from harnessrl.runtime.contracts.coordinator import CoordinatorStatus, EvalRecor
 from harnessrl.runtime.contracts.status import fetch as fetch_status
 from harnessrl.runtime.learner.evaluation import read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
+
+# Seconds without a printed line after which a non-terminal run prints a waiting line.
+QUIET_S = 20.0
 
 
 def step_line(m: StepMetrics) -> str:
@@ -38,8 +42,10 @@ def eval_line(r: EvalRecord) -> str:
 
 def status_line(s: CoordinatorStatus) -> str:
     evaluating = f"  evaluating step {e.step} {e.finished}/{e.rollouts}" if (e := s.evaluating) is not None else ""
+    pools = " ".join(f"{p}={r.active}" for p, r in sorted(s.pools.items()))
     return (
-        f"step {s.step}  policy {s.policy_model}  in flight {s.leased}  open groups {s.open_groups}  "
+        f"step {s.step}  policy {s.policy_model}  in flight {s.leased}{f' [{pools}]' if pools else ''}  "
+        f"open groups {s.open_groups}  "
         f"ready {s.ready_groups}  scored {s.rollouts_scored}{evaluating}"
     )
 
@@ -54,6 +60,7 @@ class LiveView:
         self.live = live
         self.last_step = 0
         self.last_eval = 0
+        self.last_print = time.monotonic()
 
     def new_steps(self) -> list[StepMetrics]:
         """Steps not shown yet. The whole (small) file is read each time: a resumed learner rewrites it."""
@@ -88,10 +95,19 @@ class LiveView:
         clear = "\r\033[K" if self.live else ""
         for m in self.new_steps():
             print(f"{clear}{step_line(m)}", flush=True)
+            self.last_print = time.monotonic()
         for r in self.new_evals():
             print(f"{clear}{eval_line(r)}", flush=True)
-        if self.live and not final:
+            self.last_print = time.monotonic()
+        if final:
+            return
+        # Without a terminal to redraw on, a waiting line now and then, so a log never goes silent for long.
+        if self.live or time.monotonic() - self.last_print >= QUIET_S:
             status = self.coordinator()
             if status is not None:
-                sys.stdout.write(f"{clear}  … {status_line(status)}")
-                sys.stdout.flush()
+                if self.live:
+                    sys.stdout.write(f"{clear}  … {status_line(status)}")
+                    sys.stdout.flush()
+                else:
+                    print(f"  … waiting: {status_line(status)}", flush=True)
+                    self.last_print = time.monotonic()

@@ -11,6 +11,7 @@ from harnessrl.runtime.contracts.coordinator import (
     EvalProgress,
     EvalRecord,
     OutcomeKind,
+    PoolRollouts,
     PoolScore,
 )
 from harnessrl.runtime.coordinator.journal import JournalEntry
@@ -156,3 +157,26 @@ def test_live_view_prints_each_evaluation_round_once(tmp_path: Path, capsys: pyt
                                policy_model="m-v2", done=False,
                                evaluating=EvalProgress(step=2, policy_version=2, rollouts=8, finished=5))
     assert status_line(status).endswith("scored 9  evaluating step 2 5/8")
+    busy = status.model_copy(update={"pools": {"oneshot": PoolRollouts(active=2), "mini-swe-agent": PoolRollouts(active=1)}})
+    assert "in flight 3 [mini-swe-agent=1 oneshot=2]" in status_line(busy)
+
+
+def test_live_view_without_terminal_prints_a_waiting_line_when_quiet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log (no terminal to redraw on) gets a waiting line with the rollouts in flight per pool once it has
+    been quiet for QUIET_S, and none while steps keep coming."""
+    from harnessrl.local import live
+
+    status = CoordinatorStatus(step=0, policy_version=0, open_groups=2, ready_groups=0, leased=3, rollouts_scored=0,
+                               rollouts_unscored=0, rollouts_stale=0, groups_skipped_zero_variance=0,
+                               policy_model="m", done=False,
+                               pools={"oneshot": PoolRollouts(active=2), "mini-swe-agent": PoolRollouts(active=1)})
+    view = live.LiveView(tmp_path / "metrics.jsonl", tmp_path / "eval.jsonl", "http://127.0.0.1:9", live=False)
+    monkeypatch.setattr(view, "coordinator", lambda: status)
+    view.refresh()
+    assert capsys.readouterr().out == ""  # not quiet long enough yet
+    monkeypatch.setattr(live, "QUIET_S", 0.0)
+    view.refresh()
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("  … waiting: step 0  policy m  in flight 3 [mini-swe-agent=1 oneshot=2]")
