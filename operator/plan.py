@@ -148,6 +148,7 @@ class Placement(ABC):
 PATHS = (
     "config",  # the component's rendered config file
     "proxy-admin-token",  # the proxy's admin bearer token (a Secret)
+    "runner-token",  # the runners' credential at the coordinator (a Secret)
     "hub-token",  # the Hub token of the export (a Secret)
     "e2b-api-key",  # the E2B API key of an e2b-sandbox pool (a Secret)
     "journal",  # the proxy's journal directory
@@ -197,6 +198,7 @@ class ClusterPlacement(Placement):
 CLUSTER_PATHS: dict[str, str] = {
     "config": "/etc/harnessrl/config.yaml",
     "proxy-admin-token": "/var/run/secrets/harnessrl/proxy-admin/token",
+    "runner-token": "/var/run/secrets/harnessrl/runner/token",
     "hub-token": "/var/run/secrets/harnessrl/hub/token",
     "e2b-api-key": "/var/run/secrets/harnessrl/e2b/api-key",
     "journal": "/var/lib/harnessrl/journal",
@@ -239,6 +241,7 @@ class Plan(_Model):
     runners: list[Component]
     adapter_store: AdapterStorePlan | None = Field(None, description="LoRA sync where engines have their own disks")
     proxy_admin_secret: str = Field(description="Secret holding the proxy admin token (generated once)")
+    runner_token_secret: str = Field(description="Secret holding the runners' coordinator token (generated once)")
     checkpoint_claim: str | None = Field(description="user's PVC for checkpoints; None = the run's own")
     restart_budget: int = Field(ge=0)
     spec: TrainingRunSpec
@@ -251,6 +254,15 @@ class Plan(_Model):
 def child_name(run: str, component: ComponentKind, pool: str | None = None) -> str:
     """Deterministic names: `<run>-engine`, `<run>-proxy`, `<run>-learner`, `<run>-<pool>-runner`."""
     return f"{run}-{pool}-{component}" if pool else f"{run}-{component}"
+
+
+def runner_token_secret(run: str) -> str:
+    """The Secret of the run's runner credential: runners send it, the learner's coordinator checks it."""
+    return f"{run}-runner-token"
+
+
+def runner_token_file(placement: Placement, run: str) -> SecretFile:
+    return SecretFile(secret=runner_token_secret(run), key="token", path=placement.path("runner-token"))
 
 
 def proxy_headless_name(run: str) -> str:
@@ -298,6 +310,7 @@ def _build(
         learner=_learner(run, spec, used, placement, images, admin_secret, adapter_store),
         runners=[_runner(run, namespace, spec, name, pool, placement, images, admin_secret) for name, pool in used.items()],
         proxy_admin_secret=admin_secret,
+        runner_token_secret=runner_token_secret(run),
         checkpoint_claim=spec.learner.checkpoint_claim_name,
         restart_budget=spec.learner.restart_budget,
         spec=spec,
@@ -439,7 +452,8 @@ def _learner(
         if lora is not None
         else learner_cfg.AdapterConfig(kind="full")
     )
-    secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))]
+    secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
+               runner_token_file(placement, run)]
     export = None
     if spec.export is not None:
         secrets.append(_secret(spec.export.token_secret, placement.path("hub-token")))
@@ -490,6 +504,7 @@ def _learner(
             url=placement.proxy_url(run),
             replica_urls=placement.proxy_replica_urls(run, spec.proxy.replicas),
             admin_token_file=placement.path("proxy-admin-token"),
+            worker_ports=worker_ports(placement.proxy_port, spec.proxy.workers),
         ),
         engine=learner_cfg.EngineLink(
             urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
@@ -510,6 +525,7 @@ def _learner(
         eval=_eval(spec, pools, placement),
         host="0.0.0.0",
         port=placement.learner_port,
+        runner_token_file=placement.path("runner-token"),
     )
     return Component(
         kind=ComponentKind.LEARNER,
@@ -645,7 +661,8 @@ def _runner(
             image=custom.image,
             env={e.name: e.value for e in custom.env},
         )
-    secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))]
+    secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
+               runner_token_file(placement, run)]
     sandbox = _sandbox(run, namespace, name, pool, harness_cfg.image or image, placement, secrets,
                        spec.proxy.workers)
     config = RunnerConfig(
@@ -659,6 +676,7 @@ def _runner(
         coordinator_url=placement.coordinator_url(run),
         proxy_url=placement.proxy_url(run),
         proxy_admin_token_file=placement.path("proxy-admin-token"),
+        runner_token_file=placement.path("runner-token"),
         model=spec.model.served_name,
     )
     return Component(

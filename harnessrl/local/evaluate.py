@@ -216,6 +216,7 @@ def eval_config(setup: Setup, checkpoint: Checkpoint, policy: PolicyState) -> Ev
         proxy_url=setup.proxy_url,
         journal=work / "journal.jsonl",
         results=work / "results.json",
+        runner_token_file=setup.placement_out / "secrets" / "runner-token",
         port=setup.coordinator_port,
     )
 

@@ -6,7 +6,7 @@ with the local sandbox. Everything the run writes lives in its run directory:
 
     RUN_DIR/plan.json          the rendered plan
     RUN_DIR/config/*.json      each component's config, as it reads it
-    RUN_DIR/secrets/           the proxy admin token (generated once), the Hub token (from --secret/env)
+    RUN_DIR/secrets/           the proxy admin and runner tokens (generated once), the Hub token (from --secret/env)
     RUN_DIR/logs/*.log         one log per component
     RUN_DIR/pids.json          the process id of each running component
     RUN_DIR/journal/           the proxy's captured turns
@@ -89,6 +89,7 @@ class LocalPlacement(Placement):
         files = {
             "config": self.run_dir / "config",
             "proxy-admin-token": self.run_dir / "secrets" / "proxy-admin-token",
+            "runner-token": self.run_dir / "secrets" / "runner-token",
             "hub-token": self.run_dir / "secrets" / "hub-token",
             "e2b-api-key": self.run_dir / "secrets" / "e2b-api-key",
             "journal": self.run_dir / "journal",
@@ -209,11 +210,14 @@ def write_secret(path: Path, value: str) -> None:
 
 
 def prepare_secrets(plan: Plan, placement: LocalPlacement, secret_files: dict[str, Path]) -> None:
-    """The proxy admin token is generated once per run directory; other Secrets come from --secret NAME=FILE."""
-    admin = Path(placement.path("proxy-admin-token"))
-    if not admin.exists():
-        write_secret(admin, secrets.token_urlsafe(32))
-    needed = {s.secret: s for c in plan.components() for s in c.secrets if s.secret != plan.proxy_admin_secret}
+    """The proxy admin token and the runner token are generated once per run directory; other Secrets come from
+    --secret NAME=FILE."""
+    generated = {plan.proxy_admin_secret: "proxy-admin-token", plan.runner_token_secret: "runner-token"}
+    for what in generated.values():
+        path = Path(placement.path(what))
+        if not path.exists():
+            write_secret(path, secrets.token_urlsafe(32))
+    needed = {s.secret: s for c in plan.components() for s in c.secrets if s.secret not in generated}
     for name, ref in needed.items():
         if name not in secret_files:
             raise LocalRunError(f"the run needs Secret {name!r} (key {ref.key!r}); pass --secret {name}=FILE")

@@ -30,7 +30,7 @@ from harnessrl.operator.handlers.status import (
     run_status,
     transitions,
 )
-from harnessrl.operator.kube import Owner, proxy, render
+from harnessrl.operator.kube import Owner, learner, proxy, render
 from harnessrl.operator.kube.common import COMPONENT, INSTANCE, MANAGED_BY, POOL
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
@@ -211,9 +211,11 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Snapshot:
     """Converge every child on the plan; returns what exists afterwards (for observing)."""
     kinds = child_kinds(plan)
     snapshot = kube.snapshot(plan.namespace, {INSTANCE: plan.run}, kinds)
-    if ("v1", "Secret", plan.proxy_admin_secret) not in snapshot:
-        # Generated once and kept: proxy, learner and runners all read this one token.
-        kube.ensure(proxy.admin_secret(plan, owner, secrets.token_urlsafe(32)))
+    # Generated once and kept: the proxy admin token (proxy, learner, runners) and the runner token (learner checks,
+    # runners send).
+    for name, generated in ((plan.proxy_admin_secret, proxy.admin_secret), (plan.runner_token_secret, learner.runner_secret)):
+        if ("v1", "Secret", name) not in snapshot:
+            kube.ensure(generated(plan, owner, secrets.token_urlsafe(32)))
     changed = False
     for manifest in render(plan, owner):
         try:

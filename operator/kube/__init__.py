@@ -1,7 +1,8 @@
 """Plan -> Kubernetes manifests (plain dicts), one module per component. Pure: no API calls.
 
-`render` gives every child of a run except the proxy's admin-token Secret, whose token the operator
-generates once and keeps (`proxy.admin_secret`).
+`render` gives every child of a run except the generated token Secrets (the proxy's admin token,
+`proxy.admin_secret`, and the runners' coordinator token, `learner.runner_secret`), which the operator
+generates once and keeps.
 """
 
 from __future__ import annotations

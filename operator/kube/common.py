@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import posixpath
@@ -69,6 +70,17 @@ def metadata(plan: Plan, owner: Owner, name: str, component: str, pool: str | No
         "namespace": plan.namespace,
         "labels": labels(plan.run, component, pool) | extra_labels,
         "ownerReferences": [owner.reference()],
+    }
+
+
+def token_secret(plan: Plan, owner: Owner, name: str, component: str, token: str) -> Manifest:
+    """A generated bearer token the operator creates once and keeps, mounted as a file where it is needed."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(plan, owner, name, component),
+        "type": "Opaque",
+        "data": {"token": base64.b64encode(token.encode()).decode()},
     }
 
 

@@ -21,6 +21,7 @@ from harnessrl.operator.kube.common import (
     rendered_config,
     resources,
     service,
+    token_secret,
     volumes_and_mounts,
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
@@ -166,3 +167,9 @@ def jobset(plan: Plan, meta: Manifest, job_spec: Manifest) -> Manifest:
             }],
         },
     }
+
+
+def runner_secret(plan: Plan, owner: Owner, token: str) -> Manifest:
+    """The runners' credential at the coordinator: generated once by the operator, read by the learner (which
+    checks it) and the runners (which send it)."""
+    return token_secret(plan, owner, plan.runner_token_secret, plan.learner.kind, token)

@@ -3,8 +3,6 @@ headless Service for those names, a Service for any-replica access, and its admi
 
 from __future__ import annotations
 
-import base64
-
 import yaml
 from harnessrl.operator.kube.common import (
     POD_PLACEHOLDER,
@@ -16,13 +14,13 @@ from harnessrl.operator.kube.common import (
     config_map,
     container_ports,
     http_probe,
-    metadata,
     per_pod_start,
     pod_env,
     pod_template,
     resources,
     selector,
     service,
+    token_secret,
     volumes_and_mounts,
 )
 from harnessrl.operator.plan import CLUSTER_PATHS, ClusterPlacement, Plan, proxy_headless_name
@@ -44,13 +42,7 @@ def proxy_config(plan: Plan) -> str:
 
 def admin_secret(plan: Plan, owner: Owner, token: str) -> Manifest:
     """The proxy's admin token: generated once by the operator, read by proxy, learner and runners as a file."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": metadata(plan, owner, plan.proxy_admin_secret, plan.proxy.kind),
-        "type": "Opaque",
-        "data": {"token": base64.b64encode(token.encode()).decode()},
-    }
+    return token_secret(plan, owner, plan.proxy_admin_secret, plan.proxy.kind, token)
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:

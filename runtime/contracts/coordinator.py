@@ -8,6 +8,11 @@ Endpoints (all JSON, served by the learner process):
 - ``GET  /v1/status``      -> CoordinatorStatus
 - ``GET  /healthz``, ``GET /metrics`` (Prometheus text)
 
+The four POST endpoints take the runner credential as ``Authorization: Bearer <token>`` (the run's runner token,
+a file in the runner's and the coordinator's configs); without it, or with another, they answer 401
+``{"detail": ...}``. Status, health and metrics are open and read-only: they carry counts and names, no secret,
+and the operator (which reads status) needs no credential that could also lease or complete rollouts.
+
 A runner leases up to ``max`` rollouts for the pool it serves; each lease names the task, the harness,
 the GRPO group, the policy version at lease time and the proxy to create the session at. The runner
 creates the session at the proxy (the session id is the harness's API key), runs the harness, grades,
@@ -19,6 +24,7 @@ as duplicates, so a rollout is never counted twice.
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +32,19 @@ from pydantic import BaseModel, ConfigDict, Field
 class _Wire(BaseModel):
     # Unknown fields are an error: a typo on either side should fail loudly, not be dropped.
     model_config = ConfigDict(extra="forbid")
+
+
+def read_runner_token(path: Path) -> str:
+    """The run's runner credential from its file (a mounted Secret, or a file `harnessrl run` generated)."""
+    token = Path(path).read_text().strip()
+    if not token:
+        raise ValueError(f"runner token file {path} is empty")
+    return token
+
+
+def runner_auth(token: str) -> dict[str, str]:
+    """The header a runner sends on each coordinator call."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 class OutcomeKind(StrEnum):

@@ -29,6 +29,7 @@ class EvalConfig(BaseModel):
     journal: Path
     # Written (atomically) whenever the evaluation finishes: the EvalResults JSON.
     results: Path
+    runner_token_file: Path = Field(description="the runners' credential: leases and completions need it")
     host: str = "127.0.0.1"
     port: int = Field(8090, ge=0, le=65535)
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")

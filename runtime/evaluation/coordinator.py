@@ -22,6 +22,7 @@ from harnessrl.runtime.contracts.coordinator import (
     Lease,
     LeaseRequest,
     PoolScore,
+    read_runner_token,
 )
 from harnessrl.runtime.coordinator import leases
 from harnessrl.runtime.coordinator import ledger as L
@@ -153,7 +154,8 @@ class EvalCoordinator:
 
 def create_app(coordinator: EvalCoordinator, clock: Callable[[], float] = time.time) -> FastAPI:
     """The coordinator core's server over this evaluation, plus `GET /v1/results`."""
-    app = core_app(coordinator, coordinator.journal, retry_after_s=coordinator.config.retry_after_s, clock=clock,
+    app = core_app(coordinator, coordinator.journal, read_runner_token(coordinator.config.runner_token_file),
+                   retry_after_s=coordinator.config.retry_after_s, clock=clock,
                    title="harnessrl eval coordinator")
 
     @app.get("/v1/results", response_model=EvalResults)

@@ -210,6 +210,7 @@ class RunnerConfig(_Model):
     coordinator_url: HttpUrl
     proxy_url: HttpUrl | None = None
     proxy_admin_token_file: Path
+    runner_token_file: Path = Field(description="this run's runner credential, sent on every coordinator call")
     model: str | None = Field(None, min_length=1, max_length=512)
     # An infra error is retried this many times in place before the rollout is completed as infra_error.
     infra_retries: int = Field(1, ge=0, le=10)

@@ -34,6 +34,8 @@ from harnessrl.runtime.contracts.coordinator import (
     LeaseResponse,
     OutcomeKind,
     Timings,
+    read_runner_token,
+    runner_auth,
 )
 from harnessrl.runtime.contracts.proxy import (
     CreateSessionRequest,
@@ -135,6 +137,7 @@ class Runner:
         self.tasks = tasks
         self.http = http
         self.proxy = ProxyClient(http, admin_token)
+        self.coordinator_auth = runner_auth(read_runner_token(config.runner_token_file))
         self.harness_name = config.harness.name
         self.completed: list[Completion] = []
         self.infra_streak = 0  # infra_error completions in a row
@@ -260,7 +263,8 @@ class Runner:
 
     async def call(self, path: str, request: BaseModel, reply: type[Reply]) -> Reply:
         """One coordinator endpoint: POST the request, validate the reply (HTTP errors raise httpx.HTTPError)."""
-        resp = await self.http.post(f"{self.coordinator}{path}", json=request.model_dump(mode="json"))
+        resp = await self.http.post(f"{self.coordinator}{path}", json=request.model_dump(mode="json"),
+                                    headers=self.coordinator_auth)
         resp.raise_for_status()
         return reply.model_validate(resp.json())
 
@@ -308,7 +312,8 @@ class Runner:
         for attempt in range(5):
             try:
                 resp = await self.http.post(
-                    f"{self.coordinator}/v1/completions", json=completion.model_dump(mode="json")
+                    f"{self.coordinator}/v1/completions", json=completion.model_dump(mode="json"),
+                    headers=self.coordinator_auth,
                 )
                 if resp.status_code == 404:
                     log.warning("coordinator does not know rollout %s (expired?)", completion.rollout_id)

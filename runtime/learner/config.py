@@ -11,6 +11,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from harnessrl.runtime.coordinator.ledger import PoolHarness
@@ -180,6 +181,17 @@ class ProxyLink(_Cfg):
         description="every proxy replica's own base URL; PUT /policy goes to each (empty: to `url`, one replica)",
     )
     admin_token_file: Path
+    # A replica of several workers hands each session to one of them: its base URL is the replica's host at the
+    # worker's port. Sequences are fetched only from these URLs and the replicas' own.
+    worker_ports: list[int] = Field(default_factory=list, max_length=64,
+                                    description="each replica's worker ports (empty: one process per replica)")
+
+    def session_urls(self) -> set[str]:
+        """Every base URL a session of this run's proxy can have (no trailing slash)."""
+        replicas = [u.rstrip("/") for u in [self.url, *self.replica_urls]]
+        workers = {urlunsplit(parts._replace(netloc=f"{parts.hostname}:{port}"))
+                   for parts in map(urlsplit, replicas) for port in self.worker_ports}
+        return set(replicas) | workers
 
     def read_admin_token(self) -> str:
         token = self.admin_token_file.read_text().strip()
@@ -277,6 +289,7 @@ class LearnerConfig(_Cfg):
     eval: EvalSchedule | None = None
     host: str = "0.0.0.0"
     port: int = Field(8090, ge=0, le=65535)
+    runner_token_file: Path = Field(description="the runners' credential: the coordinator's writes need it")
     lease_ttl_s: float = Field(
         90.0, gt=0, description="a lease its runner stops renewing (the runner died) is handed out again after this long"
     )

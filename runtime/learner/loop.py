@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import httpx
 import uvicorn
+from harnessrl.runtime.contracts.coordinator import read_runner_token
 from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
@@ -267,7 +268,8 @@ class Learner:
 
     async def serve(self) -> None:
         async with httpx.AsyncClient(timeout=60.0) as client:
-            app = create_app(self.coordinator, self.journal, self.proxy.fetcher(client), self.metrics.registry)
+            app = create_app(self.coordinator, self.journal, read_runner_token(self.cfg.runner_token_file),
+                             self.proxy.fetcher(client), self.metrics.registry)
             config = uvicorn.Config(app, host=self.cfg.host, port=self.cfg.port, log_level="warning", lifespan="off")
             server = uvicorn.Server(config)
             serving = asyncio.create_task(server.serve())

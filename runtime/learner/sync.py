@@ -162,12 +162,17 @@ def make_sync(engine: EngineLink, served_name: str, sync_dir: Path) -> WeightSyn
     return RestartSync(served_name, sync_dir)
 
 
+class ForeignProxy(RuntimeError):
+    """A completion named a proxy this run does not own."""
+
+
 class ProxyControl:
     """The learner's calls to the proxy's admin API: switch the served policy, fetch a session's sequences."""
 
     def __init__(self, link: ProxyLink, timeout_s: float = 60.0):
         self.url = link.url.rstrip("/")
         self.replica_urls = [u.rstrip("/") for u in link.replica_urls] or [self.url]
+        self.session_urls = link.session_urls()
         self._headers = {"Authorization": f"Bearer {link.read_admin_token()}"}
         self.timeout_s = timeout_s
 
@@ -199,8 +204,12 @@ class ProxyControl:
         return fetch
 
     async def sequences(self, session_id: str, base_url: str | None, client: httpx.AsyncClient) -> SequencesResponse:
-        """From the replica that owns the session (`base_url`), or the configured proxy URL."""
+        """From the replica that owns the session (`base_url`), or the configured proxy URL. A `base_url` that is
+        not one of this run's proxy replicas (a runner's word, not the learner's) is refused before any request:
+        the admin token goes nowhere else."""
         url = (base_url or self.url).rstrip("/")
+        if url not in self.session_urls:
+            raise ForeignProxy(f"session base URL {url!r} is not one of this run's proxy replicas")
         r = await client.get(f"{url}/sessions/{session_id}/sequences", headers=self._headers)
         if r.status_code != 200:
             raise RuntimeError(f"proxy GET /sessions/{{id}}/sequences -> {r.status_code}: {r.text[:300]}")

@@ -39,6 +39,7 @@ from harnessrl.runtime.contracts.coordinator import (
 )
 
 from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, start_learner
+from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.ports import free_port
 
 
@@ -62,6 +63,7 @@ def learner_config(workdir: Path, model_dir: Path, engine_root: str, proxy_url: 
         "host": "127.0.0.1",
         "port": free_port(),
         "lease_ttl_s": 60,
+        "runner_token_file": str(runner_token_file(workdir)),
     }
 
 
@@ -91,7 +93,7 @@ async def scripted_runner(coordinator: str, admin_token: str, deadline_s: float,
     """Lease, roll out and complete until the coordinator says done (or `stop_after` completions, or time)."""
     acks: list[Any] = []
     end = time.monotonic() + deadline_s
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=60, headers=RUNNER_AUTH) as http:
         while time.monotonic() < end:
             if stop_after is not None and len(acks) >= stop_after:
                 break

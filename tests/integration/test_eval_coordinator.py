@@ -41,6 +41,7 @@ from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResult
 from tests.fakes.scripted_engine import ScriptedReply
 from tests.fixtures.crash import DROPPED, tear_env
 from tests.fixtures.proxy_server import serve_in_thread
+from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.ports import free_port, wait_serving
 from tests.waiting import wait_until
 
@@ -74,6 +75,7 @@ def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator
         "concurrency": 8,
         "coordinator_url": coordinator,
         "proxy_admin_token_file": str(token_file),
+        "runner_token_file": str(runner_token_file(tmp_path)),
         "timeouts": {"harness_s": 60, "grader_s": 30},
     }
     path = tmp_path / f"runner-{pool}.yaml"
@@ -93,7 +95,7 @@ def test_unmodified_runners_serve_an_evaluation_to_done(cli_backend: tuple[Any, 
         # `broken` runs with the train split only: every lease names a task it lacks, an infrastructure error.
         pools=[PoolHarness(pool=p, harness="oneshot") for p in ("good", "bad", "broken")],
         task_ids=TEST_TASKS, attempts=2, model="tiny", proxy_url=proxy.url, max_unscored=2,
-        journal=tmp_path / "eval" / "journal.jsonl", results=tmp_path / "eval" / "results.json", port=port,
+        journal=tmp_path / "eval" / "journal.jsonl", runner_token_file=runner_token_file(tmp_path), results=tmp_path / "eval" / "results.json", port=port,
     )
     config_path = tmp_path / "eval.json"
     config_path.write_text(config.model_dump_json())
@@ -170,12 +172,12 @@ class Clock:
 def test_http_expiry_idempotency_and_errors(tmp_path: Path) -> None:
     config = EvalConfig(label="step-1", pools=[PoolHarness(pool="p", harness="oneshot")], task_ids=["a", "b"],
                         model="tiny-eval-step-1", policy_version=7, proxy_url="http://proxy", lease_ttl_s=30,
-                        journal=tmp_path / "journal.jsonl", results=tmp_path / "results.json")
+                        journal=tmp_path / "journal.jsonl", runner_token_file=runner_token_file(tmp_path), results=tmp_path / "results.json")
     clock = Clock()
     coordinator = EvalCoordinator(config)
     server, thread, url = serve_in_thread(create_app(coordinator, clock=clock))
     try:
-        with httpx.Client(base_url=url, timeout=5) as http:
+        with httpx.Client(base_url=url, timeout=5, headers=RUNNER_AUTH) as http:
 
             def lease(runner: str, n: int = 1) -> LeaseResponse:
                 r = http.post("/v1/leases", json=LeaseRequest(runner_id=runner, pool="p", harness="oneshot",
@@ -238,11 +240,12 @@ def test_http_expiry_idempotency_and_errors(tmp_path: Path) -> None:
                                                           ("p", "codex", "runs harness 'oneshot'")])
 def test_http_refuses_a_runner_of_another_pool_or_harness(tmp_path: Path, pool: str, harness: str, message: str) -> None:
     config = EvalConfig(label="base", pools=[PoolHarness(pool="p", harness="oneshot")], task_ids=["a"], model="m",
-                        proxy_url="http://proxy", journal=tmp_path / "j.jsonl", results=tmp_path / "r.json")
+                        proxy_url="http://proxy", journal=tmp_path / "j.jsonl", runner_token_file=runner_token_file(tmp_path), results=tmp_path / "r.json")
     coordinator = EvalCoordinator(config)
     server, thread, url = serve_in_thread(create_app(coordinator))
     try:
-        r = httpx.post(f"{url}/v1/leases", json={"runner_id": "r", "pool": pool, "harness": harness}, timeout=5)
+        r = httpx.post(f"{url}/v1/leases", json={"runner_id": "r", "pool": pool, "harness": harness}, timeout=5,
+                       headers=RUNNER_AUTH)
         assert r.status_code == 409 and message in r.json()["detail"]
     finally:
         server.should_exit = True
@@ -260,7 +263,7 @@ def test_killed_in_the_middle_of_a_journal_write_it_restarts_without_the_torn_re
     journal = tmp_path / "eval" / "journal.jsonl"
     config = EvalConfig(label="base", pools=[PoolHarness(pool="p", harness="oneshot")], task_ids=["t0", "t1", "t2", "t3"],
                         model="m", proxy_url="http://proxy", lease_ttl_s=600, journal=journal,
-                        results=tmp_path / "eval" / "results.json", port=port)
+                        runner_token_file=runner_token_file(tmp_path), results=tmp_path / "eval" / "results.json", port=port)
     config_path = tmp_path / "eval.json"
     config_path.write_text(config.model_dump_json())
     procs: list[subprocess.Popen[bytes]] = []
@@ -281,7 +284,7 @@ def test_killed_in_the_middle_of_a_journal_write_it_restarts_without_the_torn_re
 
     try:
         first, _ = start(0, tear_env('"runner_id":"tearing-runner"'))
-        with httpx.Client(base_url=url, timeout=10) as http:
+        with httpx.Client(base_url=url, timeout=10, headers=RUNNER_AUTH) as http:
             req = LeaseRequest(runner_id="r0", pool="p", harness="oneshot", max=4).model_dump()
             leases = LeaseResponse.model_validate(http.post("/v1/leases", json=req).json()).leases
             assert [x.task_id for x in leases] == ["t0", "t1", "t2", "t3"]
@@ -298,7 +301,7 @@ def test_killed_in_the_middle_of_a_journal_write_it_restarts_without_the_torn_re
             x.rollout_id for x in leases[:2]]
 
         _, log = start(1, {})
-        with httpx.Client(base_url=url, timeout=10) as http:
+        with httpx.Client(base_url=url, timeout=10, headers=RUNNER_AUTH) as http:
             status = EvalStatus.model_validate(http.get("/v1/status").json())
             # Acked before the kill: both there. The leases themselves died with the process.
             assert (status.scored, status.leased, status.done) == (2, 0, False)

@@ -1,17 +1,22 @@
 """The coordinator over real HTTP (uvicorn on 127.0.0.1), with sequences fetched from a proxy stand-in by the
 learner's own ProxyControl client: leases, completions, duplicates, errors in the caller's terms, the journal,
-/v1/status and Prometheus /metrics."""
+/v1/status and Prometheus /metrics; the runner token on every write; sequences fetched only from the run's own
+proxy."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import secrets
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.contracts.coordinator import Completion, LeaseResponse, OutcomeKind
+from harnessrl.runtime.contracts.coordinator import Completion, LeaseResponse, OutcomeKind, runner_auth
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
 from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, ProxyLink, RewardConfig
@@ -23,6 +28,8 @@ from harnessrl.runtime.trajectory.models import TrainingSequence
 
 from tests.fixtures.learner_process import ProxyStandIn
 from tests.fixtures.proxy_server import serve_in_thread
+
+RUNNER_TOKEN = secrets.token_urlsafe(16)
 
 
 class Env:
@@ -38,7 +45,7 @@ class Env:
         self.journal = Journal(tmp / "journal.jsonl", fsync=False)
         self.sink = MetricsSink(tmp / "metrics.jsonl")
         self.client = httpx.AsyncClient(timeout=10)
-        app = create_app(self.coord, self.journal, self.control.fetcher(self.client), self.sink.registry)
+        app = create_app(self.coord, self.journal, RUNNER_TOKEN, self.control.fetcher(self.client), self.sink.registry)
         self.server, self.thread, self.url = serve_in_thread(app)
 
     def session(self, rollout_id: str, n_sampled: int = 2) -> str:
@@ -65,8 +72,8 @@ def env(tmp_path: Path) -> Iterator[Env]:
     e.close()
 
 
-def post(url: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(url, json=body, timeout=10)
+def post(url: str, body: dict[str, Any], token: str | None = RUNNER_TOKEN) -> httpx.Response:
+    return httpx.post(url, json=body, timeout=10, headers=runner_auth(token) if token is not None else {})
 
 
 def test_lease_complete_duplicate_and_status(env: Env) -> None:
@@ -127,3 +134,73 @@ def test_metrics_endpoint_and_done(env: Env) -> None:
     env.coord.state.done = True
     r = post(f"{env.url}/v1/leases", {"runner_id": "r", "pool": "pa", "harness": "mini"}).json()
     assert r["done"] is True and r["leases"] == []
+
+
+def test_writes_need_the_runner_token_and_status_stays_open(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    lease = {"runner_id": "r", "pool": "pa", "harness": "mini"}
+    done = Completion(rollout_id="g0-r0000", lease_id="x", outcome=OutcomeKind.solved, correctness=1.0)
+    writes = {"/v1/leases": lease, "/v1/leases/renew": {"runner_id": "r", "lease_ids": ["x"]},
+              "/v1/leases/release": {"runner_id": "r", "pool": "pa"}, "/v1/completions": done.model_dump(mode="json")}
+    for path, body in writes.items():
+        for token, reason in ((None, "missing runner bearer token"), ("guess", "wrong runner token"),
+                              (RUNNER_TOKEN + "x", "wrong runner token")):
+            r = post(f"{env.url}{path}", body, token)
+            assert r.status_code == 401 and r.json() == {"detail": reason}, (path, token, r.text)
+            assert r.headers["www-authenticate"] == "Bearer"
+    # Nothing was leased or completed by the refused calls; status, health and metrics need no token.
+    st = httpx.get(f"{env.url}/v1/status", timeout=10).json()
+    assert st["leased"] == 0 and st["rollouts_scored"] == 0
+    assert httpx.get(f"{env.url}/healthz", timeout=10).status_code == 200
+    assert httpx.get(f"{env.url}/metrics", timeout=10).status_code == 200
+    assert post(f"{env.url}/v1/leases", lease).status_code == 200
+    assert RUNNER_TOKEN not in caplog.text
+
+
+class Recorder:
+    """An attacker's listener on 127.0.0.1: records every byte sent to it, answers 404."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.received = b""
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                with contextlib.suppress(TimeoutError):
+                    self.received += conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+def test_a_completion_naming_a_foreign_proxy_is_refused_and_gets_no_admin_token(env: Env) -> None:
+    attacker = Recorder()
+    try:
+        [le] = LeaseResponse.model_validate(post(f"{env.url}/v1/leases", {"runner_id": "r", "pool": "pa",
+                                                                          "harness": "mini"}).json()).leases
+        sid = env.session(le.rollout_id)
+        forged = Completion(rollout_id=le.rollout_id, lease_id=le.lease_id, session_id=sid, outcome=OutcomeKind.solved,
+                            correctness=1.0, session_base_url=attacker.url)
+        ack = post(f"{env.url}/v1/completions", forged.model_dump(mode="json")).json()
+    finally:
+        attacker.stop()
+    assert attacker.received == b""  # no request at all, so no admin token
+    assert ack["status"] == "accepted" and ack["scored"] is False and ack["reward"] is None
+    [entry] = list(env.journal.entries_after(0))
+    assert entry.completion.outcome == OutcomeKind.infra_error and entry.sequences == []
+    assert entry.completion.error is not None and "not one of this run's proxy replicas" in entry.completion.error
+    assert attacker.url in entry.completion.error

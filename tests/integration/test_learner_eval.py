@@ -35,6 +35,7 @@ from harnessrl.runtime.trajectory.models import TrainingSequence
 
 from tests.fixtures.crash import DROPPED, tear_env
 from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner
+from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -62,6 +63,7 @@ def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path
         "host": "127.0.0.1",
         "port": free_port(),
         "lease_ttl_s": 600,
+        "runner_token_file": str(runner_token_file(workdir)),
     } | changes
 
 
@@ -96,7 +98,7 @@ class Runner:
 
     async def run(self, timeout_s: float = 180) -> None:
         end = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, headers=RUNNER_AUTH) as http:
             while time.monotonic() < end:
                 req = LeaseRequest(runner_id=f"{self.pool}-runner", pool=self.pool, harness=self.harness, max=4)
                 got = LeaseResponse.model_validate(await call(http, f"{self.coordinator}/v1/leases", req.model_dump()))

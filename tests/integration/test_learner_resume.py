@@ -24,6 +24,7 @@ from harnessrl.runtime.trajectory.models import TrainingSequence
 
 from tests.fixtures.hub_server import HubServer
 from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStandIn, start_learner
+from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.ports import free_port
 
 STEPS = 6
@@ -45,6 +46,7 @@ def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path
         "host": "127.0.0.1",
         "port": free_port(),
         "lease_ttl_s": 600,
+        "runner_token_file": str(runner_token_file(workdir)),
     }
 
 
@@ -58,7 +60,7 @@ class SyntheticHarness:
 
     async def run(self, coordinator: str, until: Any, timeout_s: float = 120) -> None:
         end = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, headers=RUNNER_AUTH) as http:
             while time.monotonic() < end and not until():
                 req = LeaseRequest(runner_id="synthetic", pool=POOL, harness=HARNESS, max=4)
                 try:
@@ -141,7 +143,7 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
         assert after["rollouts_scored"] == scored
         assert ck["counters"]["rollouts_scored"] < scored  # some really came from the journal
         # Nothing is counted twice: every completion sent again is a duplicate.
-        with httpx.Client(timeout=10) as http:
+        with httpx.Client(timeout=10, headers=RUNNER_AUTH) as http:
             for c in accepted:
                 ack = http.post(f"{learner.url}/v1/completions", json=c.model_dump(mode="json")).json()
                 assert ack["status"] == "duplicate", ack

@@ -196,7 +196,7 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
     expected = {
         ("ConfigMap", f"{run}-engine-config"), ("Service", f"{run}-engine"), ("StatefulSet", f"{run}-engine"),
         ("ConfigMap", f"{run}-proxy-config"), ("Service", f"{run}-proxy-headless"), ("Service", f"{run}-proxy"),
-        ("StatefulSet", f"{run}-proxy"), ("Secret", f"{run}-proxy-admin"),
+        ("StatefulSet", f"{run}-proxy"), ("Secret", f"{run}-proxy-admin"), ("Secret", f"{run}-runner-token"),
         ("ConfigMap", f"{run}-learner-config"), ("Service", f"{run}-learner"), ("Job", f"{run}-learner"),
         ("NetworkPolicy", f"{run}-sandboxes"), ("NetworkPolicy", f"{run}-engine"),
     }
@@ -471,12 +471,13 @@ def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: Fa
         # The NetworkPolicies are rendered last: once they exist, every child does.
         cluster.wait_for(lambda: cluster.get("networking.k8s.io/v1", "NetworkPolicy", "run-a-engine", namespace=NS))
         before = {(k, n): cluster.get(*_kind(k), n, namespace=NS)["metadata"]["uid"] for k, n in children(cluster, "run-a")}
-        token = cluster.get("v1", "Secret", "run-a-proxy-admin", namespace=NS)["data"]["token"]
+        tokens = {name: cluster.get("v1", "Secret", name, namespace=NS)["data"]["token"]
+                  for name in ("run-a-proxy-admin", "run-a-runner-token")}
     with running_operator(cluster, learner_status.url):
         reconciled_after_a_spec_change(cluster, "run-a")  # by the restarted operator
         after = {(k, n): cluster.get(*_kind(k), n, namespace=NS)["metadata"]["uid"] for k, n in children(cluster, "run-a")}
     assert after == before  # same objects (same uids), none added
-    assert cluster.get("v1", "Secret", "run-a-proxy-admin", namespace=NS)["data"]["token"] == token
+    assert {name: cluster.get("v1", "Secret", name, namespace=NS)["data"]["token"] for name in tokens} == tokens
 
 
 def test_deleting_a_run_with_the_operator_stopped_does_not_hang(cluster: Any, learner_status: FakeLearnerStatus) -> None:

@@ -20,6 +20,7 @@ from harnessrl.runtime.contracts.coordinator import LeaseRequest, LeaseResponse
 from harnessrl.runtime.harness.sandboxes.local import tagged_pids
 
 from tests.fakes.scripted_engine import ScriptedReply
+from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.waiting import wait_until
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
@@ -37,7 +38,8 @@ open("answer.txt", "w").write(reply.choices[0].message.content.strip() + "\\n")
 def lease_as_another_runner(coordinator_url: str) -> set[str]:
     """The rollout ids another runner is handed now (expired leases become pending again on a lease call)."""
     request = LeaseRequest(runner_id="runner-1", pool="custom-pool", harness="my-agent", max=64)
-    resp = httpx.post(f"{coordinator_url}/v1/leases", json=request.model_dump(mode="json"), timeout=10)
+    resp = httpx.post(f"{coordinator_url}/v1/leases", json=request.model_dump(mode="json"), timeout=10,
+                      headers=RUNNER_AUTH)
     resp.raise_for_status()
     return {lease.rollout_id for lease in LeaseResponse.model_validate(resp.json()).leases}
 
@@ -70,6 +72,7 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
         "concurrency": 2,
         "coordinator_url": stack.coordinator_url,
         "proxy_admin_token_file": str(stack.proxy.config_path.parent / "admin-token"),
+        "runner_token_file": str(runner_token_file(tmp_path)),
         "timeouts": {"harness_s": 300},
     }
     config_path = tmp_path / "runner.yaml"

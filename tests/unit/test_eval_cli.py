@@ -124,7 +124,7 @@ def test_finished_results_are_reused_only_for_the_same_evaluation(tmp_path: Path
 
     cfg = EvalConfig(label="base", pools=[PoolHarness(pool="p", harness="h")], task_ids=["a"], model="m",
                      proxy_url="http://p", journal=tmp_path / "e" / "journal.jsonl",
-                     results=tmp_path / "e" / "results.json")
+                     results=tmp_path / "e" / "results.json", runner_token_file=tmp_path / "runner-token")
     assert ev.reuse_results(cfg) is None
     coordinator = EvalCoordinator(cfg)
     (lease,) = coordinator.lease(LeaseRequest(runner_id="r", pool="p", harness="h"), 0.0)

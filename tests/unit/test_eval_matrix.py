@@ -66,7 +66,8 @@ def test_png_is_a_real_image(tmp_path: Path) -> None:
 def config(tmp_path: Path) -> EvalConfig:
     return EvalConfig(label="step-1", pools=[PoolHarness(pool="oneshot", harness="oneshot")], task_ids=["a", "b"],
                       attempts=1, model="tiny-eval-step-1", proxy_url="http://p", journal=tmp_path / "j.jsonl",
-                      results=tmp_path / "out" / "results.json", max_unscored=2)
+                      results=tmp_path / "out" / "results.json", max_unscored=2,
+                      runner_token_file=tmp_path / "runner-token")
 
 
 def test_coordinator_replays_its_journal_after_a_restart_and_writes_results_when_done(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ def base(**over: Any) -> dict[str, Any]:
         "proxy": {"url": "http://proxy", "admin_token_file": "/t"},
         "engine": {"urls": ["http://e:8000/"]},
         "checkpoint": {"dir": "/ck"},
+        "runner_token_file": "/r",
     }
     cfg.update(over)
     return cfg

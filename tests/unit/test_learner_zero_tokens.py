@@ -15,6 +15,8 @@ from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.learner.loop import Learner
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
+from tests.fixtures.runner_token import runner_token_file
+
 
 def config(tmp_path: Path, model: Path) -> LearnerConfig:
     token = tmp_path / "admin-token"
@@ -27,6 +29,7 @@ def config(tmp_path: Path, model: Path) -> LearnerConfig:
         "proxy": {"url": "http://127.0.0.1:9", "admin_token_file": str(token)},
         "engine": {"urls": ["http://127.0.0.1:9/v1"]},
         "checkpoint": {"dir": str(tmp_path / "ck")},
+        "runner_token_file": str(runner_token_file(tmp_path)),
     })
 
 

@@ -66,19 +66,26 @@ def test_quickstart_plans_engine_proxy_learner_and_one_runner_per_pool(tmp_path:
     ids = (run_dir / "task-ids.txt").read_text().split()
     assert ids == [f"vowel-{i:02d}" for i in range(8)]  # the train split only
 
-    token = run_dir / "secrets" / "proxy-admin-token"
-    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text()) >= 32
-    # The token is a file the components read; it is in no config.
-    for config in (run_dir / "config").iterdir():
-        assert token.read_text() not in config.read_text()
+    admin, runner = run_dir / "secrets" / "proxy-admin-token", run_dir / "secrets" / "runner-token"
+    for token in (admin, runner):
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text()) >= 32
+        # The token is a file the components read; it is in no config.
+        for config in (run_dir / "config").iterdir():
+            assert token.read_text() not in config.read_text()
+    assert admin.read_text() != runner.read_text()  # one credential per role
+    # The learner checks the runner token and the runners send it: both read that one file.
+    assert learner["runner_token_file"] == str(runner)
+    runners = [json.loads(p.read_text()) for p in (run_dir / "config").glob("*-runner.json")]
+    assert runners and all(r["runner_token_file"] == str(runner) for r in runners)
     assert (run_dir / "plan.json").exists()
 
 
 def test_admin_token_survives_a_second_plan_of_the_same_run_dir(tmp_path: Path, model_dir: Path) -> None:
     plan_run(args(tmp_path, model_dir))
-    first = (tmp_path / "run" / "secrets" / "proxy-admin-token").read_text()
+    secrets = tmp_path / "run" / "secrets"
+    first = {name: (secrets / name).read_text() for name in ("proxy-admin-token", "runner-token")}
     plan_run(args(tmp_path, model_dir))
-    assert (tmp_path / "run" / "secrets" / "proxy-admin-token").read_text() == first
+    assert {name: (secrets / name).read_text() for name in first} == first
 
 
 def test_missing_volume_says_which_flag_to_pass(tmp_path: Path, model_dir: Path) -> None:

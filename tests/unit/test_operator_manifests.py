@@ -14,8 +14,9 @@ from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.handlers.apply import drifted, patch_body
 from harnessrl.operator.kube import Owner, proxy, render
+from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
-from harnessrl.operator.plan import ClusterPlacement, build_plan
+from harnessrl.operator.plan import CLUSTER_PATHS, ClusterPlacement, build_plan
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.learner.config import LearnerConfig
@@ -38,7 +39,8 @@ LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernete
 def manifests(**changes: Any) -> dict[tuple[str, str], dict[str, Any]]:
     spec = TrainingRunSpec.model_validate(EXAMPLE["spec"] | changes)
     plan = build_plan("run", "team", spec, POOLS, ClusterPlacement("team"))
-    rendered = [*render(plan, OWNER), proxy.admin_secret(plan, OWNER, "s3cr3t-token")]
+    rendered = [*render(plan, OWNER), proxy.admin_secret(plan, OWNER, "s3cr3t-token"),
+                learner_kube.runner_secret(plan, OWNER, "runner-s3cr3t")]
     return {(m["kind"], m["metadata"]["name"]): m for m in rendered}
 
 
@@ -164,6 +166,33 @@ def test_proxy_statefulset_and_admin_secret() -> None:
     assert base64.b64decode(secret["data"]["token"]).decode() == "s3cr3t-token"
 
 
+def pod_secret_files(pod: dict[str, Any]) -> dict[str, str]:
+    """Secret name -> the file its key is mounted at, in a Pod spec."""
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", []) if m["name"] in volumes]
+    return {volumes[m["name"]]["secretName"]: f"{m['mountPath']}/{volumes[m['name']]['items'][0]['path']}"
+            for m in mounts}
+
+
+def test_the_runner_token_secret_reaches_learner_and_runners_only() -> None:
+    m = manifests()
+    secret = m[("Secret", "run-runner-token")]
+    assert base64.b64decode(secret["data"]["token"]).decode() == "runner-s3cr3t"
+    assert secret["metadata"]["ownerReferences"] == [OWNER.reference()]
+    plan = build_plan("run", "team", TrainingRunSpec.model_validate(EXAMPLE["spec"]), POOLS, ClusterPlacement("team"))
+    # The file each pod gets is the one its config names: the learner checks the token, runners send it.
+    configs = [plan.learner.config, *(r.config for r in plan.runners)]
+    assert all(str(c.runner_token_file) == CLUSTER_PATHS["runner-token"] for c in configs)
+    learner_pod = m[("Job", "run-learner")]["spec"]["template"]["spec"]
+    runner_pods = [v["spec"]["template"]["spec"] for (kind, name), v in m.items()
+                   if kind == "Deployment" and name.endswith("-runner")]
+    assert len(runner_pods) == len(plan.runners) >= 1
+    for pod in [learner_pod, *runner_pods]:
+        assert pod_secret_files(pod)["run-runner-token"] == CLUSTER_PATHS["runner-token"]
+    proxy_pod = m[("StatefulSet", "run-proxy")]["spec"]["template"]["spec"]
+    assert "run-runner-token" not in pod_secret_files(proxy_pod)
+
+
 def test_learner_job_secrets_are_files_never_literals() -> None:
     m = manifests()
     job = m[("Job", "run-learner")]
@@ -173,7 +202,7 @@ def test_learner_job_secrets_are_files_never_literals() -> None:
     learner = pod["containers"][0]
     assert learner["resources"]["limits"]["nvidia.com/gpu"] == "1"
     mounted = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert mounted == {"hf-token", "run-proxy-admin"}
+    assert mounted == {"hf-token", "run-proxy-admin", "run-runner-token"}
     assert all("valueFrom" not in e for c in pod["containers"] for e in c.get("env", []))
     checkpoints = next(v for v in pod["volumes"] if v["name"] == "checkpoints")
     assert checkpoints["persistentVolumeClaim"]["claimName"] == "qwen3-8b-checkpoints"

@@ -21,6 +21,7 @@ BASE = {
     "tasks": {"kind": "dir", "path": "examples/tasks"},
     "coordinator_url": "http://learner:8000",
     "proxy_admin_token_file": "/var/run/harnessrl/admin-token",
+    "runner_token_file": "/var/run/harnessrl/runner-token",
 }
 
 

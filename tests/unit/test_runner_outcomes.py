@@ -111,7 +111,8 @@ def runner(provider: FakeProvider, transport: httpx.MockTransport, tmp_path: Pat
            retries: int = 0) -> Runner:
     token = tmp_path / "token"
     token.write_text("admin")
-    config = RunnerConfig.model_validate({
+    (tmp_path / "runner-token").write_text("runner")
+    config = RunnerConfig.model_validate({"runner_token_file": str(tmp_path / "runner-token"),
         "pool": "p", "harness": {"name": harness}, "tasks": {"kind": "dir", "path": str(TASKS)},
         "coordinator_url": "http://coordinator", "proxy_admin_token_file": str(token), "infra_retries": retries,
     })
