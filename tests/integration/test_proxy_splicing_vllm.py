@@ -9,6 +9,7 @@ plain prompt (prompt_logprobs of /v1/completions, no splicing involved).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,7 +84,7 @@ def test_a_resent_history_stays_one_sequence(proxy: ProxyProcess, tee: EngineTee
     assert len(nodes) == TURNS
     # Each later call extends the one before with its sampled ids: one chain, one training sequence.
     assert [n["parent"] for n in nodes] == [None, *range(TURNS - 1)]
-    for before, after in zip(nodes, nodes[1:], strict=False):
+    for before, after in itertools.pairwise(nodes):
         earlier = before["turn"]["prompt_ids"] + before["turn"]["completion_ids"]
         assert after["turn"]["prompt_ids"][: len(earlier)] == earlier
     sequences = httpx.get(f"{proxy.url}/sessions/{sid}/sequences", headers=proxy.admin_headers).json()["sequences"]
