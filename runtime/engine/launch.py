@@ -42,6 +42,8 @@ def engine_argv(config: EngineConfig, python: str = "python") -> list[str]:
         "vllm",
         "--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching",
         "--disable-uvicorn-access-log",
+        # The render, generate and derender endpoints the proxy splices sampled replies back into prompts with.
+        "--enable-scale-out",
     ]
     if config.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(config.tensor_parallel_size)]

@@ -20,13 +20,15 @@ from harnessrl.runtime.proxy.dialects.base import (
     Operation,
     ParsedRequest,
     RouteInfo,
+    completion_as_chunks,
     reject_constrained_decoding,
 )
 from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route, session_key
-from harnessrl.runtime.proxy.engine_call import CapturedStream, complete, pick, with_failover
+from harnessrl.runtime.proxy.engine_call import CapturedStream, complete, pick, spliced, with_failover
 from harnessrl.runtime.proxy.engines import ContextLengthExceeded, upstream_json
 from harnessrl.runtime.proxy.relay import Relayed, relay, relay_address
 from harnessrl.runtime.proxy.sessions import Session
+from harnessrl.runtime.proxy.splicing import history_keys
 from harnessrl.runtime.proxy.state import ProxyState
 from harnessrl.runtime.proxy.upstream_http import UpstreamError
 from harnessrl.runtime.proxy.workers import FORWARDED_HEADER
@@ -162,9 +164,17 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
     body_json = upstream_json(parsed.canonical, policy.model, session.upstream_messages,
                               training=session.request.training, stream=parsed.stream,
                               max_tokens_cap=state.config.max_tokens_per_call)
+    chain = session.graph.chain_for(history_keys(parsed.canonical)) if len(session.graph) else None
     state.call_started()
     released = False
     try:
+        if chain is not None:
+            completion = await spliced(state, session, body_json, policy, chain)
+            if completion is not None:
+                state.metrics.count_request(dialect.name, "ok")
+                if parsed.stream:
+                    return StreamAnswer(dialect.render_stream(completion_as_chunks(completion), parsed))
+                return json_answer(dialect.render_response(completion, parsed))
         if parsed.stream:
             engine, upstream = await with_failover(state, session, lambda e: state.client.open_stream(e, body_json))
             released = True  # the stream now owns the in-flight slots

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harnessrl.runtime.proxy.dialects.prompt_prefix import CHUNK, COMPLETION, KnownPrefix, read_answer
-from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
+from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk, FunctionDelta
 from harnessrl.runtime.trajectory.models import Turn
+from harnessrl.runtime.trajectory.splice import reply_key
 
 
 @dataclass
@@ -31,6 +32,9 @@ class CallCapture:
     saw_prompt_ids: bool = False
     # The call-graph turn the prompt was read to start with, all of it (`KnownPrefix.turn`): linking starts there.
     after: int | None = None
+    # What the reply says, as the harness gets it (text, and tool calls as [name, arguments]): its `reply_key`.
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, list[str]] = field(default_factory=dict)
 
     def read_chunk(self, data: bytes) -> CompletionChunk:
         """Parse one stream chunk's JSON and capture it."""
@@ -43,7 +47,7 @@ class CallCapture:
     def read_completion(self, raw: bytes) -> Completion:
         """Parse a whole completion's JSON and capture it."""
         completion, self.prompt_text, self.after = read_answer(COMPLETION, raw, self.known)
-        self._take(completion)
+        self.take(completion)
         return completion
 
     def feed(self, chunk: CompletionChunk) -> None:
@@ -62,20 +66,33 @@ class CallCapture:
             if sampled:
                 self.logprobs.extend(entry.get("logprob", 0.0) for entry in sampled)
             delta = choice.get("delta")
-            for call in (delta and delta.get("tool_calls")) or ():
-                index = call.get("index")
-                self.tool_call_indices.add(index if index is not None else len(self.tool_call_indices))
+            if delta:
+                content = delta.get("content")
+                if content:
+                    self.text.append(content)
+                for call in delta.get("tool_calls") or ():
+                    index = call.get("index")
+                    index = index if index is not None else len(self.tool_call_indices)
+                    self.tool_call_indices.add(index)
+                    self._call_piece(index, call.get("function"))
             finish = choice.get("finish_reason")
             if finish is not None:
                 self.finish_reason = finish
 
+    def _call_piece(self, index: int, function: FunctionDelta | None) -> None:
+        name_args = self.calls.setdefault(index, ["", ""])
+        if function:
+            name_args[0] += function.get("name") or ""
+            name_args[1] += function.get("arguments") or ""
+
     @classmethod
     def from_completion(cls, completion: Completion) -> CallCapture:
         capture = cls()
-        capture._take(completion)
+        capture.take(completion)
         return capture
 
-    def _take(self, completion: Completion) -> None:
+    def take(self, completion: Completion) -> None:
+        """Capture a whole completion."""
         self.prompt_ids = completion.prompt_token_ids or []
         self.saw_prompt_ids = completion.prompt_token_ids is not None
         if completion.choices:
@@ -84,7 +101,11 @@ class CallCapture:
             if choice.logprobs is not None and choice.logprobs.content:
                 self.logprobs.extend(entry.get("logprob", 0.0) for entry in choice.logprobs.content)
             self.finish_reason = choice.finish_reason
-            self.tool_call_indices = set(range(len(choice.message.tool_calls or [])))
+            calls = choice.message.tool_calls or []
+            self.tool_call_indices = set(range(len(calls)))
+            self.text = [choice.message.content or ""]
+            self.calls = {i: [(c.function and c.function.name) or "", (c.function and c.function.arguments) or ""]
+                          for i, c in enumerate(calls)}
 
     @property
     def tool_calls(self) -> int:
@@ -106,4 +127,5 @@ class CallCapture:
             started_at=started_at,
             finished_at=finished_at,
             trainable=True,
+            reply=reply_key("".join(self.text), ((self.calls[i][0], self.calls[i][1]) for i in sorted(self.calls))),
         )

@@ -17,8 +17,10 @@ from harnessrl.runtime.proxy.dialects.base import DialectError
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
 from harnessrl.runtime.proxy.engines import Engine, EngineClient
 from harnessrl.runtime.proxy.sessions import Session
+from harnessrl.runtime.proxy.splicing import spliced_completion
 from harnessrl.runtime.proxy.state import ProxyState
 from harnessrl.runtime.proxy.upstream_http import UpstreamBroken, UpstreamConnectError, UpstreamResponse
+from harnessrl.runtime.trajectory.splice import Chain
 
 log = logging.getLogger("harnessrl.proxy")
 
@@ -100,6 +102,22 @@ async def complete(state: ProxyState, session: Session, body_json: bytes, policy
     )
     release_engine(state, engine, started)
     await record_turn(state, session, capture, policy, started)
+    return completion
+
+
+async def spliced(state: ProxyState, session: Session, body_json: bytes, policy: PolicyState,
+                  chain: Chain) -> Completion | None:
+    """The call made with the chain's sampled replies spliced into its prompt (splicing.py), captured and
+    journaled; None when splicing leaves the prompt as it is (the caller makes the ordinary call)."""
+    started = time.time()
+    engine, completion = await with_failover(
+        state, session, lambda e: spliced_completion(state.client, e, body_json, policy.model, chain)
+    )
+    release_engine(state, engine, started)
+    if completion is None:
+        return None
+    state.metrics.spliced.inc()
+    await record_turn(state, session, CallCapture.from_completion(completion), policy, started)
     return completion
 
 

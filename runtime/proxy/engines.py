@@ -126,6 +126,10 @@ class Engine:
     inflight: int = 0
     calls: int = 0
     failures: int = 0
+    # Token splicing (splicing.py): False once the engine showed it does not serve the render endpoints; the
+    # token its chat template closes an assistant turn with, once asked.
+    renders: bool = True
+    end_token: int | None = None
 
     def available(self, now: float) -> bool:
         return not self.draining and now >= self.unhealthy_until
@@ -209,10 +213,11 @@ class EngineClient:
             response.release()
 
     async def complete(
-        self, engine: Engine, body: bytes, parse: Callable[[bytes], Completion] = Completion.model_validate_json
+        self, engine: Engine, body: bytes, parse: Callable[[bytes], Completion] = Completion.model_validate_json,
+        path: str = "/v1/chat/completions",
     ) -> Completion:
         """`parse` reads the answer's JSON (the proxy's reads the prompt ids knowing the session's prefix)."""
-        raw = await self._post_read(f"{engine.url}/v1/chat/completions", body)
+        raw = await self._post_read(f"{engine.url}{path}", body)
         try:
             return parse(raw)
         except ValueError as exc:
@@ -254,6 +259,35 @@ class EngineClient:
         chunk = _sse_chunk(b"".join(partial), parse)
         if chunk is not None:
             yield chunk
+
+    async def render(self, engine: Engine, body: bytes) -> dict[str, Any] | None:
+        """vLLM's rendering of a Chat Completions body: the request `/inference/v1/generate` takes (its
+        `token_ids`: the templated prompt). None when the engine does not serve it (started without
+        `--enable-scale-out`, or not vLLM); it is then not asked again."""
+        response = await self._client.request("POST", f"{engine.url}/v1/chat/completions/render", body,
+                                              _JSON_HEADERS)
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        if response.status in (403, 404, 405):
+            engine.renders = False
+            return None
+        if response.status != 200:
+            raise classify_upstream_error(response.status, raw, self._retry_after_s)
+        rendered: dict[str, Any] = json.loads(raw)
+        return rendered
+
+    async def generate(self, engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
+        """Token in, token out: vLLM's `/inference/v1/generate` on a rendered (and spliced) request."""
+        generated: dict[str, Any] = json.loads(await self._post_read(f"{engine.url}/inference/v1/generate",
+                                                                     to_json(request)))
+        return generated
+
+    async def derender(self, engine: Engine, body: dict[str, Any]) -> Completion:
+        """A generate answer as the Chat Completion the chat endpoint would have made of it (text, reasoning and
+        tool calls parsed by the engine's own parsers)."""
+        return await self.complete(engine, to_json(body), path="/v1/chat/completions/derender")
 
     async def count_tokens(self, engine: Engine, request: CanonicalRequest, model: str) -> int:
         """Prompt length as the engine templates it (vLLM's /tokenize with chat messages and tools)."""

@@ -39,6 +39,8 @@ class ProxyMetrics:
         self.engine_failures = Counter(
             "harnessrl_proxy_engine_failures", "Engine connection failures", ["engine"], registry=r
         )
+        self.spliced = Counter("harnessrl_proxy_spliced_calls",
+                               "Calls sent with earlier sampled replies spliced into the prompt", registry=r)
         self.rejected = Counter("harnessrl_proxy_admission_rejected", "Calls refused by admission control", registry=r)
         self.policy_version = Gauge("harnessrl_proxy_policy_version", "Policy version sent upstream", registry=r)
         # Each labelled series looked up once: `labels()` takes a lock and builds its key every time, and every call

@@ -32,14 +32,12 @@ from harnessrl.runtime.trajectory.models import (
     TrainingSequence,
     Turn,
     TurnDelta,
+    as_tokens,
     capture_problems,
     has_negative,
     pack,
 )
-
-
-def as_tokens(ids: Sequence[int]) -> array[int]:
-    return ids if isinstance(ids, array) and ids.typecode == TOKEN_TYPE else array(TOKEN_TYPE, ids)
+from harnessrl.runtime.trajectory.splice import ROOT_CHAIN, Chain, chain_key
 
 
 class _Edge:
@@ -195,13 +193,15 @@ class _Record:
     started_at: float
     finished_at: float
     trainable: bool
+    reply: str
+    chain: bytes  # the key of the replies on its path (`splice.chain_key`)
     children: tuple[int, ...] = ()
 
     def scalars(self) -> dict[str, Any]:
         """The turn's fields other than its token lists, as `Turn` and `TurnDelta` name them."""
         return {"finish_reason": self.finish_reason, "policy_version": self.policy_version, "model": self.model,
                 "tool_calls": self.tool_calls, "started_at": self.started_at, "finished_at": self.finished_at,
-                "trainable": self.trainable}
+                "trainable": self.trainable, "reply": self.reply}
 
 
 class SessionGraph:
@@ -211,6 +211,7 @@ class SessionGraph:
         self.session_id = session_id
         self.index = PrefixIndex()
         self._records: list[_Record] = []
+        self._chains: dict[bytes, int] = {}  # the latest turn at the end of each path of replies
         self.tool_calls = 0
         self.untrainable = 0
 
@@ -251,8 +252,11 @@ class SessionGraph:
             started_at=turn.started_at,
             finished_at=turn.finished_at,
             trainable=trainable,
+            reply=turn.reply,
+            chain=chain_key(self._records[match.turn].chain if match.turn is not None else ROOT_CHAIN, turn.reply),
         )
         self._records.append(record)
+        self._chains[record.chain] = turn_id
         if match.turn is not None:
             self._records[match.turn].children += (turn_id,)
         self.tool_calls += turn.tool_calls
@@ -337,6 +341,17 @@ class SessionGraph:
         turn = Turn(prompt_ids=tokens[: r.prompt_len].tolist(), completion_ids=tokens[r.prompt_len :].tolist(),
                     logprobs=r.logprobs.tolist(), **r.scalars())
         return Node(id=turn_id, parent=r.parent, shared_prefix=r.shared, turn=turn)
+
+    def chain_for(self, keys: Sequence[bytes]) -> Chain | None:
+        """The earlier turn at the end of the longest leading path of replies among `keys` (`splice.chain_keys`
+        of a history's assistant messages): its tokens and where its path's replies lie in them. None when not
+        even the first reply is one of this session's."""
+        for matched in range(len(keys), 0, -1):
+            turn_id = self._chains.get(keys[matched - 1])
+            if turn_id is not None:
+                spans = [(self._records[i].prompt_len, self._records[i].seq_len) for i in self.path(turn_id)]
+                return Chain(self.sequence_tokens(turn_id), spans)
+        return None
 
     def children(self, turn_id: int) -> list[int]:
         return list(self._record(turn_id).children)

@@ -49,6 +49,8 @@ class Turn(BaseModel):
     finished_at: float = 0.0
     # False keeps the turn as context only (loss mask 0), e.g. when its capture failed validation.
     trainable: bool = True
+    # What the reply said (`splice.reply_key`): how a later call's history is matched to it for splicing.
+    reply: str = ""
 
 
 def capture_problems(turn: Turn, checked_prompt: int = 0) -> list[str]:
@@ -64,6 +66,11 @@ def capture_problems(turn: Turn, checked_prompt: int = 0) -> list[str]:
     if has_negative(turn.prompt_ids[checked_prompt:]) or has_negative(turn.completion_ids):
         problems.append("negative token id")
     return problems
+
+
+def as_tokens(ids: Sequence[int]) -> array[int]:
+    """`ids` as an int32 array (itself when it is one already): slices of it compare in one memcmp."""
+    return ids if isinstance(ids, array) and ids.typecode == TOKEN_TYPE else array(TOKEN_TYPE, ids)
 
 
 _SIGN_BYTE = 3 if sys.byteorder == "little" else 0
@@ -131,6 +138,7 @@ class TurnDelta(BaseModel):
     started_at: float = 0.0
     finished_at: float = 0.0
     trainable: bool = True
+    reply: str = ""
 
 
 class TrainingSequence(BaseModel):
