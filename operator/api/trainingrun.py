@@ -187,6 +187,14 @@ class GrpoSpec(ApiModel):
         "grpo per sequence, then over sequences (favours short sequences); dr_grpo summed per sequence over a "
         "constant length (engine.maxModelLen, or 32768).",
     )
+    loss_balance: Literal["token", "rollout", "harness"] = Field(
+        default="token",
+        description="What share of an update's loss each rollout carries: token, as lossType averages it (a "
+        "rollout weighs its tokens, or its sequences under grpo); rollout, one equal share per rollout however "
+        "many sequences and tokens it captured; harness, one equal share per harness, then per rollout within "
+        "it. token by default: every sampled token's gradient counts the same, with no length bias; rollout or "
+        "harness when a harness with long or split rollouts would otherwise dominate a multi-harness run.",
+    )
     scale_rewards: Literal["batch", "group", "none"] = Field(
         default="batch",
         description="Advantage = reward − group mean, divided by the std of every reward in the step (batch), "
@@ -207,7 +215,13 @@ class GrpoSpec(ApiModel):
         le=1_000_000.0,
         description="Clip the gradient's global norm to this before each optimiser step; 0 turns clipping off.",
     )
-    temperature: float = Field(default=1.0, gt=0.0, le=2.0, description="Sampling temperature of rollouts.")
+    temperature: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=2.0,
+        description="Sampling temperature of training rollouts, whatever the harness asks for; the learner scores "
+        "tokens at the same temperature. Evaluation rollouts keep the harness's own sampling.",
+    )
     seed: int = Field(
         default=0, ge=0, le=2_147_483_647, description="Seed of task order and harness rotation."
     )

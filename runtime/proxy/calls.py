@@ -163,7 +163,8 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
     policy = state.policy
     body_json = upstream_json(parsed.canonical, policy.model, session.upstream_messages,
                               training=session.request.training, stream=parsed.stream,
-                              max_tokens_cap=state.config.max_tokens_per_call)
+                              max_tokens_cap=state.config.max_tokens_per_call,
+                              temperature=state.config.temperature)
     chain = session.graph.chain_for(history_keys(parsed.canonical)) if len(session.graph) else None
     state.call_started()
     released = False
