@@ -497,7 +497,8 @@ def _learner(
             loss_balance=grpo.loss_balance,
             **({"dr_grpo_tokens": spec.engine.max_model_len} if spec.engine.max_model_len else {}),
         ),
-        reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale),
+        reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale,
+                                        tool_mismatch_penalty=spec.reward.tool_mismatch_penalty),
         harnesses=[
             learner_cfg.HarnessWeight(pool=ref.pool, harness=harness_name(pools[ref.pool]), weight=ref.weight)
             for ref in spec.harnesses

@@ -43,6 +43,9 @@ class RunSummary(BaseModel):
     # and sampled tokens trained (sum).
     sequences_per_rollout: dict[str, float] = {}
     trained_tokens: dict[str, int] = {}
+    # Per harness, over every rollout (training and evaluation): tool calls it could not run, (unknown tool,
+    # arguments its schema refused).
+    tool_mismatches: dict[str, tuple[int, int]] = {}
 
 
 def read_metrics(run_dir: Path) -> list[StepMetrics]:
@@ -78,11 +81,21 @@ def tool_calls_by_harness(entries: list[JournalEntry]) -> dict[str, list[int]]:
     return dict(calls)
 
 
+def tool_mismatches_by_harness(entries: list[JournalEntry]) -> dict[str, tuple[int, int]]:
+    counts: dict[str, tuple[int, int]] = {}
+    for entry in entries:
+        unknown, invalid = counts.get(entry.harness, (0, 0))
+        c = entry.completion
+        counts[entry.harness] = (unknown + c.unknown_tool_calls, invalid + c.invalid_tool_calls)
+    return dict(sorted(counts.items()))
+
+
 def read_evals(run_dir: Path) -> list[EvalRecord]:
     return read_records(run_dir / "checkpoints" / "eval.jsonl")
 
 
-def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord]) -> RunSummary:
+def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord],
+              mismatches: dict[str, tuple[int, int]] | None = None) -> RunSummary:
     rewards = [m.mean_reward for m in metrics if m.mean_reward is not None]
     quarter = max(1, len(metrics) // 4)
     last = metrics[-1] if metrics else None
@@ -102,6 +115,7 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         sequences_per_rollout=_per_harness_mean([m.sequences_per_rollout_by_harness for m in metrics]),
         trained_tokens={h: sum(m.loss_tokens_by_harness.get(h, 0) for m in metrics)
                         for h in sorted({h for m in metrics for h in m.loss_tokens_by_harness})},
+        tool_mismatches=mismatches or {},
     )
 
 
@@ -178,6 +192,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
         return "-" if x is None else f"{x:.3f}"
 
     solved = ", ".join(f"{h} {fmt(summary.solved_first.get(h))} → {fmt(r)}" for h, r in summary.solved_last.items())
+    mismatched = ", ".join(f"{h} {u} / {i}" for h, (u, i) in summary.tool_mismatches.items()) or "-"
     rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} | "
                      f"{fmt(summary.sequences_per_rollout.get(h))} | {summary.trained_tokens.get(h, '-')} |"
                      for h, p in sorted(summary.pass_at_1.items()))
@@ -193,6 +208,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - training solved rate, first → last quarter: {solved}
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale
+- tool calls the harness could not run (unknown tool / arguments its schema refused): {mismatched}
 
 | harness | {column} | tool calls per solved rollout | training sequences per rollout | sampled tokens trained |
 |---|---|---|---|---|
@@ -210,12 +226,13 @@ def write_report(run_dir: Path) -> Path:
     metrics = read_metrics(run_dir)
     if not metrics:
         raise FileNotFoundError(f"no metrics in {run_dir / 'checkpoints' / 'metrics.jsonl'}: has the run taken a step?")
-    tool_calls = tool_calls_by_harness(read_completions(run_dir))
+    completions = read_completions(run_dir)
+    tool_calls = tool_calls_by_harness(completions)
     evals = read_evals(run_dir)
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     plot(metrics, tool_calls, evals, out)
-    summary = summarize(metrics, tool_calls, evals)
+    summary = summarize(metrics, tool_calls, evals, tool_mismatches_by_harness(completions))
     (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     report = out / "report.md"
     report.write_text(markdown(run_dir, summary))

@@ -228,11 +228,20 @@ class GrpoSpec(ApiModel):
 
 
 class RewardSpec(ApiModel):
-    """Reward = correctness × (1 + bonus × scale / (scale + toolCalls)); the bonus only for correct answers."""
+    """Reward = correctness × (1 + bonus × scale / (scale + toolCalls)), the bonus only for correct answers,
+    minus toolMismatchPenalty per tool call the harness cannot run (at most 1 in all)."""
 
     bonus: float = Field(default=0.1, ge=0.0, le=10.0, description="Weight b of the tool-efficiency bonus.")
     scale: float = Field(
         default=15.0, gt=0.0, le=1_000_000.0, description="Tool-call count s at which the bonus halves."
+    )
+    tool_mismatch_penalty: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Subtracted from a rollout's reward for each tool call its harness cannot run: a tool the "
+        "call did not offer (another harness's tool), or arguments the tool's schema refuses; at most 1 per "
+        "rollout. 0 (off) by default: such calls are counted in the pools' status either way.",
     )
 
 

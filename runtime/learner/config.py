@@ -110,10 +110,12 @@ class GrpoConfig(_Cfg):
 
 
 class RewardConfig(_Cfg):
-    """reward = correctness × (1 + bonus × scale / (scale + tool_calls)), bonus only when correct."""
+    """reward = correctness × (1 + bonus × scale / (scale + tool_calls)), bonus only when correct, minus
+    tool_mismatch_penalty per tool call the harness could not run (at most 1)."""
 
     bonus: float = Field(0.1, ge=0)
     scale: float = Field(15.0, gt=0)
+    tool_mismatch_penalty: float = Field(0.0, ge=0, le=1)
 
 
 class HarnessWeight(_Cfg):

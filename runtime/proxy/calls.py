@@ -170,7 +170,7 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
     released = False
     try:
         if chain is not None:
-            completion = await spliced(state, session, body_json, policy, chain)
+            completion = await spliced(state, session, body_json, policy, chain, parsed.canonical.tools)
             if completion is not None:
                 state.metrics.count_request(dialect.name, "ok")
                 if parsed.stream:
@@ -180,9 +180,10 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
             engine, upstream = await with_failover(state, session, lambda e: state.client.open_stream(e, body_json))
             released = True  # the stream now owns the in-flight slots
             flusher = Flusher()
-            captured = CapturedStream(state, dialect.name, session, engine, upstream, policy, flusher.flush)
+            captured = CapturedStream(state, dialect.name, session, engine, upstream, policy, parsed.canonical.tools,
+                                      flusher.flush)
             return StreamAnswer(dialect.render_stream(captured.chunks(), parsed), captured.close, flusher)
-        completion = await complete(state, session, body_json, policy)
+        completion = await complete(state, session, body_json, policy, parsed.canonical.tools)
         state.metrics.count_request(dialect.name, "ok")
         return json_answer(dialect.render_response(completion, parsed))
     except ContextLengthExceeded as exc:
