@@ -6,7 +6,6 @@ back: the importance ratio starts at 1. Scored at temperature 1 instead, the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from harnessrl.runtime.learner.packing import Sample, pack_flat
 from harnessrl.runtime.learner.trainer import load_policy, sequence_logps
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
-from tests.fixtures.proxy_server import EngineTee, ProxyProcess, engine_tee, start_proxy_process
+from tests.fixtures.proxy_server import EngineTee, ProxyProcess
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
@@ -26,29 +25,22 @@ TEMPERATURE = 0.8
 
 
 @pytest.fixture(scope="module")
-def tee(vllm_server: Any) -> Iterator[EngineTee]:
-    with engine_tee(vllm_server.root_url) as recording:
-        yield recording
+def vllm_proxy_overrides() -> dict[str, Any]:
+    return {"temperature": TEMPERATURE}
 
 
-@pytest.fixture(scope="module")
-def proxy(tee: EngineTee, vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    process = start_proxy_process(tmp_path_factory.mktemp("proxy"), [tee.url], served_model=vllm_server.model,
-                                  temperature=TEMPERATURE)
-    yield process
-    process.stop()
-
-
-def _captured_sequence(proxy: ProxyProcess) -> TrainingSequence:
-    session = httpx.post(f"{proxy.url}/sessions", headers=proxy.admin_headers,
+def _captured_sequence(vllm_proxy: ProxyProcess) -> TrainingSequence:
+    session = httpx.post(f"{vllm_proxy.url}/sessions", headers=vllm_proxy.admin_headers,
                          json={"rollout_id": "r", "task_id": "t", "harness": "h", "group_id": "g"})
     assert session.status_code == 200, session.text
     sid = session.json()["session_id"]
-    answer = httpx.post(f"{proxy.url}/v1/chat/completions", headers={"authorization": f"Bearer {sid}"}, timeout=120,
+    answer = httpx.post(f"{vllm_proxy.url}/v1/chat/completions", headers={"authorization": f"Bearer {sid}"},
+                        timeout=120,
                         json={"model": "any", "max_tokens": 24, "temperature": 0.1,
                               "messages": [{"role": "user", "content": "List the files."}]})
     assert answer.status_code == 200, answer.text
-    sequences = httpx.get(f"{proxy.url}/sessions/{sid}/sequences", headers=proxy.admin_headers).json()["sequences"]
+    sequences = httpx.get(f"{vllm_proxy.url}/sessions/{sid}/sequences",
+                          headers=vllm_proxy.admin_headers).json()["sequences"]
     (sequence,) = sequences
     return TrainingSequence.model_validate(sequence)
 
@@ -62,11 +54,12 @@ def _learner_logps(model_dir: Path, sequence: TrainingSequence, temperature: flo
     return [float(logps[i]) for i, on in enumerate(sequence.loss_mask) if on]
 
 
-def test_the_learner_scores_captured_tokens_as_the_engine_sampled_them(proxy: ProxyProcess, tee: EngineTee,
-                                                                      vllm_server: Any) -> None:
-    sequence = _captured_sequence(proxy)
+def test_the_learner_scores_captured_tokens_as_the_engine_sampled_them(
+    vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee, vllm_server: Any
+) -> None:
+    sequence = _captured_sequence(vllm_proxy)
     # The engine was asked for the run's temperature, not the harness's 0.1.
-    assert [body["temperature"] for body, _ in tee.calls] == [TEMPERATURE]
+    assert [body["temperature"] for body, _ in vllm_engine_tee.calls] == [TEMPERATURE]
     sampled = [lp for lp, on in zip(sequence.logprobs, sequence.loss_mask, strict=True) if on]
     assert len(sampled) >= 2
     assert _learner_logps(vllm_server.model_dir, sequence, TEMPERATURE) == pytest.approx(sampled, abs=1e-4)
