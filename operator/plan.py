@@ -405,6 +405,7 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         journal_dir=placement.path("journal"),
         call_budget_default=spec.proxy.call_budget,
         max_tokens_per_call=spec.proxy.max_tokens_per_call,
+        temperature=spec.grpo.temperature,
         # Each worker holds its own sessions: the replica's limit is split evenly over them.
         admission=AdmissionLimits(max_sessions=-(-spec.proxy.max_sessions_per_replica // spec.proxy.workers)),
         workers=spec.proxy.workers,
@@ -492,9 +493,12 @@ def _learner(
             loss_type=grpo.loss_type,
             scale_rewards=grpo.scale_rewards,
             tis_cap=grpo.tis_cap,
+            temperature=grpo.temperature,
+            loss_balance=grpo.loss_balance,
             **({"dr_grpo_tokens": spec.engine.max_model_len} if spec.engine.max_model_len else {}),
         ),
-        reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale),
+        reward=learner_cfg.RewardConfig(bonus=spec.reward.bonus, scale=spec.reward.scale,
+                                        tool_mismatch_penalty=spec.reward.tool_mismatch_penalty),
         harnesses=[
             learner_cfg.HarnessWeight(pool=ref.pool, harness=harness_name(pools[ref.pool]), weight=ref.weight)
             for ref in spec.harnesses

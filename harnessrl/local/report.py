@@ -39,6 +39,13 @@ class RunSummary(BaseModel):
     rollouts_unscored: int
     rollouts_stale: int
     tool_calls_solved: dict[str, float]  # mean tool calls per solved rollout, per harness
+    # Per harness, over the steps that trained its rollouts: training sequences per rollout (mean of the steps'),
+    # and sampled tokens trained (sum).
+    sequences_per_rollout: dict[str, float] = {}
+    trained_tokens: dict[str, int] = {}
+    # Per harness, over every rollout (training and evaluation): tool calls it could not run, (unknown tool,
+    # arguments its schema refused).
+    tool_mismatches: dict[str, tuple[int, int]] = {}
 
 
 def read_metrics(run_dir: Path) -> list[StepMetrics]:
@@ -74,11 +81,21 @@ def tool_calls_by_harness(entries: list[JournalEntry]) -> dict[str, list[int]]:
     return dict(calls)
 
 
+def tool_mismatches_by_harness(entries: list[JournalEntry]) -> dict[str, tuple[int, int]]:
+    counts: dict[str, tuple[int, int]] = {}
+    for entry in entries:
+        unknown, invalid = counts.get(entry.harness, (0, 0))
+        c = entry.completion
+        counts[entry.harness] = (unknown + c.unknown_tool_calls, invalid + c.invalid_tool_calls)
+    return dict(sorted(counts.items()))
+
+
 def read_evals(run_dir: Path) -> list[EvalRecord]:
     return read_records(run_dir / "checkpoints" / "eval.jsonl")
 
 
-def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord]) -> RunSummary:
+def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord],
+              mismatches: dict[str, tuple[int, int]] | None = None) -> RunSummary:
     rewards = [m.mean_reward for m in metrics if m.mean_reward is not None]
     quarter = max(1, len(metrics) // 4)
     last = metrics[-1] if metrics else None
@@ -95,16 +112,24 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         rollouts_unscored=last.rollouts_unscored if last else 0,
         rollouts_stale=last.rollouts_stale if last else 0,
         tool_calls_solved={h: statistics.fmean(c) for h, c in sorted(tool_calls.items()) if c},
+        sequences_per_rollout=_per_harness_mean([m.sequences_per_rollout_by_harness for m in metrics]),
+        trained_tokens={h: sum(m.loss_tokens_by_harness.get(h, 0) for m in metrics)
+                        for h in sorted({h for m in metrics for h in m.loss_tokens_by_harness})},
+        tool_mismatches=mismatches or {},
     )
 
 
 def solved_rates(metrics: list[StepMetrics]) -> dict[str, float]:
     """Each harness's training solved rate, averaged over the steps that consumed rollouts of it."""
+    return _per_harness_mean([m.solved_rate_by_harness for m in metrics])
+
+
+def _per_harness_mean(steps: list[dict[str, float]]) -> dict[str, float]:
     by_harness: dict[str, list[float]] = defaultdict(list)
-    for m in metrics:
-        for harness, rate in m.solved_rate_by_harness.items():
-            by_harness[harness].append(rate)
-    return {h: statistics.fmean(rates) for h, rates in sorted(by_harness.items())}
+    for step in steps:
+        for harness, value in step.items():
+            by_harness[harness].append(value)
+    return {h: statistics.fmean(values) for h, values in sorted(by_harness.items())}
 
 
 def plot(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord], out: Path) -> list[Path]:
@@ -167,7 +192,10 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
         return "-" if x is None else f"{x:.3f}"
 
     solved = ", ".join(f"{h} {fmt(summary.solved_first.get(h))} → {fmt(r)}" for h, r in summary.solved_last.items())
-    rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} |" for h, p in sorted(summary.pass_at_1.items()))
+    mismatched = ", ".join(f"{h} {u} / {i}" for h, (u, i) in summary.tool_mismatches.items()) or "-"
+    rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} | "
+                     f"{fmt(summary.sequences_per_rollout.get(h))} | {summary.trained_tokens.get(h, '-')} |"
+                     for h, p in sorted(summary.pass_at_1.items()))
     if summary.pass_at_1_step is not None:
         column, matrix = f"pass@1 (evaluation at step {summary.pass_at_1_step})", "\n![pass@1 matrix](pass_at_1_matrix.png)\n"
     else:
@@ -180,9 +208,10 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - training solved rate, first → last quarter: {solved}
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale
+- tool calls the harness could not run (unknown tool / arguments its schema refused): {mismatched}
 
-| harness | {column} | tool calls per solved rollout |
-|---|---|---|
+| harness | {column} | tool calls per solved rollout | training sequences per rollout | sampled tokens trained |
+|---|---|---|---|---|
 {rows}
 
 ![reward](reward.png)
@@ -197,12 +226,13 @@ def write_report(run_dir: Path) -> Path:
     metrics = read_metrics(run_dir)
     if not metrics:
         raise FileNotFoundError(f"no metrics in {run_dir / 'checkpoints' / 'metrics.jsonl'}: has the run taken a step?")
-    tool_calls = tool_calls_by_harness(read_completions(run_dir))
+    completions = read_completions(run_dir)
+    tool_calls = tool_calls_by_harness(completions)
     evals = read_evals(run_dir)
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     plot(metrics, tool_calls, evals, out)
-    summary = summarize(metrics, tool_calls, evals)
+    summary = summarize(metrics, tool_calls, evals, tool_mismatches_by_harness(completions))
     (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     report = out / "report.md"
     report.write_text(markdown(run_dir, summary))

@@ -193,6 +193,10 @@ class PoolRolloutCounts(ApiModel):
     completed: int = Field(default=0, ge=0, description="Rollouts graded.")
     failed: int = Field(default=0, ge=0, description="Rollouts that ended in an error.")
     timed_out: int = Field(default=0, ge=0, description="Rollouts stopped by a timeout.")
+    unknown_tool_calls: int = Field(
+        default=0, ge=0, description="Tool calls to a tool the harness did not offer (another harness's tool)."
+    )
+    invalid_tool_calls: int = Field(default=0, ge=0, description="Tool calls the tool's argument schema refused.")
 
 
 class HarnessPoolStatus(ApiModel):

@@ -187,6 +187,14 @@ class GrpoSpec(ApiModel):
         "grpo per sequence, then over sequences (favours short sequences); dr_grpo summed per sequence over a "
         "constant length (engine.maxModelLen, or 32768).",
     )
+    loss_balance: Literal["token", "rollout", "harness"] = Field(
+        default="token",
+        description="What share of an update's loss each rollout carries: token, as lossType averages it (a "
+        "rollout weighs its tokens, or its sequences under grpo); rollout, one equal share per rollout however "
+        "many sequences and tokens it captured; harness, one equal share per harness, then per rollout within "
+        "it. token by default: every sampled token's gradient counts the same, with no length bias; rollout or "
+        "harness when a harness with long or split rollouts would otherwise dominate a multi-harness run.",
+    )
     scale_rewards: Literal["batch", "group", "none"] = Field(
         default="batch",
         description="Advantage = reward − group mean, divided by the std of every reward in the step (batch), "
@@ -207,18 +215,33 @@ class GrpoSpec(ApiModel):
         le=1_000_000.0,
         description="Clip the gradient's global norm to this before each optimiser step; 0 turns clipping off.",
     )
-    temperature: float = Field(default=1.0, gt=0.0, le=2.0, description="Sampling temperature of rollouts.")
+    temperature: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=2.0,
+        description="Sampling temperature of training rollouts, whatever the harness asks for; the learner scores "
+        "tokens at the same temperature. Evaluation rollouts keep the harness's own sampling.",
+    )
     seed: int = Field(
         default=0, ge=0, le=2_147_483_647, description="Seed of task order and harness rotation."
     )
 
 
 class RewardSpec(ApiModel):
-    """Reward = correctness × (1 + bonus × scale / (scale + toolCalls)); the bonus only for correct answers."""
+    """Reward = correctness × (1 + bonus × scale / (scale + toolCalls)), the bonus only for correct answers,
+    minus toolMismatchPenalty per tool call the harness cannot run (at most 1 in all)."""
 
     bonus: float = Field(default=0.1, ge=0.0, le=10.0, description="Weight b of the tool-efficiency bonus.")
     scale: float = Field(
         default=15.0, gt=0.0, le=1_000_000.0, description="Tool-call count s at which the bonus halves."
+    )
+    tool_mismatch_penalty: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Subtracted from a rollout's reward for each tool call its harness cannot run: a tool the "
+        "call did not offer (another harness's tool), or arguments the tool's schema refuses; at most 1 per "
+        "rollout. 0 (off) by default: such calls are counted in the pools' status either way.",
     )
 
 

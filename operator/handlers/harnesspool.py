@@ -33,6 +33,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         completed=sum(c.completed for c in counts),
         failed=sum(c.failed for c in counts),
         timed_out=sum(c.timed_out for c in counts),
+        unknown_tool_calls=sum(c.unknown_tool_calls for c in counts),
+        invalid_tool_calls=sum(c.invalid_tool_calls for c in counts),
     )
     old = read_status(HarnessPoolStatus, body)
     generation = int(body["metadata"].get("generation") or 0)

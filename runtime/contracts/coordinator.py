@@ -143,6 +143,8 @@ class Completion(_Wire):
         default=0.0, ge=0.0, le=1.0, description="grader's correctness in [0, 1]; 1 for solved"
     )
     tool_calls: int = Field(default=0, ge=0, description="tool calls the agent made (for the reward bonus)")
+    unknown_tool_calls: int = Field(default=0, ge=0, description="of those, calls to a tool the harness did not offer")
+    invalid_tool_calls: int = Field(default=0, ge=0, description="of those, calls the tool's argument schema refuses")
     grader_output: str = Field(default="", max_length=65536)
     timings: Timings | None = None
     error: str | None = Field(default=None, max_length=8192)
@@ -208,6 +210,8 @@ class PoolRollouts(_Wire):
     completed: int = Field(default=0, ge=0, description="graded: solved or wrong")
     failed: int = Field(default=0, ge=0, description="ended in an error (harness, grader or infrastructure)")
     timed_out: int = Field(default=0, ge=0, description="stopped by the wall-clock or step budget")
+    unknown_tool_calls: int = Field(default=0, ge=0, description="tool calls to a tool the harness did not offer")
+    invalid_tool_calls: int = Field(default=0, ge=0, description="tool calls the tool's argument schema refused")
 
 
 class CoordinatorStatus(BaseModel):

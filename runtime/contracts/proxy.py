@@ -74,6 +74,9 @@ class SessionInfo(BaseModel):
     turns: int  # captured turns (valid + bad)
     bad_turns: int  # captured but invalid (kept as context only)
     tool_calls: int  # tool calls the model made in this session
+    # Of those, calls the harness cannot run: to a tool the call did not offer, or arguments its schema refuses.
+    unknown_tool_calls: int = 0
+    invalid_tool_calls: int = 0
     errors: list[str]  # upstream/validation errors, newest last (bounded)
     # Calls that found no engine to serve them (all down or restarting) or whose engine stream broke: the
     # runner counts a harness failure after one as the infrastructure's, not the policy's. Not journaled.

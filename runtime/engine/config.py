@@ -56,8 +56,6 @@ class EngineConfig(BaseModel):
         default=None, description="path of a Jinja chat template overriding the model's"
     )
     enable_prefix_caching: bool = True
-    # "raw_logprobs" = logprobs of the model's own distribution, which is what the learner's ratio needs.
-    logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = "raw_logprobs"
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     extra_args: list[str] = Field(default_factory=list, max_length=200)

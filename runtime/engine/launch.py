@@ -35,8 +35,11 @@ def engine_argv(config: EngineConfig, python: str = "python") -> list[str]:
         str(config.max_model_len),
         "--seed",
         str(config.seed),
+        # Logprobs of the distribution sampled from (after temperature): the learner scores its tokens at the
+        # same temperature (GrpoConfig.temperature), so the ratio compares like with like. Equal to the raw
+        # logprobs at temperature 1 with the neutral top-k/top-p the proxy sends.
         "--logprobs-mode",
-        config.logprobs_mode,
+        "processed_logprobs",
         # Use no sampling defaults from the model's generation_config: the proxy decides every sampling parameter.
         "--generation-config",
         "vllm",

@@ -78,6 +78,8 @@ class Attempt:
     session_base_url: str | None = None
     correctness: float = 0.0
     tool_calls: int = 0
+    unknown_tool_calls: int = 0
+    invalid_tool_calls: int = 0
     grader_output: str = ""
     error: str | None = None
     harness_s: float = 0.0
@@ -167,6 +169,8 @@ class Runner:
             outcome=attempt.outcome,
             correctness=attempt.correctness,
             tool_calls=attempt.tool_calls,
+            unknown_tool_calls=attempt.unknown_tool_calls,
+            invalid_tool_calls=attempt.invalid_tool_calls,
             grader_output=attempt.grader_output[-65536:],
             timings=Timings(
                 started_at=started, finished_at=time.time(), harness_s=attempt.harness_s, grade_s=attempt.grade_s
@@ -220,10 +224,11 @@ class Runner:
         timeout = min(self.config.timeouts.harness_s, task.config.agent.timeout_sec or float("inf"))
         run = await sandbox.run(invocation.argv, invocation.env, timeout)
         info = await self.proxy.session(session.base_url or proxy_url, sid)
-        tool_calls = info.tool_calls if info else 0
         base = Attempt(
-            OutcomeKind.timeout, session_id=sid, session_base_url=session.base_url, tool_calls=tool_calls,
-            harness_s=run.duration_s,
+            OutcomeKind.timeout, session_id=sid, session_base_url=session.base_url, harness_s=run.duration_s,
+            tool_calls=info.tool_calls if info else 0,
+            unknown_tool_calls=info.unknown_tool_calls if info else 0,
+            invalid_tool_calls=info.invalid_tool_calls if info else 0,
         )
         # A harness that met a dead or restarting engine (calls refused, a stream cut) and then failed or ran out
         # of time says nothing about the policy: the rollout is unscored and leased again.

@@ -17,6 +17,8 @@ import yaml
 from harnessrl.runtime.coordinator.ledger import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+Balance = Literal["token", "rollout", "harness"]
+
 
 class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -59,6 +61,9 @@ class GrpoConfig(_Cfg):
     # (a constant, so no length bias).
     loss_type: Literal["dapo", "grpo", "dr_grpo"] = "dapo"
     dr_grpo_tokens: int = Field(32768, ge=1, description="dr_grpo's constant: the longest sequence trained")
+    # What share of an update's loss each rollout carries (balance.py): as the loss type gives it ("token"), one
+    # equal share per rollout ("rollout"), or per harness and then per rollout ("harness").
+    loss_balance: Balance = "token"
     # Advantages (TRL's scale_rewards): r - group mean, divided by the group's std ("group"), by the std of all
     # the step's rewards ("batch"), or not at all ("none", Dr. GRPO). See reward.scale_batch.
     scale_rewards: Literal["group", "batch", "none"] = "batch"
@@ -84,6 +89,9 @@ class GrpoConfig(_Cfg):
     # Most tokens one update trains on: a mini-batch with more is split (in order) into further updates.
     max_tokens_per_step: int | None = Field(None, ge=16)
     adv_epsilon: float = Field(1e-4, gt=0)
+    # Training sessions sample at this temperature (the proxy enforces it); the learner divides its logits by it,
+    # so its logprobs are of the distribution the engine sampled from.
+    temperature: float = Field(1.0, gt=0.0, le=2.0)
     seed: int = 0
 
     @model_validator(mode="after")
@@ -102,10 +110,12 @@ class GrpoConfig(_Cfg):
 
 
 class RewardConfig(_Cfg):
-    """reward = correctness × (1 + bonus × scale / (scale + tool_calls)), bonus only when correct."""
+    """reward = correctness × (1 + bonus × scale / (scale + tool_calls)), bonus only when correct, minus
+    tool_mismatch_penalty per tool call the harness could not run (at most 1)."""
 
     bonus: float = Field(0.1, ge=0)
     scale: float = Field(15.0, gt=0)
+    tool_mismatch_penalty: float = Field(0.0, ge=0, le=1)
 
 
 class HarnessWeight(_Cfg):

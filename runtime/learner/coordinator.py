@@ -338,14 +338,15 @@ class Coordinator:
         if E.is_eval_rollout(c.rollout_id):
             rnd = self.state.eval_round
             assert rnd is not None
-            self._count(rnd.ledger.slots[c.rollout_id].pool, c.outcome)
+            self._count(rnd.ledger.slots[c.rollout_id].pool, c)
             return L.complete(rnd.ledger, c, self._max_unscored())
         found = self._slot(c.rollout_id)
         assert found is not None
         g, s = found
-        self._count(g.pool, c.outcome)
+        self._count(g.pool, c)
         free = leases.finish(s, c.lease_id)
-        r = reward(c.outcome, c.correctness, c.tool_calls, self.reward_cfg)
+        r = reward(c.outcome, c.correctness, c.tool_calls, self.reward_cfg,
+                   mismatches=c.unknown_tool_calls + c.invalid_tool_calls)
         if r is None:
             self.state.counters.rollouts_unscored += 1
             s.unscored += 1
@@ -362,14 +363,16 @@ class Coordinator:
         s.sequences = sequences
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=True, reward=r)
 
-    def _count(self, pool: str, outcome: OutcomeKind) -> None:
+    def _count(self, pool: str, c: Completion) -> None:
         counts = self.state.counters.pools.setdefault(pool, PoolRollouts())
-        if outcome in (OutcomeKind.solved, OutcomeKind.wrong):
+        if c.outcome in (OutcomeKind.solved, OutcomeKind.wrong):
             counts.completed += 1
-        elif outcome == OutcomeKind.timeout:
+        elif c.outcome == OutcomeKind.timeout:
             counts.timed_out += 1
         else:
             counts.failed += 1
+        counts.unknown_tool_calls += c.unknown_tool_calls
+        counts.invalid_tool_calls += c.invalid_tool_calls
 
     # -- training -------------------------------------------------------------------------------------------
 

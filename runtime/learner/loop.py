@@ -34,7 +34,7 @@ from harnessrl.runtime.learner.distributed import World
 from harnessrl.runtime.learner.evaluation import EvalLog
 from harnessrl.runtime.learner.failure import WEIGHT_SYNC_FAILED, WEIGHT_SYNC_UNSUPPORTED, LearnerFailure
 from harnessrl.runtime.learner.hub import HubExporter
-from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, mean
+from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, captured_by_harness, mean
 from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
@@ -64,7 +64,7 @@ def build_trainer(cfg: LearnerConfig, world: World) -> tuple[PolicyTrainer, Path
     model_cfg = cfg.model
     if latest is not None and cfg.adapter.kind == "full":
         model_cfg = cfg.model.model_copy(update={"path": latest / "policy"})
-    model = load_policy(model_cfg, cfg.adapter, adapter_dir, world)
+    model = load_policy(model_cfg, cfg.adapter, adapter_dir, world, cfg.grpo.temperature)
     compute = compute_dtype(cfg.model, next(model.parameters()).device)
     trainer = PolicyTrainer(model, cfg.grpo, pad_id=_pad_id(cfg.model.path), compute=compute, world=world)
     if latest is not None:
@@ -189,7 +189,7 @@ class Learner:
         # every rollout failed upstream, say) would otherwise crash the step, and on restart the journal replays
         # it into the same batch, so the learner would crash-loop.
         samples = trainable([
-            Sample(sequence=seq, advantage=r.advantage)
+            Sample(sequence=seq, advantage=r.advantage, rollout=r.rollout_id, harness=g.harness)
             for g in batch.groups
             for r in g.rollouts
             for seq in r.sequences
@@ -209,6 +209,7 @@ class Learner:
         st.mean_reward = mean(all_rewards)
         self.coordinator.finish_step(version, policy.model, done=done)
         c = st.counters
+        sequences_per_rollout, loss_tokens = captured_by_harness(batch.groups)
         self.metrics.record(
             StepMetrics(
                 step=st.step,
@@ -222,6 +223,8 @@ class Learner:
                 mean_reward=mean(all_rewards),
                 mean_reward_by_harness={h: m for h, rs in batch.rewards_by_harness.items() if (m := mean(rs)) is not None},
                 solved_rate_by_harness=solved_rates(batch.rewards_by_harness),
+                sequences_per_rollout_by_harness=sequences_per_rollout,
+                loss_tokens_by_harness=loss_tokens,
                 loss=stats.loss,
                 clip_fraction=stats.clip_fraction,
                 kl=stats.kl,

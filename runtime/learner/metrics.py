@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
+from harnessrl.runtime.learner.coordinator import TrainGroup
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel, Field
 
@@ -21,6 +24,10 @@ class StepMetrics(BaseModel):
     mean_reward: float | None  # over the rollouts this step consumed
     mean_reward_by_harness: dict[str, float] = Field(default_factory=dict)
     solved_rate_by_harness: dict[str, float] = Field(default_factory=dict)  # training pass@1
+    # Of the rollouts trained this step, per harness: training sequences per rollout (1 when every call of a
+    # rollout continued the one before; more where the harness rewrote its history), and sampled tokens trained.
+    sequences_per_rollout_by_harness: dict[str, float] = Field(default_factory=dict)
+    loss_tokens_by_harness: dict[str, int] = Field(default_factory=dict)
     loss: float
     clip_fraction: float
     kl: float
@@ -34,6 +41,17 @@ class StepMetrics(BaseModel):
 
 def mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+def captured_by_harness(groups: Sequence[TrainGroup]) -> tuple[dict[str, float], dict[str, int]]:
+    """Per harness, over the rollouts of `groups`: training sequences per rollout, and sampled tokens."""
+    sequences: dict[str, list[float]] = defaultdict(list)
+    tokens: dict[str, int] = defaultdict(int)
+    for group in groups:
+        for rollout in group.rollouts:
+            sequences[group.harness].append(len(rollout.sequences))
+            tokens[group.harness] += sum(sum(seq.loss_mask) for seq in rollout.sequences)
+    return {h: sum(n) / len(n) for h, n in sequences.items()}, dict(tokens)
 
 
 class MetricsSink:
@@ -56,6 +74,9 @@ class MetricsSink:
             "sync_s": g("sync_seconds", "weight sync time of the last step"),
         }
         self.reward = g("mean_reward", "mean reward of the rollouts consumed by the last step", ("harness",))
+        self.sequences = g("sequences_per_rollout", "training sequences per rollout trained in the last step",
+                           ("harness",))
+        self.loss_tokens = g("loss_tokens", "sampled tokens trained in the last step", ("harness",))
 
     def record(self, m: StepMetrics) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
@@ -65,6 +86,10 @@ class MetricsSink:
             gauge.set(value if math.isfinite(value) else float("nan"))
         for harness, r in m.mean_reward_by_harness.items():
             self.reward.labels(harness=harness).set(r)
+        for harness, n in m.sequences_per_rollout_by_harness.items():
+            self.sequences.labels(harness=harness).set(n)
+        for harness, t in m.loss_tokens_by_harness.items():
+            self.loss_tokens.labels(harness=harness).set(t)
 
     def history(self) -> list[StepMetrics]:
         if not self.path.exists():

@@ -19,6 +19,8 @@ from harnessrl.runtime.trajectory.models import TrainingSequence
 class Sample:
     sequence: TrainingSequence
     advantage: float
+    rollout: str = ""  # what `balance.balanced` weighs by
+    harness: str = ""
 
 
 @dataclass

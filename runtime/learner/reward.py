@@ -9,8 +9,11 @@ from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, OutcomeKind
 from harnessrl.runtime.learner.config import RewardConfig
 
 
-def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: RewardConfig) -> float | None:
-    """correctness × (1 + bonus × scale / (scale + tool_calls)); the bonus only when fully correct.
+def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: RewardConfig,
+           mismatches: int = 0) -> float | None:
+    """correctness × (1 + bonus × scale / (scale + tool_calls)); the bonus only when fully correct; minus
+    tool_mismatch_penalty for each of the `mismatches` (tool calls the harness could not run), at most 1 in all,
+    so one runaway rollout does not outweigh solving a task.
 
     None for outcomes that say nothing about the policy (grader or infrastructure failures): such rollouts
     are unscored, which is different from a reward of 0.
@@ -26,7 +29,7 @@ def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: Rewar
     if outcome == OutcomeKind.solved:
         c = 1.0
     bonus = cfg.bonus * cfg.scale / (cfg.scale + tool_calls) if c >= 1.0 else 0.0
-    return c * (1.0 + bonus)
+    return c * (1.0 + bonus) - min(1.0, cfg.tool_mismatch_penalty * mismatches)
 
 
 def _std(xs: Sequence[float]) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from harnessrl.runtime.learner.balance import balanced
 from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.distributed import World, all_max, all_sum, device_for, rank_share, shard
 from harnessrl.runtime.learner.loss import loss_normalizer, reduce_loss, tis_weights, token_loss
@@ -69,13 +70,14 @@ def compute_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
 
 
 def load_policy(
-    model_cfg: ModelConfig, adapter: AdapterConfig, adapter_dir: Path | None = None, world: World = World()
+    model_cfg: ModelConfig, adapter: AdapterConfig, adapter_dir: Path | None = None, world: World = World(),
+    temperature: float = 1.0,
 ) -> torch.nn.Module:
     """Base weights in fp32 (+ a LoRA adapter, fresh or from `adapter_dir`), prepared for training."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_cfg.path, dtype=torch.float32)
-    return prepare_policy(model, model_cfg, adapter, adapter_dir, world)
+    return prepare_policy(model, model_cfg, adapter, adapter_dir, world, temperature)
 
 
 def prepare_policy(
@@ -84,15 +86,17 @@ def prepare_policy(
     adapter: AdapterConfig,
     adapter_dir: Path | None = None,
     world: World = World(),
+    temperature: float = 1.0,
 ) -> torch.nn.Module:
     """An fp32 causal LM on its device with TRL's fused LM head (+ LoRA); in a world of several processes,
-    sharded with FSDP2 (bf16 compute on GPUs)."""
+    sharded with FSDP2 (bf16 compute on GPUs). The head scores tokens at `temperature` (logits / temperature),
+    the one the engine sampled at."""
     from peft import LoraConfig, PeftModel, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
     device = device_for(world, resolve_device(model_cfg).type)
     model.to(device)
-    add_fused_lm_head(model)  # before PEFT wraps it, as TRL requires
+    add_fused_lm_head(model, temperature=temperature)  # before PEFT wraps it, as TRL requires
     if model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if adapter.kind == "lora":
@@ -183,8 +187,9 @@ class PolicyTrainer:
         grad_norm = 0.0
         # Each update takes at most maxTokensPerStep tokens (an over-long mini-batch becomes several updates);
         # the split is the same on every rank, and each rank then packs its share of each update.
+        # Each update is balanced on its own (balance.py): its loss keeps the scale its loss type gives it.
         minis = [
-            self._my_micro_batches(chunk)
+            self._my_micro_batches(balanced(chunk, self.grpo.loss_balance, self.grpo.loss_type == "grpo"))
             for m in split_mini_batches(samples, self.grpo.mini_batches)
             for chunk in split_by_tokens(m, self.grpo.max_tokens_per_step)
         ]

@@ -163,13 +163,14 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
     policy = state.policy
     body_json = upstream_json(parsed.canonical, policy.model, session.upstream_messages,
                               training=session.request.training, stream=parsed.stream,
-                              max_tokens_cap=state.config.max_tokens_per_call)
+                              max_tokens_cap=state.config.max_tokens_per_call,
+                              temperature=state.config.temperature)
     chain = session.graph.chain_for(history_keys(parsed.canonical)) if len(session.graph) else None
     state.call_started()
     released = False
     try:
         if chain is not None:
-            completion = await spliced(state, session, body_json, policy, chain)
+            completion = await spliced(state, session, body_json, policy, chain, parsed.canonical.tools)
             if completion is not None:
                 state.metrics.count_request(dialect.name, "ok")
                 if parsed.stream:
@@ -179,9 +180,10 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
             engine, upstream = await with_failover(state, session, lambda e: state.client.open_stream(e, body_json))
             released = True  # the stream now owns the in-flight slots
             flusher = Flusher()
-            captured = CapturedStream(state, dialect.name, session, engine, upstream, policy, flusher.flush)
+            captured = CapturedStream(state, dialect.name, session, engine, upstream, policy, parsed.canonical.tools,
+                                      flusher.flush)
             return StreamAnswer(dialect.render_stream(captured.chunks(), parsed), captured.close, flusher)
-        completion = await complete(state, session, body_json, policy)
+        completion = await complete(state, session, body_json, policy, parsed.canonical.tools)
         state.metrics.count_request(dialect.name, "ok")
         return json_answer(dialect.render_response(completion, parsed))
     except ContextLengthExceeded as exc:

@@ -107,6 +107,10 @@ class CallCapture:
             self.calls = {i: [(c.function and c.function.name) or "", (c.function and c.function.arguments) or ""]
                           for i, c in enumerate(calls)}
 
+    def called(self) -> list[tuple[str, str]]:
+        """The reply's tool calls, in order: (name, arguments as JSON text)."""
+        return [(self.calls[i][0], self.calls[i][1]) for i in sorted(self.calls)]
+
     @property
     def tool_calls(self) -> int:
         return len(self.tool_call_indices)
@@ -127,5 +131,5 @@ class CallCapture:
             started_at=started_at,
             finished_at=finished_at,
             trainable=True,
-            reply=reply_key("".join(self.text), ((self.calls[i][0], self.calls[i][1]) for i in sorted(self.calls))),
+            reply=reply_key("".join(self.text), self.called()),
         )

@@ -76,6 +76,8 @@ class ProxyConfig(BaseModel):
     # Upper bound on every call's completion tokens (None: the caller's max_tokens, else the context limit).
     max_tokens_per_call: int | None = Field(None, ge=1, le=1_048_576)
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # The temperature training sessions sample at (the run's grpo temperature; the learner scores at the same).
+    temperature: float = Field(1.0, gt=0.0, le=2.0)
     upstream: UpstreamLimits = UpstreamLimits()
     admission: AdmissionLimits = AdmissionLimits()
     # Journal durability: fsync each turn (True) or only flush to the OS (survives a process kill, not a host crash).

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.proxy.capture import CallCapture
-from harnessrl.runtime.proxy.dialects.base import DialectError
+from harnessrl.runtime.proxy.dialects.base import DialectError, FunctionTool
 from harnessrl.runtime.proxy.dialects.upstream import Completion, CompletionChunk
 from harnessrl.runtime.proxy.engines import Engine, EngineClient
 from harnessrl.runtime.proxy.sessions import Session
 from harnessrl.runtime.proxy.splicing import spliced_completion
 from harnessrl.runtime.proxy.state import ProxyState
+from harnessrl.runtime.proxy.tool_check import ToolMismatch, check_tool_calls
 from harnessrl.runtime.proxy.upstream_http import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from harnessrl.runtime.trajectory.splice import Chain
 
@@ -85,15 +86,21 @@ def release_engine(state: ProxyState, engine: Engine, started: float) -> None:
 
 
 async def record_turn(state: ProxyState, session: Session, capture: CallCapture, policy: PolicyState,
-                      started: float) -> None:
+                      started: float, tools: Sequence[FunctionTool] | None) -> None:
+    """Journal the captured turn, its tool calls held to the `tools` the call offered (tool_check.py)."""
     turn = capture.to_turn(model=policy.model, policy_version=policy.version, started_at=started,
                            finished_at=time.time())
-    record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text, after=capture.after)
+    mismatch = check_tool_calls(tools, capture.called()) if capture.calls else ToolMismatch()
+    record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text, after=capture.after,
+                                 mismatch=mismatch)
     await state.durable(record)
     state.metrics.count_turn(record["turn"]["trainable"], len(turn.completion_ids))
+    if mismatch:
+        state.metrics.count_mismatch(session.request.harness, mismatch)
 
 
-async def complete(state: ProxyState, session: Session, body_json: bytes, policy: PolicyState) -> Completion:
+async def complete(state: ProxyState, session: Session, body_json: bytes, policy: PolicyState,
+                   tools: Sequence[FunctionTool] | None) -> Completion:
     """A whole answer from the session's engine, captured and journaled; the engine's completion."""
     started = time.time()
     capture = CallCapture(known=session.prompt_prefix)
@@ -101,12 +108,12 @@ async def complete(state: ProxyState, session: Session, body_json: bytes, policy
         state, session, lambda e: state.client.complete(e, body_json, capture.read_completion)
     )
     release_engine(state, engine, started)
-    await record_turn(state, session, capture, policy, started)
+    await record_turn(state, session, capture, policy, started, tools)
     return completion
 
 
 async def spliced(state: ProxyState, session: Session, body_json: bytes, policy: PolicyState,
-                  chain: Chain) -> Completion | None:
+                  chain: Chain, tools: Sequence[FunctionTool] | None) -> Completion | None:
     """The call made with the chain's sampled replies spliced into its prompt (splicing.py), captured and
     journaled; None when splicing leaves the prompt as it is (the caller makes the ordinary call)."""
     started = time.time()
@@ -117,7 +124,7 @@ async def spliced(state: ProxyState, session: Session, body_json: bytes, policy:
     if completion is None:
         return None
     state.metrics.spliced.inc()
-    await record_turn(state, session, CallCapture.from_completion(completion), policy, started)
+    await record_turn(state, session, CallCapture.from_completion(completion), policy, started, tools)
     return completion
 
 
@@ -128,9 +135,10 @@ class CapturedStream:
     harness that disconnects before the body starts (the chunk generator then never runs) leaks nothing."""
 
     def __init__(self, state: ProxyState, dialect_name: str, session: Session, engine: Engine,
-                 upstream: UpstreamResponse, policy: PolicyState,
+                 upstream: UpstreamResponse, policy: PolicyState, tools: Sequence[FunctionTool] | None,
                  before_read: Callable[[], Awaitable[None]]) -> None:
         self.state, self.dialect_name, self.session, self.policy = state, dialect_name, session, policy
+        self.tools = tools
         self.engine, self.upstream, self.before_read = engine, upstream, before_read
         self.started = time.time()
         self._holds_engine = True
@@ -168,7 +176,7 @@ class CapturedStream:
                 raise DialectError(f"the engine stream broke: {type(exc).__name__}", "upstream") from None
             finally:
                 self._release_upstream()
-            await record_turn(state, session, capture, self.policy, self.started)
+            await record_turn(state, session, capture, self.policy, self.started, self.tools)
             state.metrics.count_request(self.dialect_name, "ok")
             for chunk in held:
                 yield chunk

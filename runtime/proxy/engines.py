@@ -39,32 +39,36 @@ class ContextLengthExceeded(Exception):
 
 
 def upstream_body(
-    request: CanonicalRequest, model: str, *, training: bool, stream: bool, max_tokens_cap: int | None = None
+    request: CanonicalRequest, model: str, *, training: bool, stream: bool, max_tokens_cap: int | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, Any]:
     """The JSON body sent to vLLM for one call. Pure.
 
-    Training sessions also sample at temperature 1: vLLM reports logprobs of the raw model distribution, so any
-    other temperature would make the recorded behaviour logprobs differ from the distribution sampled from.
+    Training sessions sample at the run's `temperature` whatever the harness asked for: the learner scores the
+    tokens at that temperature (vLLM reports the logprobs of the distribution it sampled from), so the recorded
+    behaviour logprobs and the learner's agree. Evaluation keeps the harness's own sampling.
     A harness that asks for no limit (Mini-SWE-Agent) would otherwise generate to the context length.
     """
     body = request.upstream_body()
-    _add_proxy_fields(body, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap)
+    _add_proxy_fields(body, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap,
+                      temperature=temperature)
     return body
 
 
 def upstream_json(
     request: CanonicalRequest, model: str, messages: EncodedMessages, *, training: bool, stream: bool,
-    max_tokens_cap: int | None = None,
+    max_tokens_cap: int | None = None, temperature: float = 1.0,
 ) -> bytes:
     """`upstream_body` as the JSON bytes sent, its messages encoded through the session's `messages` memo."""
     head = request.model_dump(mode="json", exclude_none=True, exclude={"messages", "tools"})
-    _add_proxy_fields(head, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap)
+    _add_proxy_fields(head, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap,
+                      temperature=temperature)
     tools = (b'"tools":', tools_json(request.tools), b",") if request.tools is not None else ()
     return b"".join((b'{"messages":[', messages.encode(request.messages), b"],", *tools, memoryview(to_json(head))[1:]))
 
 
 def _add_proxy_fields(
-    body: dict[str, Any], model: str, *, training: bool, stream: bool, max_tokens_cap: int | None
+    body: dict[str, Any], model: str, *, training: bool, stream: bool, max_tokens_cap: int | None, temperature: float
 ) -> None:
     if max_tokens_cap is not None:
         asked = body.get("max_tokens")
@@ -76,7 +80,7 @@ def _add_proxy_fields(
     body["return_token_ids"] = True
     body["stream"] = stream
     if training:
-        body["temperature"] = 1.0
+        body["temperature"] = temperature
     if stream:
         body["stream_options"] = {"include_usage": True}
     else:

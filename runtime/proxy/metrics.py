@@ -6,6 +6,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from harnessrl.runtime.proxy.tool_check import ToolMismatch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,6 +42,10 @@ class ProxyMetrics:
         )
         self.spliced = Counter("harnessrl_proxy_spliced_calls",
                                "Calls sent with earlier sampled replies spliced into the prompt", registry=r)
+        self.tool_mismatches = Counter(
+            "harnessrl_proxy_tool_mismatches", "Tool calls the harness cannot run: to a tool the call did not offer "
+            "(unknown) or with arguments its schema refuses (invalid)", ["harness", "kind"], registry=r,
+        )
         self.rejected = Counter("harnessrl_proxy_admission_rejected", "Calls refused by admission control", registry=r)
         self.policy_version = Gauge("harnessrl_proxy_policy_version", "Policy version sent upstream", registry=r)
         # Each labelled series looked up once: `labels()` takes a lock and builds its key every time, and every call
@@ -55,6 +60,11 @@ class ProxyMetrics:
     def count_turn(self, trainable: bool, completion_tokens: int) -> None:
         self._turn("true" if trainable else "false").inc()
         self._tokens("completion").inc(completion_tokens)
+
+    def count_mismatch(self, harness: str, mismatch: ToolMismatch) -> None:
+        for kind, n in (("unknown", mismatch.unknown), ("invalid", mismatch.invalid)):
+            if n:
+                self.tool_mismatches.labels(harness=harness, kind=kind).inc(n)
 
 
 class _Merged(Collector):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from harnessrl.runtime.contracts.proxy import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.proxy.dialects.base import EncodedMessages, HistoryMemo
 from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix
+from harnessrl.runtime.proxy.tool_check import ToolMismatch
 from harnessrl.runtime.trajectory.graph import SessionGraph
 from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta, capture_problems
 
@@ -45,6 +46,9 @@ class Session:
     calls: int = 0
     bad_turns: int = 0
     tool_calls: int = 0
+    # Tool calls the harness cannot run (tool_check.py): to tools the call did not offer, or against their schema.
+    unknown_tool_calls: int = 0
+    invalid_tool_calls: int = 0
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
     engine_failures: int = 0
     policy_versions: set[int] = field(default_factory=set)
@@ -84,6 +88,8 @@ class Session:
             turns=len(self.graph),
             bad_turns=self.bad_turns,
             tool_calls=self.tool_calls,
+            unknown_tool_calls=self.unknown_tool_calls,
+            invalid_tool_calls=self.invalid_tool_calls,
             errors=list(self.errors),
             engine_failures=self.engine_failures,
             policy_versions=sorted(self.policy_versions),
@@ -98,9 +104,13 @@ class Session:
         return [self.graph.node(i) for i in range(len(self.graph))]
 
     def _apply(self, at: float, status: SessionStatus, answered: bool, error: str | None,
-               turn: Mapping[str, Any] | None) -> None:
-        """`turn` holds the call's `TurnDelta` fields (at least tool_calls, policy_version and trainable)."""
+               turn: Mapping[str, Any] | None, mismatch: Sequence[int] | None) -> None:
+        """`turn` holds the call's `TurnDelta` fields (at least tool_calls, policy_version and trainable);
+        `mismatch` its unknown and invalid tool calls."""
         self.last_activity_at = at
+        if mismatch:
+            self.unknown_tool_calls += mismatch[0]
+            self.invalid_tool_calls += mismatch[1]
         self.status = status
         if answered:
             self.calls += 1
@@ -122,6 +132,7 @@ class Session:
         prompt_text: bytes | None = None,
         after: int | None = None,
         at: float | None = None,
+        mismatch: ToolMismatch = ToolMismatch(),
     ) -> dict[str, Any]:
         """Apply one call to the live session and return the journal record that replays it.
 
@@ -129,7 +140,7 @@ class Session:
         A turn the call graph refuses to train on (see `capture_problems`) is kept as context, and why is
         recorded as the call's error. `prompt_text` is the turn's prompt ids as the engine wrote them (see
         `CallCapture.prompt_text`); `after`: a turn whose prompt + completion the turn's prompt starts with
-        (`CallCapture.after`), where linking starts."""
+        (`CallCapture.after`), where linking starts. `mismatch`: the turn's tool calls the harness cannot run."""
         at = time.time() if at is None else at
         new_status = self.status if status is None else status
         delta: dict[str, Any] | None = None
@@ -142,8 +153,9 @@ class Session:
             if not delta["trainable"]:
                 problems = "; ".join(capture_problems(turn)) or "marked untrainable"
                 error = f"turn {turn_id} kept as context only: {problems}"
-        self._apply(at, new_status, answered, error, delta)
-        return {
+        tools = [mismatch.unknown, mismatch.invalid] if mismatch else None
+        self._apply(at, new_status, answered, error, delta, tools)
+        record = {
             "k": "call",
             "sid": self.id,
             "at": at,
@@ -152,6 +164,9 @@ class Session:
             "error": error,
             "turn": delta,
         }
+        if tools:
+            record["tools"] = tools
+        return record
 
     def replay_call(self, record: dict[str, Any]) -> None:
         applied: dict[str, Any] | None = None
@@ -160,7 +175,7 @@ class Session:
             self.graph.add_delta(delta)
             applied = delta.model_dump(include={"tool_calls", "policy_version", "trainable"})
         self._apply(float(record["at"]), SessionStatus(record["status"]), bool(record["answered"]),
-                    record.get("error"), applied)
+                    record.get("error"), applied, record.get("tools"))
 
 
 @dataclass

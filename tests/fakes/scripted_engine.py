@@ -83,6 +83,8 @@ class ScriptedToolCall(BaseModel):
 
     name: str | list[str]
     arguments: dict[str, Any] | str = Field(default_factory=dict)
+    # False: called as named even where the request does not offer it (a model calling another harness's tool).
+    offered_only: bool = True
 
 
 class ScriptedReply(BaseModel):
@@ -288,7 +290,7 @@ class ScriptedEngine:
     def _tool_name(call: ScriptedToolCall, tools: list[dict[str, Any]] | None) -> str:
         wanted = [call.name] if isinstance(call.name, str) else call.name
         offered = [str((t.get("function") or t).get("name")) for t in tools or [] if isinstance(t, dict)]
-        if isinstance(call.name, str) and not tools:
+        if isinstance(call.name, str) and (not tools or not call.offered_only):
             return call.name
         for name in wanted:
             if name in offered:

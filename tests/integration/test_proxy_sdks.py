@@ -8,13 +8,12 @@ exactly what vLLM returned for that call.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fixtures.proxy_server import EngineTee, ProxyProcess, engine_tee, engine_truth, start_proxy_process
+from tests.fixtures.proxy_server import EngineTee, ProxyProcess, engine_truth
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
@@ -26,29 +25,19 @@ BASH_TOOL = {
 }
 
 
-@pytest.fixture(scope="module")
-def tee(vllm_server: Any) -> Iterator[EngineTee]:
-    with engine_tee(vllm_server.root_url) as recording:
-        yield recording
 
 
-@pytest.fixture(scope="module")
-def proxy(tee: EngineTee, vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    process = start_proxy_process(tmp_path_factory.mktemp("proxy"), [tee.url], served_model=vllm_server.model)
-    yield process
-    process.stop()
-
-
-def _session(proxy: ProxyProcess, harness: str) -> str:
-    response = httpx.post(f"{proxy.url}/sessions", headers=proxy.admin_headers,
+def _session(vllm_proxy: ProxyProcess, harness: str) -> str:
+    response = httpx.post(f"{vllm_proxy.url}/sessions", headers=vllm_proxy.admin_headers,
                           json={"rollout_id": f"r-{harness}", "task_id": "t", "harness": harness, "group_id": "g"})
     assert response.status_code == 200, response.text
     return str(response.json()["session_id"])
 
 
-def _assert_captured_equals_engine(proxy: ProxyProcess, tee: EngineTee, session_id: str, calls_before: int) -> None:
-    nodes = httpx.get(f"{proxy.url}/sessions/{session_id}/turns", headers=proxy.admin_headers).json()
-    engine_calls = tee.calls[calls_before:]
+def _assert_captured_equals_engine(vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee, session_id: str,
+                                   calls_before: int) -> None:
+    nodes = httpx.get(f"{vllm_proxy.url}/sessions/{session_id}/turns", headers=vllm_proxy.admin_headers).json()
+    engine_calls = vllm_engine_tee.calls[calls_before:]
     assert len(nodes) == len(engine_calls) == 1
     request, raw = engine_calls[0]
     assert request["logprobs"] is True and request["return_token_ids"] is True and request["top_logprobs"] == 0
@@ -58,19 +47,20 @@ def _assert_captured_equals_engine(proxy: ProxyProcess, tee: EngineTee, session_
     assert ids and len(ids) == len(logprobs)
     assert (turn["prompt_ids"], turn["completion_ids"], turn["logprobs"]) == (prompt, ids, logprobs)
     assert turn["trainable"] is True and turn["model"] == request["model"]
-    sequences = httpx.get(f"{proxy.url}/sessions/{session_id}/sequences", headers=proxy.admin_headers).json()
+    sequences = httpx.get(f"{vllm_proxy.url}/sessions/{session_id}/sequences",
+                          headers=vllm_proxy.admin_headers).json()
     (sequence,) = sequences["sequences"]
     assert sequence["token_ids"] == prompt + ids
     assert sequence["loss_mask"] == [0] * len(prompt) + [1] * len(ids)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_openai_chat_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+def test_openai_chat_sdk(vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee, stream: bool) -> None:
     import openai
 
-    sid = _session(proxy, "openai-chat")
-    before = len(tee.calls)
-    client = openai.OpenAI(api_key=sid, base_url=f"{proxy.url}/v1", max_retries=0)
+    sid = _session(vllm_proxy, "openai-chat")
+    before = len(vllm_engine_tee.calls)
+    client = openai.OpenAI(api_key=sid, base_url=f"{vllm_proxy.url}/v1", max_retries=0)
     kwargs: dict[str, Any] = {
         "model": "any-name",
         "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List files."}],
@@ -85,16 +75,16 @@ def test_openai_chat_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> N
         completion = client.chat.completions.create(**kwargs)
         assert completion.choices[0].finish_reason in ("stop", "length", "tool_calls")
         assert completion.usage is not None and completion.usage.completion_tokens > 0
-    _assert_captured_equals_engine(proxy, tee, sid, before)
+    _assert_captured_equals_engine(vllm_proxy, vllm_engine_tee, sid, before)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_openai_responses_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+def test_openai_responses_sdk(vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee, stream: bool) -> None:
     import openai
 
-    sid = _session(proxy, "codex")
-    before = len(tee.calls)
-    client = openai.OpenAI(api_key=sid, base_url=f"{proxy.url}/v1", max_retries=0)
+    sid = _session(vllm_proxy, "codex")
+    before = len(vllm_engine_tee.calls)
+    client = openai.OpenAI(api_key=sid, base_url=f"{vllm_proxy.url}/v1", max_retries=0)
     kwargs: dict[str, Any] = {
         "model": "any-name",
         "instructions": "You are terse.",
@@ -110,16 +100,16 @@ def test_openai_responses_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool)
         response = client.responses.create(**kwargs)
         assert response.status in ("completed", "incomplete")
         assert response.usage is not None and response.usage.output_tokens > 0
-    _assert_captured_equals_engine(proxy, tee, sid, before)
+    _assert_captured_equals_engine(vllm_proxy, vllm_engine_tee, sid, before)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_anthropic_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+def test_anthropic_sdk(vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee, stream: bool) -> None:
     import anthropic
 
-    sid = _session(proxy, "claude-code")
-    before = len(tee.calls)
-    client = anthropic.Anthropic(api_key=sid, base_url=proxy.url, max_retries=0)
+    sid = _session(vllm_proxy, "claude-code")
+    before = len(vllm_engine_tee.calls)
+    client = anthropic.Anthropic(api_key=sid, base_url=vllm_proxy.url, max_retries=0)
     kwargs: dict[str, Any] = {
         "model": "claude-any",
         "system": [{"type": "text", "text": "You are terse."}],
@@ -135,17 +125,17 @@ def test_anthropic_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> Non
         message = client.messages.create(**kwargs)
     assert message.stop_reason in ("end_turn", "max_tokens", "tool_use")
     assert message.usage.output_tokens > 0
-    _assert_captured_equals_engine(proxy, tee, sid, before)
+    _assert_captured_equals_engine(vllm_proxy, vllm_engine_tee, sid, before)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_google_genai_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+def test_google_genai_sdk(vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee, stream: bool) -> None:
     from google import genai
     from google.genai import types
 
-    sid = _session(proxy, "gemini-cli")
-    before = len(tee.calls)
-    client = genai.Client(api_key=sid, http_options=types.HttpOptions(base_url=proxy.url))
+    sid = _session(vllm_proxy, "gemini-cli")
+    before = len(vllm_engine_tee.calls)
+    client = genai.Client(api_key=sid, http_options=types.HttpOptions(base_url=vllm_proxy.url))
     config = types.GenerateContentConfig(
         system_instruction="You are terse.",
         max_output_tokens=MAX_TOKENS,
@@ -160,16 +150,17 @@ def test_google_genai_sdk(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> 
     else:
         response = client.models.generate_content(model="gemini-any", contents="List files.", config=config)
         assert response.candidates and response.usage_metadata is not None
-    _assert_captured_equals_engine(proxy, tee, sid, before)
+    _assert_captured_equals_engine(vllm_proxy, vllm_engine_tee, sid, before)
 
 
-def test_count_tokens_matches_the_engines_prompt_length(proxy: ProxyProcess, tee: EngineTee) -> None:
+def test_count_tokens_matches_the_engines_prompt_length(vllm_proxy: ProxyProcess,
+                                                        vllm_engine_tee: EngineTee) -> None:
     """Anthropic `count_tokens` (Claude Code calls it) is answered from vLLM's /tokenize of the same
     canonical request: the count equals the prompt length vLLM reports when generating from it."""
     import anthropic
 
-    sid = _session(proxy, "claude-code")
-    client = anthropic.Anthropic(api_key=sid, base_url=proxy.url, max_retries=0)
+    sid = _session(vllm_proxy, "claude-code")
+    client = anthropic.Anthropic(api_key=sid, base_url=vllm_proxy.url, max_retries=0)
     kwargs: dict[str, Any] = {
         "model": "claude-any",
         "system": "You are terse.",
@@ -178,22 +169,23 @@ def test_count_tokens_matches_the_engines_prompt_length(proxy: ProxyProcess, tee
                    "input_schema": BASH_TOOL["parameters"]}],
     }
     counted = client.messages.count_tokens(**kwargs)
-    before = len(tee.calls)
+    before = len(vllm_engine_tee.calls)
     client.messages.create(max_tokens=2, **kwargs)
-    prompt, _, _ = engine_truth(bytes(tee.calls[before][1]))
+    prompt, _, _ = engine_truth(bytes(vllm_engine_tee.calls[before][1]))
     assert counted.input_tokens == len(prompt)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_follow_up_calls_are_captured_as_the_engine_sent_them(proxy: ProxyProcess, tee: EngineTee, stream: bool) -> None:
+def test_follow_up_calls_are_captured_as_the_engine_sent_them(vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee,
+                                                              stream: bool) -> None:
     """A session's later calls extend its earlier ones, so the proxy reads their prompt ids knowing the previous
     call's prompt + completion (runtime/proxy/dialects/prompt_prefix.py) and parses only what follows: every
     call's captured ids must still be exactly what vLLM sent."""
     import openai
 
-    sid = _session(proxy, "openai-chat-follow-up")
-    before = len(tee.calls)
-    client = openai.OpenAI(api_key=sid, base_url=f"{proxy.url}/v1", max_retries=0)
+    sid = _session(vllm_proxy, "openai-chat-follow-up")
+    before = len(vllm_engine_tee.calls)
+    client = openai.OpenAI(api_key=sid, base_url=f"{vllm_proxy.url}/v1", max_retries=0)
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."},
                                       {"role": "user", "content": "List files."}]
     for i in range(3):
@@ -204,8 +196,8 @@ def test_follow_up_calls_are_captured_as_the_engine_sent_them(proxy: ProxyProces
         else:
             text = client.chat.completions.create(**kwargs).choices[0].message.content or ""
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"And step {i}?"}]
-    nodes = httpx.get(f"{proxy.url}/sessions/{sid}/turns", headers=proxy.admin_headers).json()
-    engine_calls = tee.calls[before:]
+    nodes = httpx.get(f"{vllm_proxy.url}/sessions/{sid}/turns", headers=vllm_proxy.admin_headers).json()
+    engine_calls = vllm_engine_tee.calls[before:]
     assert len(nodes) == len(engine_calls) == 3
     prompts = []
     for node, (_, raw) in zip(nodes, engine_calls, strict=True):

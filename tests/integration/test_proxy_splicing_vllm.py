@@ -10,13 +10,12 @@ plain prompt (prompt_logprobs of /v1/completions, no splicing involved).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fixtures.proxy_server import EngineTee, ProxyProcess, engine_tee, start_proxy_process
+from tests.fixtures.proxy_server import EngineTee, ProxyProcess
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
@@ -24,30 +23,19 @@ MAX_TOKENS = 12
 TURNS = 3
 
 
-@pytest.fixture(scope="module")
-def tee(vllm_server: Any) -> Iterator[EngineTee]:
-    with engine_tee(vllm_server.root_url) as recording:
-        yield recording
 
 
-@pytest.fixture(scope="module")
-def proxy(tee: EngineTee, vllm_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    process = start_proxy_process(tmp_path_factory.mktemp("proxy"), [tee.url], served_model=vllm_server.model)
-    yield process
-    process.stop()
-
-
-def _session(proxy: ProxyProcess, harness: str) -> str:
-    response = httpx.post(f"{proxy.url}/sessions", headers=proxy.admin_headers,
+def _session(vllm_proxy: ProxyProcess, harness: str) -> str:
+    response = httpx.post(f"{vllm_proxy.url}/sessions", headers=vllm_proxy.admin_headers,
                           json={"rollout_id": f"r-{harness}", "task_id": "t", "harness": harness, "group_id": "g"})
     assert response.status_code == 200, response.text
     return str(response.json()["session_id"])
 
 
-def _openai_turns(proxy: ProxyProcess, sid: str, stream: bool) -> None:
+def _openai_turns(vllm_proxy: ProxyProcess, sid: str, stream: bool) -> None:
     import openai
 
-    client = openai.OpenAI(api_key=sid, base_url=f"{proxy.url}/v1", max_retries=0)
+    client = openai.OpenAI(api_key=sid, base_url=f"{vllm_proxy.url}/v1", max_retries=0)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "List files."}]
     for i in range(TURNS):
         kwargs: dict[str, Any] = {"model": "any", "messages": messages, "max_tokens": MAX_TOKENS}
@@ -59,10 +47,10 @@ def _openai_turns(proxy: ProxyProcess, sid: str, stream: bool) -> None:
         messages += [{"role": "assistant", "content": text.strip()}, {"role": "user", "content": f"Step {i}?"}]
 
 
-def _anthropic_turns(proxy: ProxyProcess, sid: str, stream: bool) -> None:
+def _anthropic_turns(vllm_proxy: ProxyProcess, sid: str, stream: bool) -> None:
     import anthropic
 
-    client = anthropic.Anthropic(api_key=sid, base_url=proxy.url, max_retries=0)
+    client = anthropic.Anthropic(api_key=sid, base_url=vllm_proxy.url, max_retries=0)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "List files."}]
     for i in range(TURNS):
         if stream:
@@ -76,21 +64,22 @@ def _anthropic_turns(proxy: ProxyProcess, sid: str, stream: bool) -> None:
 
 
 @pytest.mark.parametrize(("dialect", "stream"), [("openai", False), ("openai", True), ("anthropic", True)])
-def test_a_resent_history_stays_one_sequence(proxy: ProxyProcess, tee: EngineTee, vllm_server: Any,
-                                             dialect: str, stream: bool) -> None:
-    sid = _session(proxy, f"{dialect}-{stream}")
-    (_openai_turns if dialect == "openai" else _anthropic_turns)(proxy, sid, stream)
-    nodes = httpx.get(f"{proxy.url}/sessions/{sid}/turns", headers=proxy.admin_headers).json()
+def test_a_resent_history_stays_one_sequence(vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee,
+                                             vllm_server: Any, dialect: str, stream: bool) -> None:
+    sid = _session(vllm_proxy, f"{dialect}-{stream}")
+    (_openai_turns if dialect == "openai" else _anthropic_turns)(vllm_proxy, sid, stream)
+    nodes = httpx.get(f"{vllm_proxy.url}/sessions/{sid}/turns", headers=vllm_proxy.admin_headers).json()
     assert len(nodes) == TURNS
     # Each later call extends the one before with its sampled ids: one chain, one training sequence.
     assert [n["parent"] for n in nodes] == [None, *range(TURNS - 1)]
     for before, after in itertools.pairwise(nodes):
         earlier = before["turn"]["prompt_ids"] + before["turn"]["completion_ids"]
         assert after["turn"]["prompt_ids"][: len(earlier)] == earlier
-    sequences = httpx.get(f"{proxy.url}/sessions/{sid}/sequences", headers=proxy.admin_headers).json()["sequences"]
+    sequences = httpx.get(f"{vllm_proxy.url}/sessions/{sid}/sequences",
+                          headers=vllm_proxy.admin_headers).json()["sequences"]
     assert len(sequences) == 1 and sequences[0]["node_ids"] == list(range(TURNS))
     # Splicing did change prompts here (the random model's ids are rarely the canonical ones).
-    metrics = httpx.get(f"{proxy.url}/metrics").text.splitlines()
+    metrics = httpx.get(f"{vllm_proxy.url}/metrics").text.splitlines()
     assert sum(float(line.rsplit(" ", 1)[1]) for line in metrics
                if line.startswith("harnessrl_proxy_spliced_calls_total")) > 0
     # The engine's logprobs of a spliced call are those of the same tokens given as a plain prompt.

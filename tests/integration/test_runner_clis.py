@@ -53,6 +53,8 @@ async def test_cli_solves_a_shipped_task(rollout_stack: Any, harness: str) -> No
     _, completion, ack = await one_rollout(stack, harness, timeouts={"harness_s": 120})
     assert completion.outcome == OutcomeKind.solved, completion.error
     assert completion.correctness == 1.0 and completion.tool_calls >= 1
+    # The scripted calls use the harness's own tool, as its schema shapes it: no mismatch.
+    assert (completion.unknown_tool_calls, completion.invalid_tool_calls) == (0, 0)
     assert "CORRECT" in completion.grader_output
     # The coordinator took it, fetched the session's sequences from the proxy, and scored it with the bonus.
     assert ack is not None and ack.status == "accepted" and ack.scored and ack.reward is not None and ack.reward > 1.0
@@ -64,6 +66,20 @@ async def test_cli_solves_a_shipped_task(rollout_stack: Any, harness: str) -> No
                                 headers=stack.proxy.admin_headers)).json()
     callers = {n["id"] for n in nodes if n["turn"]["tool_calls"] > 0}
     assert any(n["parent"] in callers for n in nodes), [(n["id"], n["parent"], n["turn"]["tool_calls"]) for n in nodes]
+
+
+async def test_another_harnesss_tool_is_counted_for_the_pool(rollout_stack: Any) -> None:
+    stack = rollout_stack([("codex-pool", "codex")], TASK)
+    # The model calls Claude Code's shell tool inside Codex, then Codex's own with arguments it does not take.
+    foreign = ScriptedToolCall(name="Bash", arguments={"command": "ls"}, offered_only=False)
+    broken = ScriptedToolCall(name="exec_command", arguments={"command": "ls"})
+    stack.engine.set_script([ScriptedReply(tool_calls=[foreign], when_tools=True, when_last_role="user"),
+                             ScriptedReply(tool_calls=[broken], when_tools=True, max_uses=1),
+                             ScriptedReply(content="Done.", when_tools=True)])
+    _, completion, _ = await one_rollout(stack, "codex")
+    assert (completion.unknown_tool_calls, completion.invalid_tool_calls) == (1, 1), completion
+    pool = stack.coordinator.status().pools["codex-pool"]
+    assert (pool.unknown_tool_calls, pool.invalid_tool_calls) == (1, 1)
 
 
 async def test_wrong_answer_gets_reward_zero(rollout_stack: Any) -> None:

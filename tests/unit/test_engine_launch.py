@@ -22,7 +22,7 @@ def test_default_launch_serves_lora_tools_and_exact_logprobs() -> None:
     assert flag_value(argv, "--port") == "8123" and flag_value(argv, "--host") == "127.0.0.1"
     assert "--enable-lora" in argv and flag_value(argv, "--max-lora-rank") == "16"
     assert "--enable-auto-tool-choice" in argv and flag_value(argv, "--tool-call-parser") == "hermes"
-    assert flag_value(argv, "--logprobs-mode") == "raw_logprobs"
+    assert flag_value(argv, "--logprobs-mode") == "processed_logprobs"
     # The model's generation_config must not inject sampling defaults behind the proxy's back.
     assert flag_value(argv, "--generation-config") == "vllm"
     assert spec.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"

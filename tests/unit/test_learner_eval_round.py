@@ -211,8 +211,14 @@ def test_status_counts_rollouts_by_pool_for_the_harness_pool_status() -> None:
     [pe0, pe1] = c.lease(PE, now=0)
     for lease, outcome in zip([*leases, pe0, pe1], ["solved", "timeout", "wrong", "infra_error", "harness_error"],
                               strict=False):
-        c.complete(finish(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=outcome), [])
+        # Every rollout called one tool its harness did not offer; the training one that went wrong, two more
+        # with arguments the schema refused.
+        invalid = 2 if outcome == "wrong" else 0
+        c.complete(finish(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=outcome,
+                          tool_calls=3, unknown_tool_calls=1, invalid_tool_calls=invalid), [])
     pools = c.status().pools
     # pa: eval solved + timeout, training wrong + infra_error; pe: one harness_error, one still leased.
-    assert pools["pa"].model_dump() == {"active": 0, "completed": 2, "failed": 1, "timed_out": 1}
-    assert pools["pe"].model_dump() == {"active": 1, "completed": 0, "failed": 1, "timed_out": 0}
+    assert pools["pa"].model_dump() == {"active": 0, "completed": 2, "failed": 1, "timed_out": 1,
+                                        "unknown_tool_calls": 4, "invalid_tool_calls": 2}
+    assert pools["pe"].model_dump() == {"active": 1, "completed": 0, "failed": 1, "timed_out": 0,
+                                        "unknown_tool_calls": 1, "invalid_tool_calls": 0}

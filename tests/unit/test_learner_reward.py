@@ -32,6 +32,14 @@ def test_reward_fewer_tool_calls_score_higher() -> None:
     assert all(1.0 < v <= 1.1 for v in values if v is not None)
 
 
+def test_tool_calls_the_harness_cannot_run_cost_what_the_penalty_says_at_most_one() -> None:
+    penalised = RewardConfig(bonus=0.1, scale=15.0, tool_mismatch_penalty=0.25)
+    assert reward(OutcomeKind.solved, 1.0, 0, CFG, mismatches=3) == pytest.approx(1.1)  # off by default
+    assert reward(OutcomeKind.solved, 1.0, 0, penalised, mismatches=2) == pytest.approx(1.1 - 0.5)
+    assert reward(OutcomeKind.wrong, 0.0, 0, penalised, mismatches=9) == pytest.approx(-1.0)
+    assert reward(OutcomeKind.infra_error, 0.0, 0, penalised, mismatches=9) is None
+
+
 @pytest.mark.parametrize("outcome", [OutcomeKind.infra_error, OutcomeKind.grader_error])
 def test_infra_failures_are_unscored(outcome: OutcomeKind) -> None:
     assert reward(outcome, 1.0, 0, CFG) is None

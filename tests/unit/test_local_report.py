@@ -33,13 +33,14 @@ def metrics(step: int, reward: float) -> StepMetrics:
         rollouts_stale=0, groups_trained=2, groups_zero_variance=0, mean_reward=reward,
         mean_reward_by_harness={"oneshot": reward}, solved_rate_by_harness={"oneshot": reward, "mini-swe-agent": 0.0},
         loss=0.1, clip_fraction=0.0, kl=0.0, tokens=100, loss_tokens=20, tokens_per_s=50.0, step_s=1.0, sync_s=0.1,
-        grad_norm=1.0,
+        grad_norm=1.0, sequences_per_rollout_by_harness={"oneshot": 1.0 + step % 2},
+        loss_tokens_by_harness={"oneshot": 10 * step},
     )
 
 
-def entry(seq: int, harness: str, outcome: OutcomeKind, tool_calls: int) -> JournalEntry:
+def entry(seq: int, harness: str, outcome: OutcomeKind, tool_calls: int, unknown: int = 0) -> JournalEntry:
     completion = Completion(rollout_id=f"g{seq}-r000", lease_id=f"g{seq}-r000.a1", outcome=outcome, tool_calls=tool_calls,
-                            correctness=1.0 if outcome == OutcomeKind.solved else 0.0)
+                            correctness=1.0 if outcome == OutcomeKind.solved else 0.0, unknown_tool_calls=unknown)
     return JournalEntry(seq=seq, harness=harness, completion=completion, sequences=[])
 
 
@@ -66,6 +67,9 @@ def test_summary_compares_first_and_last_quarter_and_counts_tool_calls_of_solved
     assert summary.solved_first == {"mini-swe-agent": 0.0, "oneshot": 0.1} and summary.solved_last["oneshot"] == 0.5
     assert summary.tool_calls_solved == {"mini": 3.0, "oneshot": 0.0}
     assert summary.pass_at_1 == {"oneshot": 0.5, "mini-swe-agent": 0.0}
+    # Half the steps split each rollout into two sequences; tokens trained add up over the steps.
+    assert summary.sequences_per_rollout == {"oneshot": 1.5}
+    assert summary.trained_tokens == {"oneshot": 10 * sum(range(1, 21))}
 
 
 def test_report_writes_pngs_and_markdown(tmp_path: Path, capsys: object) -> None:
@@ -120,7 +124,7 @@ def eval_record(step: int, solved: dict[str, int]) -> EvalRecord:
 def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> None:
     eval_entry = entry(9, "oneshot", OutcomeKind.solved, 7)
     eval_entry.completion.rollout_id = "eval-s2-abc123/oneshot/t/a0"
-    write_run(tmp_path, [0.1, 0.2, 0.4, 0.5], [entry(1, "oneshot", OutcomeKind.solved, 1), eval_entry])
+    write_run(tmp_path, [0.1, 0.2, 0.4, 0.5], [entry(1, "oneshot", OutcomeKind.solved, 1, unknown=1), eval_entry])
     (tmp_path / "checkpoints" / "eval.jsonl").write_text(
         eval_record(2, {"oneshot": 1, "mini-swe-agent": 0}).model_dump_json() + "\n"
         + eval_record(4, {"oneshot": 3, "mini-swe-agent": 2}).model_dump_json() + "\n")
@@ -130,8 +134,9 @@ def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> No
     assert summary.pass_at_1 == {"oneshot": 0.75, "mini-swe-agent": 0.5} and summary.pass_at_1_step == 4
     assert summary.tool_calls_solved == {"oneshot": 1.0}  # eval rollouts are not counted as training ones
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "| harness | pass@1 (evaluation at step 4) |" in text and "| oneshot | 0.75 |" in text
+    assert "| harness | pass@1 (evaluation at step 4) |" in text and "| oneshot | 0.75 | 1.000 | 1.500 | 100 |" in text
     assert "![pass@1 matrix](pass_at_1_matrix.png)" in text
+    assert "could not run (unknown tool / arguments its schema refused): oneshot 1 / 0" in text
     assert (tmp_path / "report" / "pass_at_1_matrix.png").read_bytes().startswith(b"\x89PNG")
     # Without eval.jsonl the report falls back to the training solved rate, and says so.
     (tmp_path / "checkpoints" / "eval.jsonl").unlink()

@@ -66,6 +66,11 @@ def test_component_configs_are_the_components_own_models_wired_together() -> Non
     assert learner.grpo.max_grad_norm == 1.0  # the API's default; 0 turns clipping off
     unclipped = example_plan(grpo=EXAMPLE["spec"]["grpo"] | {"maxGradNorm": 0}).learner.config
     assert isinstance(unclipped, LearnerConfig) and unclipped.grpo.max_grad_norm is None
+    # grpo.temperature: the proxy samples training calls at it, the learner scores at it.
+    warm = example_plan(grpo=EXAMPLE["spec"]["grpo"] | {"temperature": 0.8, "lossBalance": "harness"})
+    assert isinstance(warm.learner.config, LearnerConfig) and isinstance(warm.proxy.config, ProxyConfig)
+    assert (warm.learner.config.grpo.temperature, warm.proxy.config.temperature) == (0.8, 0.8)
+    assert (learner.grpo.loss_balance, warm.learner.config.grpo.loss_balance) == ("token", "harness")
     assert [(h.pool, h.harness, h.weight) for h in learner.harnesses] == [
         ("claude-code", "claude-code", 2), ("codex", "codex", 1), ("mini-swe-agent", "mini-swe-agent", 1),
     ]

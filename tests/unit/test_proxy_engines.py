@@ -27,9 +27,14 @@ def test_upstream_body_asks_for_capture_and_neutral_sampling() -> None:
     assert body["logprobs"] is True and body["top_logprobs"] == 0 and body["return_token_ids"] is True
     assert (body["top_p"], body["top_k"], body["min_p"]) == (1.0, 0, 0.0)
     assert (body["presence_penalty"], body["frequency_penalty"], body["repetition_penalty"]) == (0.0, 0.0, 1.0)
-    assert body["temperature"] == 1.0  # training: logprobs are of the raw distribution
+    assert body["temperature"] == 1.0  # training: the run's temperature, not the harness's
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 64
+
+
+def test_training_samples_at_the_runs_temperature_whatever_the_harness_asks() -> None:
+    body = upstream_body(_request(temperature=0.2), "tiny", training=True, stream=False, temperature=0.8)
+    assert body["temperature"] == 0.8
 
 
 def test_upstream_body_eval_keeps_temperature_and_non_stream_has_no_stream_options() -> None:
