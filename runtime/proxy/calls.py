@@ -28,7 +28,6 @@ from harnessrl.runtime.proxy.engine_call import CapturedStream, complete, pick, 
 from harnessrl.runtime.proxy.engines import ContextLengthExceeded, upstream_json
 from harnessrl.runtime.proxy.relay import Relayed, relay, relay_address
 from harnessrl.runtime.proxy.sessions import Session
-from harnessrl.runtime.proxy.splicing import history_keys
 from harnessrl.runtime.proxy.state import ProxyState
 from harnessrl.runtime.proxy.upstream_http import UpstreamError
 from harnessrl.runtime.proxy.workers import FORWARDED_HEADER
@@ -165,7 +164,10 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
                               training=session.request.training, stream=parsed.stream,
                               max_tokens_cap=state.config.max_tokens_per_call,
                               temperature=state.config.temperature)
-    chain = session.graph.chain_for(history_keys(parsed.canonical)) if len(session.graph) else None
+    # Splicing asks the engine to render the prompt: only where an engine serves that, and the history holds
+    # replies of this session.
+    splicing = len(session.graph) and state.pool.renders()
+    chain = session.graph.chain_for(session.reply_keys.keys(parsed.canonical)) if splicing else None
     state.call_started()
     released = False
     try:

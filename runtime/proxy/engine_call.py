@@ -19,7 +19,7 @@ from harnessrl.runtime.proxy.engines import Engine, EngineClient
 from harnessrl.runtime.proxy.sessions import Session
 from harnessrl.runtime.proxy.splicing import spliced_completion
 from harnessrl.runtime.proxy.state import ProxyState
-from harnessrl.runtime.proxy.tool_check import ToolMismatch, check_tool_calls
+from harnessrl.runtime.proxy.tool_check import ToolMismatch
 from harnessrl.runtime.proxy.upstream_http import UpstreamBroken, UpstreamConnectError, UpstreamResponse
 from harnessrl.runtime.trajectory.splice import Chain
 
@@ -90,7 +90,7 @@ async def record_turn(state: ProxyState, session: Session, capture: CallCapture,
     """Journal the captured turn, its tool calls held to the `tools` the call offered (tool_check.py)."""
     turn = capture.to_turn(model=policy.model, policy_version=policy.version, started_at=started,
                            finished_at=time.time())
-    mismatch = check_tool_calls(tools, capture.called()) if capture.calls else ToolMismatch()
+    mismatch = session.tool_validators.check(tools, capture.called()) if capture.calls else ToolMismatch()
     record = session.record_call(answered=True, turn=turn, prompt_text=capture.prompt_text, after=capture.after,
                                  mismatch=mismatch)
     await state.durable(record)

@@ -168,6 +168,10 @@ class EnginePool:
             return None
         return max(candidates, key=lambda e: hashlib.blake2b(f"{affinity}|{e.url}".encode(), digest_size=8).digest())
 
+    def renders(self) -> bool:
+        """Whether an engine may serve the render endpoints splicing needs (none has shown it does not)."""
+        return any(e.renders for e in self.engines)
+
     def mark_down(self, engine: Engine) -> None:
         engine.failures += 1
         engine.unhealthy_until = time.monotonic() + self.unhealthy_for_s

@@ -22,7 +22,8 @@ from typing import Any
 from harnessrl.runtime.contracts.proxy import CreateSessionRequest, PolicyState, SessionInfo, SessionStatus
 from harnessrl.runtime.proxy.dialects.base import EncodedMessages, HistoryMemo
 from harnessrl.runtime.proxy.dialects.prompt_prefix import KnownPrefix
-from harnessrl.runtime.proxy.tool_check import ToolMismatch
+from harnessrl.runtime.proxy.splicing import HistoryKeys
+from harnessrl.runtime.proxy.tool_check import ToolMismatch, ToolValidators
 from harnessrl.runtime.trajectory.graph import SessionGraph
 from harnessrl.runtime.trajectory.models import Node, SessionSequences, Turn, TurnDelta, capture_problems
 
@@ -56,6 +57,10 @@ class Session:
     history: HistoryMemo = field(default_factory=HistoryMemo)
     # The last upstream body's messages, encoded, so the next call encodes only the new ones. Not journaled.
     upstream_messages: EncodedMessages = field(default_factory=EncodedMessages)
+    # The chain keys of the last request's replies, so the next call keys only new ones (splicing). Not journaled.
+    reply_keys: HistoryKeys = field(default_factory=HistoryKeys)
+    # The argument schemas of the session's tools, compiled once (tool_check.py). Not journaled.
+    tool_validators: ToolValidators = field(default_factory=ToolValidators)
     # The latest turn's prompt + completion as JSON text, so the next answer parses only its new prompt ids. Not
     # journaled; one per session, not per turn.
     prompt_prefix: KnownPrefix | None = None

@@ -15,20 +15,42 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, TextPart
+from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, ChatMessage, TextPart
 from harnessrl.runtime.proxy.dialects.upstream import ChoiceLogprobs, Completion, Usage
 from harnessrl.runtime.proxy.engines import Engine, EngineClient
 from harnessrl.runtime.trajectory.models import as_tokens
-from harnessrl.runtime.trajectory.splice import Chain, chain_keys, reply_key, splice
+from harnessrl.runtime.trajectory.splice import ROOT_CHAIN, Chain, chain_keys, reply_key, splice
 
 
-def history_keys(request: CanonicalRequest) -> list[bytes]:
-    """The chain keys of the request's assistant messages (`splice.chain_keys`); empty when it has none."""
-    return chain_keys(
-        reply_key(_text(m.content), [(c.function.name, c.function.arguments) for c in m.tool_calls or ()])
-        for m in request.messages
-        if m.role == "assistant"
-    )
+class HistoryKeys:
+    """A session's last request's assistant messages and their chain keys (`splice.chain_keys`). The canonical
+    messages of a request's seen history are the very objects the previous request's were (`HistoryMemo`), so only
+    the assistant messages after them are keyed: O(new messages) a call, not O(history) (a 10-reply history took
+    ~170 us a call to key whole). One per session, used on the event loop only."""
+
+    __slots__ = ("_keys", "_messages")
+
+    def __init__(self) -> None:
+        self._messages: list[ChatMessage] = []
+        self._keys: list[bytes] = []
+
+    def keys(self, request: CanonicalRequest) -> list[bytes]:
+        """The chain keys of the request's assistant messages; empty when it has none."""
+        replies = [m for m in request.messages if m.role == "assistant"]
+        same = 0
+        for new, was in zip(replies, self._messages, strict=False):
+            if new is not was:
+                break
+            same += 1
+        keys = self._keys[:same]
+        keys += chain_keys((_reply_key(m) for m in replies[same:]), keys[-1] if keys else ROOT_CHAIN)
+        self._messages, self._keys = replies, keys
+        return keys
+
+
+def _reply_key(message: ChatMessage) -> str:
+    return reply_key(_text(message.content),
+                     [(c.function.name, c.function.arguments) for c in message.tool_calls or ()])
 
 
 def _text(content: str | list[TextPart] | None) -> str:

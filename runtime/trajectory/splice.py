@@ -56,9 +56,10 @@ def chain_key(parent: bytes, reply: str) -> bytes:
     return hashlib.blake2b(parent + reply.encode(), digest_size=12).digest()
 
 
-def chain_keys(replies: Iterable[str]) -> list[bytes]:
-    """The keys of each leading path of `replies` (the history's assistant messages, in order)."""
-    keys, key = [], ROOT_CHAIN
+def chain_keys(replies: Iterable[str], parent: bytes = ROOT_CHAIN) -> list[bytes]:
+    """The keys of each leading path of `replies` (the history's assistant messages, in order), after the path
+    `parent`."""
+    keys, key = [], parent
     for reply in replies:
         key = chain_key(key, reply)
         keys.append(key)

@@ -15,7 +15,7 @@ from harnessrl.runtime.proxy.capture import CallCapture
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, ChatMessage
 from harnessrl.runtime.proxy.dialects.routes import DIALECTS, match_route
 from harnessrl.runtime.proxy.dialects.upstream import Completion
-from harnessrl.runtime.proxy.splicing import generate_request, history_keys
+from harnessrl.runtime.proxy.splicing import HistoryKeys, generate_request
 from harnessrl.runtime.trajectory.graph import SessionGraph
 from harnessrl.runtime.trajectory.models import Turn
 from harnessrl.runtime.trajectory.splice import Chain, reply_key, splice
@@ -106,7 +106,7 @@ def first_turn(dialect: str) -> tuple[SessionGraph, list[int], int]:
 def follow_up(graph: SessionGraph, canonical: CanonicalRequest) -> tuple[list[int], int | None]:
     """What the proxy sends for a follow-up (spliced when the history repeats a reply), and its parent."""
     rendered = render(canonical.messages)
-    chain = graph.chain_for(history_keys(canonical))
+    chain = graph.chain_for(HistoryKeys().keys(canonical))
     spliced = splice(rendered, chain, END) if chain is not None else None
     prompt = spliced.tokens.tolist() if spliced is not None else rendered
     node = graph.add(Turn(prompt_ids=prompt, completion_ids=[7, END], logprobs=[-1.0, -1.0]))
@@ -143,7 +143,7 @@ def test_a_rewritten_reply_is_spliced_back_and_the_chain_stays_one_sequence(dial
 def test_an_edited_reply_is_not_spliced_and_branches(dialect: str) -> None:
     graph, _, _ = first_turn(dialect)
     canonical = request(dialect, "List files.", ("Sure, and more", SAMPLED_ARGS))
-    assert graph.chain_for(history_keys(canonical)) is None
+    assert graph.chain_for(HistoryKeys().keys(canonical)) is None
     prompt, parent = follow_up(graph, canonical)
     assert prompt == render(canonical.messages) and parent is None
     assert len(graph.training_sequences()) == 2
@@ -153,7 +153,7 @@ def test_an_edited_reply_is_not_spliced_and_branches(dialect: str) -> None:
 def test_an_edited_earlier_user_message_starts_a_new_root(dialect: str) -> None:
     graph, _, _ = first_turn(dialect)
     canonical = request(dialect, "List all files.", REWRITES["stripped thinking"])
-    assert graph.chain_for(history_keys(canonical)) is not None  # the reply is the session's ...
+    assert graph.chain_for(HistoryKeys().keys(canonical)) is not None  # the reply is the session's ...
     prompt, parent = follow_up(graph, canonical)  # ... but what came before it changed
     assert prompt == render(canonical.messages) and parent is None
     assert len(graph.training_sequences()) == 2
@@ -202,3 +202,24 @@ def test_the_generate_request_keeps_prompt_and_budget_within_the_context() -> No
     assert request_["token_ids"] == [1, 2, 3, 4, 5] and request_["sampling_params"]["max_tokens"] == 8
     assert request_["stream"] is False and request_["return_token_ids"] is True
     assert rendered["sampling_params"]["max_tokens"] == 10  # the rendered request is left as it was
+
+
+def test_history_keys_key_only_the_replies_a_call_appends() -> None:
+    from harnessrl.runtime.proxy.dialects.base import ChatMessage, FunctionCall, ToolCall
+
+    def reply(i: int) -> ChatMessage:
+        return ChatMessage(role="assistant", content=f"step {i}",
+                           tool_calls=[ToolCall(id=f"c{i}", function=FunctionCall(name="bash", arguments="{}"))])
+
+    history = [ChatMessage(role="user", content="go")]
+    memo = HistoryKeys()
+    for i in range(4):  # each call resends the same message objects and appends one reply and a tool result
+        history = [*history, reply(i), ChatMessage(role="tool", content="ok", tool_call_id=f"c{i}")]
+        request = CanonicalRequest(model="m", messages=history)
+        assert memo.keys(request) == HistoryKeys().keys(request)
+    # A rewritten reply (a new object with other text) is keyed anew, and so is every path after it.
+    history[3] = ChatMessage(role="assistant", content="edited")
+    request = CanonicalRequest(model="m", messages=history)
+    keys = memo.keys(request)
+    assert keys == HistoryKeys().keys(request) and keys[0] == HistoryKeys().keys(
+        CanonicalRequest(model="m", messages=history[:2]))[0]
