@@ -120,9 +120,11 @@ async def spliced(state: ProxyState, session: Session, body_json: bytes, policy:
     engine, completion = await with_failover(
         state, session, lambda e: spliced_completion(state.client, e, body_json, policy.model, chain)
     )
-    release_engine(state, engine, started)
-    if completion is None:
+    if completion is None:  # nothing was sampled (renders only): the ordinary call that follows is the call
+        engine.inflight -= 1
+        engine.calls -= 1
         return None
+    release_engine(state, engine, started)
     state.metrics.spliced.inc()
     await record_turn(state, session, CallCapture.from_completion(completion), policy, started, tools)
     return completion
