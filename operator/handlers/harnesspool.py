@@ -4,9 +4,17 @@ subresource and HPA), readiness, and rollout counters from those runs' learners.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import API_VERSION
-from harnessrl.operator.api.harnesspool import KIND, HarnessPoolSpec, HarnessPoolStatus, PoolRolloutCounts
+from harnessrl.operator.api.harnesspool import (
+    KIND,
+    HarnessPoolSpec,
+    HarnessPoolStatus,
+    PoolRolloutCounts,
+    PrefixBreaks,
+)
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     pool_blocked_status,
@@ -28,6 +36,9 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     deployments = kube.list_objects("apps/v1", "Deployment", namespace, selector)
     pods = kube.list_objects("v1", "Pod", namespace, selector)
     counts = [p.pools[name] for (ns, _), p in list(ctx.progress.items()) if ns == namespace and name in p.pools]
+    breaks: Counter[str] = Counter()
+    for c in counts:
+        breaks.update({cause.value: n for cause, n in c.prefix_breaks.items()})
     rollouts = PoolRolloutCounts(
         active=sum(c.active for c in counts),
         completed=sum(c.completed for c in counts),
@@ -35,6 +46,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         timed_out=sum(c.timed_out for c in counts),
         unknown_tool_calls=sum(c.unknown_tool_calls for c in counts),
         invalid_tool_calls=sum(c.invalid_tool_calls for c in counts),
+        prefix_breaks=PrefixBreaks.model_validate(breaks),
     )
     old = read_status(HarnessPoolStatus, body)
     generation = int(body["metadata"].get("generation") or 0)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
+from harnessrl.runtime.trajectory.models import BreakCause
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -145,6 +146,9 @@ class Completion(_Wire):
     tool_calls: int = Field(default=0, ge=0, description="tool calls the agent made (for the reward bonus)")
     unknown_tool_calls: int = Field(default=0, ge=0, description="of those, calls to a tool the harness did not offer")
     invalid_tool_calls: int = Field(default=0, ge=0, description="of those, calls the tool's argument schema refuses")
+    prefix_breaks: dict[BreakCause, int] = Field(
+        default_factory=dict, description="calls that started one more training sequence, by cause"
+    )
     grader_output: str = Field(default="", max_length=65536)
     timings: Timings | None = None
     error: str | None = Field(default=None, max_length=8192)
@@ -212,6 +216,9 @@ class PoolRollouts(_Wire):
     timed_out: int = Field(default=0, ge=0, description="stopped by the wall-clock or step budget")
     unknown_tool_calls: int = Field(default=0, ge=0, description="tool calls to a tool the harness did not offer")
     invalid_tool_calls: int = Field(default=0, ge=0, description="tool calls the tool's argument schema refused")
+    prefix_breaks: dict[BreakCause, int] = Field(
+        default_factory=dict, description="calls that started one more training sequence, by cause"
+    )
 
 
 class CoordinatorStatus(BaseModel):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from harnessrl.runtime.trajectory.models import TrainingSequence
+from harnessrl.runtime.trajectory.models import BreakCause, TrainingSequence
 from pydantic import BaseModel, ConfigDict, Field
 
 Id = Annotated[str, Field(min_length=1, max_length=256)]
@@ -77,6 +77,8 @@ class SessionInfo(BaseModel):
     # Of those, calls the harness cannot run: to a tool the call did not offer, or arguments its schema refuses.
     unknown_tool_calls: int = 0
     invalid_tool_calls: int = 0
+    # Calls that started one more training sequence, by cause (trajectory.models.BreakCause).
+    prefix_breaks: dict[BreakCause, int] = {}
     errors: list[str]  # upstream/validation errors, newest last (bounded)
     # Calls that found no engine to serve them (all down or restarting) or whose engine stream broke: the
     # runner counts a harness failure after one as the infrastructure's, not the policy's. Not journaled.

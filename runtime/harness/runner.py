@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import httpx
@@ -48,6 +48,7 @@ from harnessrl.runtime.harness.adapters.base import Adapter, HarnessStatus, RunC
 from harnessrl.runtime.harness.config import Dialect, RunnerConfig
 from harnessrl.runtime.harness.sandboxes.base import Sandbox, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task
+from harnessrl.runtime.trajectory.models import BreakCause
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Attempt:
     tool_calls: int = 0
     unknown_tool_calls: int = 0
     invalid_tool_calls: int = 0
+    prefix_breaks: dict[BreakCause, int] = field(default_factory=dict)
     grader_output: str = ""
     error: str | None = None
     harness_s: float = 0.0
@@ -171,6 +173,7 @@ class Runner:
             tool_calls=attempt.tool_calls,
             unknown_tool_calls=attempt.unknown_tool_calls,
             invalid_tool_calls=attempt.invalid_tool_calls,
+            prefix_breaks=attempt.prefix_breaks,
             grader_output=attempt.grader_output[-65536:],
             timings=Timings(
                 started_at=started, finished_at=time.time(), harness_s=attempt.harness_s, grade_s=attempt.grade_s
@@ -229,6 +232,7 @@ class Runner:
             tool_calls=info.tool_calls if info else 0,
             unknown_tool_calls=info.unknown_tool_calls if info else 0,
             invalid_tool_calls=info.invalid_tool_calls if info else 0,
+            prefix_breaks=info.prefix_breaks if info else {},
         )
         # A harness that met a dead or restarting engine (calls refused, a stream cut) and then failed or ran out
         # of time says nothing about the policy: the rollout is unscored and leased again.

@@ -373,6 +373,8 @@ class Coordinator:
             counts.failed += 1
         counts.unknown_tool_calls += c.unknown_tool_calls
         counts.invalid_tool_calls += c.invalid_tool_calls
+        for cause, n in c.prefix_breaks.items():
+            counts.prefix_breaks[cause] = counts.prefix_breaks.get(cause, 0) + n
 
     # -- training -------------------------------------------------------------------------------------------
 

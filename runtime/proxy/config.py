@@ -78,6 +78,9 @@ class ProxyConfig(BaseModel):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     # The temperature training sessions sample at (the run's grpo temperature; the learner scores at the same).
     temperature: float = Field(1.0, gt=0.0, le=2.0)
+    # Token splicing (splicing.py) where the engine serves vLLM's render endpoints. Off: a resent reply is sent as
+    # the harness wrote it, as without splicing (benchmarks/trajectory compares the two).
+    splice: bool = True
     upstream: UpstreamLimits = UpstreamLimits()
     admission: AdmissionLimits = AdmissionLimits()
     # Journal durability: fsync each turn (True) or only flush to the OS (survives a process kill, not a host crash).

@@ -97,6 +97,9 @@ async def record_turn(state: ProxyState, session: Session, capture: CallCapture,
     state.metrics.count_turn(record["turn"]["trainable"], len(turn.completion_ids))
     if mismatch:
         state.metrics.count_mismatch(session.request.harness, mismatch)
+    cause = session.graph.break_cause(record["turn"]["id"])
+    if cause is not None:
+        state.metrics.prefix_breaks.labels(harness=session.request.harness, cause=cause.value).inc()
 
 
 async def complete(state: ProxyState, session: Session, body_json: bytes, policy: PolicyState,

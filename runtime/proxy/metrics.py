@@ -46,6 +46,10 @@ class ProxyMetrics:
             "harnessrl_proxy_tool_mismatches", "Tool calls the harness cannot run: to a tool the call did not offer "
             "(unknown) or with arguments its schema refuses (invalid)", ["harness", "kind"], registry=r,
         )
+        self.prefix_breaks = Counter(
+            "harnessrl_proxy_prefix_breaks", "Captured calls that started one more training sequence, by cause",
+            ["harness", "cause"], registry=r,
+        )
         self.rejected = Counter("harnessrl_proxy_admission_rejected", "Calls refused by admission control", registry=r)
         self.policy_version = Gauge("harnessrl_proxy_policy_version", "Policy version sent upstream", registry=r)
         # Each labelled series looked up once: `labels()` takes a lock and builds its key every time, and every call

@@ -95,6 +95,7 @@ class Session:
             tool_calls=self.tool_calls,
             unknown_tool_calls=self.unknown_tool_calls,
             invalid_tool_calls=self.invalid_tool_calls,
+            prefix_breaks=dict(self.graph.breaks),
             errors=list(self.errors),
             engine_failures=self.engine_failures,
             policy_versions=sorted(self.policy_versions),

@@ -15,6 +15,10 @@ Shapes that follow from the rule: a retry (same prompt again) becomes a sibling 
 rewritten history (compaction, a harness that edits earlier messages) shares no full turn as prefix and starts a
 new root. Each root→leaf path is one training sequence; a turn's sampled tokens are trained (loss mask 1) in the
 first sequence that contains them and are context (mask 0) in the others, so no sample is counted twice.
+
+A turn that starts one more sequence (a later root, or a second child) is a prefix break; its cause
+(`BreakCause`) is read where its prompt leaves the tree: inside an earlier call's sampled reply, inside text the
+harness wrote, or nowhere (a retry). Counted per session in `breaks`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from harnessrl.runtime.trajectory.models import (
     LOGPROB_TYPE,
     TOKEN_TYPE,
+    BreakCause,
     Node,
     SessionSequences,
     TrainingSequence,
@@ -57,11 +62,15 @@ class _Edge:
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """Where the longest inserted sequence that prefixes a query ends: turn id, its length, its tree position."""
+    """Where the longest inserted sequence that prefixes a query ends: turn id, its length, its tree position;
+    and how many leading tokens the query shares with some inserted sequence (`reach`), with a tree node below
+    which every sequence sharing that many ends (`below`)."""
 
     turn: int | None
     length: int
     edge: _Edge
+    reach: int
+    below: _Edge
 
 
 class PrefixIndex:
@@ -83,22 +92,33 @@ class PrefixIndex:
         # The deepest point where a turn ends (a Match is made once, at the end).
         best, best_depth = (self.root, 0) if start is None else (start.edge, start.length)
         edge, depth, n = best, best_depth, len(query)
+        reach, below = n, edge
         steps = compared = 0
         while depth < n:
             child = edge.children.get(query[depth])
             steps += 1
             if child is None:
+                reach, below = depth, edge
                 break
             k = len(child.label)
             compared += min(k, n - depth)
             if depth + k > n or query[depth : depth + k] != child.label:
+                reach, below = depth + _common_prefix(child.label, query, depth), child
                 break
             edge, depth = child, depth + k
             if edge.ends:
                 best, best_depth = edge, depth
+        else:
+            below = edge
         self.steps += steps
         self.compared += compared
-        return Match(best.ends[-1] if best.ends else None, best_depth, best)
+        return Match(best.ends[-1] if best.ends else None, best_depth, best, reach, below)
+
+    def first_end(self, edge: _Edge) -> int:
+        """A turn whose sequence runs through `edge` and beyond it where any does (the first child's side)."""
+        while edge.children:
+            edge = next(iter(edge.children.values()))
+        return edge.ends[0]
 
     def insert(self, seq: array[int], turn: int, start: Match) -> _Edge:
         """Insert `seq` (which starts with the sequence `start` matched) as the sequence of `turn`; returns the
@@ -195,6 +215,7 @@ class _Record:
     trainable: bool
     reply: str
     chain: bytes  # the key of the replies on its path (`splice.chain_key`)
+    cause: BreakCause | None  # why it starts one more sequence, if it does
     children: tuple[int, ...] = ()
 
     def scalars(self) -> dict[str, Any]:
@@ -214,6 +235,7 @@ class SessionGraph:
         self._chains: dict[bytes, int] = {}  # the latest turn at the end of each path of replies
         self.tool_calls = 0
         self.untrainable = 0
+        self.breaks: dict[BreakCause, int] = {}
 
     def __len__(self) -> int:
         return len(self._records)
@@ -229,7 +251,8 @@ class SessionGraph:
         start = None
         if after is not None:
             known = self._record(after)
-            start = Match(after, known.seq_len, self.index.edges[known.end])
+            edge = self.index.edges[known.end]
+            start = Match(after, known.seq_len, edge, known.seq_len, edge)
         match = self.index.longest(prompt, start)
         tail = prompt[match.length :]
         # The matched prefix is the parent's prompt+completion: if those were all valid ids, only new ones are
@@ -237,6 +260,7 @@ class SessionGraph:
         parent_valid = match.turn is not None and self._records[match.turn].valid_ids
         trainable = turn.trainable and not capture_problems(turn, match.length if parent_valid else 0)
         turn_id = len(self._records)
+        breaks = turn_id > 0 and (match.turn is None or bool(self._records[match.turn].children))
         record = _Record(
             parent=match.turn,
             shared=match.length,
@@ -254,14 +278,30 @@ class SessionGraph:
             trainable=trainable,
             reply=turn.reply,
             chain=chain_key(self._records[match.turn].chain if match.turn is not None else ROOT_CHAIN, turn.reply),
+            cause=self._break_cause(match, len(prompt)) if breaks else None,
         )
+        if record.cause is not None:
+            self.breaks[record.cause] = self.breaks.get(record.cause, 0) + 1
         self._records.append(record)
         self._chains[record.chain] = turn_id
         if match.turn is not None:
             self._records[match.turn].children += (turn_id,)
         self.tool_calls += turn.tool_calls
         self.untrainable += not trainable
-        return Node(id=turn_id, parent=match.turn, shared_prefix=match.length, turn=turn)
+        return Node(id=turn_id, parent=match.turn, shared_prefix=match.length, break_cause=record.cause, turn=turn)
+
+    def _break_cause(self, match: Match, prompt_len: int) -> BreakCause:
+        """Where a prompt that breaks the prefix chain leaves the earlier turns' sequences (`match.reach`): the
+        turn on the path of a sequence through that point that holds the first differing token tells whether it
+        was sampled (its reply) or written by the harness (its prompt tail)."""
+        if match.reach == prompt_len:
+            return BreakCause.retry
+        owner: int | None = self.index.first_end(match.below)
+        while owner is not None and self._records[owner].shared > match.reach:
+            owner = self._records[owner].parent
+        if owner is not None and self._records[owner].prompt_len <= match.reach < self._records[owner].seq_len:
+            return BreakCause.reply_changed
+        return BreakCause.history_changed
 
     # ------------------------------------------------------------------ journal form
 
@@ -340,7 +380,7 @@ class SessionGraph:
         tokens = self.sequence_tokens(turn_id)
         turn = Turn(prompt_ids=tokens[: r.prompt_len].tolist(), completion_ids=tokens[r.prompt_len :].tolist(),
                     logprobs=r.logprobs.tolist(), **r.scalars())
-        return Node(id=turn_id, parent=r.parent, shared_prefix=r.shared, turn=turn)
+        return Node(id=turn_id, parent=r.parent, shared_prefix=r.shared, break_cause=r.cause, turn=turn)
 
     def chain_for(self, keys: Sequence[bytes]) -> Chain | None:
         """The earlier turn at the end of the longest leading path of replies among `keys` (`splice.chain_keys`
@@ -352,6 +392,9 @@ class SessionGraph:
                 spans = [(self._records[i].prompt_len, self._records[i].seq_len) for i in self.path(turn_id)]
                 return Chain(self.sequence_tokens(turn_id), spans)
         return None
+
+    def break_cause(self, turn_id: int) -> BreakCause | None:
+        return self._record(turn_id).cause
 
     def children(self, turn_id: int) -> list[int]:
         return list(self._record(turn_id).children)

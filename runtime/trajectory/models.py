@@ -13,6 +13,7 @@ import math
 import sys
 from array import array
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Annotated, Any, Final
 
 from pydantic import (
@@ -85,6 +86,20 @@ def has_negative(ids: Sequence[int]) -> bool:
     return min(ids, default=0) < 0
 
 
+class BreakCause(StrEnum):
+    """Why a call did not extend the end of an earlier call's sequence and so started one more training
+    sequence (a prefix break): where its prompt leaves what the session's earlier calls sent and sampled."""
+
+    # The prompt is an earlier call's prompt again (or a prefix of one): a retry.
+    retry = "retry"
+    # It leaves them inside a sampled reply: a reply resent re-tokenised, without its thinking, re-serialised
+    # or cut, that token splicing could not restore.
+    reply_changed = "reply_changed"
+    # It leaves them inside text the harness wrote: another system prompt or tools (a side call, a sub-agent),
+    # a compacted or edited history, or another message after the same reply.
+    history_changed = "history_changed"
+
+
 class Node(BaseModel):
     """A turn placed in its session's call graph. `parent` is the earlier node whose prompt+completion is the
     longest exact token prefix of this turn's prompt (None for a root)."""
@@ -93,6 +108,8 @@ class Node(BaseModel):
     parent: int | None
     # How many leading prompt tokens are the parent's prompt+completion (0 for a root).
     shared_prefix: int = Field(ge=0)
+    # Set when this turn is a prefix break: a later root, or a second child of its parent.
+    break_cause: BreakCause | None = None
     turn: Turn
 
 

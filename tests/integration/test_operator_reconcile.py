@@ -241,7 +241,8 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
     learner_status.report(step=2, policy_version=2, rollouts_scored=16, mean_reward=0.5,
                           pass_at1={"mini-swe-agent": 0.25}, latest_checkpoint="/ckpt/step-2",
                           pools={"mini-swe-agent": {"active": 3, "completed": 16, "failed": 1, "timed_out": 0,
-                                                    "unknown_tool_calls": 2}})
+                                                    "unknown_tool_calls": 2,
+                                                    "prefix_breaks": {"retry": 3, "history_changed": 1}}})
     operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 1, "ready": 1}}, namespace=NS,
                    subresource="status")
     wait_condition(operator, "run-a", "Training", "True", "Training")
@@ -253,7 +254,8 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
     pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
                              and p["status"]["rollouts"]["completed"] == 16 and p)
     assert pool["status"]["rollouts"] == {"active": 3, "completed": 16, "failed": 1, "timedOut": 0,
-                                          "unknownToolCalls": 2, "invalidToolCalls": 0}
+                                          "unknownToolCalls": 2, "invalidToolCalls": 0,
+                                          "prefixBreaks": {"retry": 3, "replyChanged": 0, "historyChanged": 1}}
 
     learner_status.report(step=3, policy_version=3, rollouts_scored=24, done=True, export_error="403 Forbidden")
     wait_condition(operator, "run-a", "Training", "True", "HubExportFailing")

@@ -160,6 +160,32 @@ def test_second_turn_links_to_the_first(proxy: ProxyProcess, engine: Any) -> Non
     assert sum(sequence["loss_mask"]) == len(t0["completion_ids"]) + len(t1["completion_ids"])
 
 
+def test_calls_that_start_another_sequence_are_counted_by_cause(proxy: ProxyProcess, engine: Any) -> None:
+    """A retry, a resent reply with other arguments (this engine serves no render endpoints, so nothing is
+    spliced) and a new conversation each start one more training sequence: counted by cause on the session, its
+    turns and in Prometheus."""
+    sid = _session(proxy, harness="breaks-test")
+    chat = BY_NAME["openai_chat"]
+    first_body = chat.body("List the files.", tools=True)
+    message = send(proxy.url, chat, sid, first_body).json()["choices"][0]["message"]
+    assert send(proxy.url, chat, sid, first_body).status_code == 200  # the same prompt again
+    (call,) = message["tool_calls"]
+    edited = {**call, "function": {**call["function"], "arguments": '{"command": "pwd"}'}}
+    resent = {**first_body, "messages": [*first_body["messages"], {"role": "assistant", "content": None,
+                                                                   "tool_calls": [edited]},
+                                         {"role": "tool", "tool_call_id": call["id"], "content": "/work"}]}
+    assert send(proxy.url, chat, sid, resent).status_code == 200
+    assert send(proxy.url, chat, sid, chat.body("Something else.", tools=True)).status_code == 200
+    nodes = _admin(proxy, f"/sessions/{sid}/turns").json()
+    assert [n["break_cause"] for n in nodes] == [None, "retry", "reply_changed", "history_changed"]
+    info = _admin(proxy, f"/sessions/{sid}").json()
+    assert info["prefix_breaks"] == {"retry": 1, "reply_changed": 1, "history_changed": 1}
+    assert len(_admin(proxy, f"/sessions/{sid}/sequences").json()["sequences"]) == 4
+    metrics = httpx.get(f"{proxy.url}/metrics", timeout=10).text
+    for cause in ("retry", "reply_changed", "history_changed"):
+        assert f'harnessrl_proxy_prefix_breaks_total{{cause="{cause}",harness="breaks-test"}} 1.0' in metrics
+
+
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_call_budget_ends_the_episode_with_a_final_message(proxy: ProxyProcess, engine: Any, dialect: DialectCall,

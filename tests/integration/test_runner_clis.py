@@ -15,7 +15,7 @@ from harnessrl.runtime.contracts.coordinator import OutcomeKind
 from harnessrl.runtime.harness.sandboxes.local import tagged_pids
 
 from tests.fakes.scripted_engine import ScriptedReply, ScriptedToolCall
-from tests.fixtures.harness_clis import TASK, TASKS, one_rollout
+from tests.fixtures.harness_clis import TASK, TASKS, assert_breaks_reported, one_rollout
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.clis, pytest.mark.usefixtures("clis_on_path")]
@@ -66,6 +66,8 @@ async def test_cli_solves_a_shipped_task(rollout_stack: Any, harness: str) -> No
                                 headers=stack.proxy.admin_headers)).json()
     callers = {n["id"] for n in nodes if n["turn"]["tool_calls"] > 0}
     assert any(n["parent"] in callers for n in nodes), [(n["id"], n["parent"], n["turn"]["tool_calls"]) for n in nodes]
+    breaks = assert_breaks_reported(stack, completion, nodes)
+    assert stack.coordinator.status().pools[f"{harness}-pool"].prefix_breaks == breaks
 
 
 async def test_another_harnesss_tool_is_counted_for_the_pool(rollout_stack: Any) -> None:

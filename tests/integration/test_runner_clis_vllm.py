@@ -34,7 +34,7 @@ import httpx
 import pytest
 from harnessrl.runtime.contracts.coordinator import OutcomeKind
 
-from tests.fixtures.harness_clis import one_rollout
+from tests.fixtures.harness_clis import assert_breaks_reported, one_rollout
 from tests.fixtures.proxy_server import EngineTee, engine_truth
 
 pytestmark = [pytest.mark.clis, pytest.mark.vllm, pytest.mark.usefixtures("clis_on_path")]
@@ -139,7 +139,8 @@ async def test_each_cli_completes_a_rollout_against_vllm(rollout_stack: Any, vll
         where = f"{harness}: {completion.outcome.value} {completion.error or ''} {info}"
         print(f"{harness}: {completion.outcome.value} after {completion.timings.harness_s:.0f}s, session "
               f"{info['status']}, {info['calls']} calls, prompts {[len(n['turn']['prompt_ids']) for n in nodes]} "
-              f"tokens, parents {[n['parent'] for n in nodes]}; {(completion.error or '')[:160]}")
+              f"tokens, parents {[n['parent'] for n in nodes]}, breaks {[n['break_cause'] for n in nodes]}; "
+              f"{(completion.error or '')[:160]}")
         # It ended on its own and was judged as the policy's doing: not an infrastructure failure, not a kill.
         assert completion.outcome != OutcomeKind.infra_error, where
         assert completion.outcome != OutcomeKind.timeout or "step budget" in (completion.error or ""), where
@@ -157,6 +158,7 @@ async def test_each_cli_completes_a_rollout_against_vllm(rollout_stack: Any, vll
         assert stack.coordinator.status().rollouts_scored == tries, where
         (slot,) = [s for g in stack.coordinator.state.groups for s in g.slots if s.rollout_id == completion.rollout_id]
         assert slot.session_id == completion.session_id and slot.sequences, where
+        assert_breaks_reported(stack, completion, nodes)
         for seq in slot.sequences:
             assert len(seq.token_ids) == len(seq.loss_mask) == len(seq.logprobs) and sum(seq.loss_mask) > 0, where
         if harness in MULTI_TURN:

@@ -213,12 +213,16 @@ def test_status_counts_rollouts_by_pool_for_the_harness_pool_status() -> None:
                               strict=False):
         # Every rollout called one tool its harness did not offer; the training one that went wrong, two more
         # with arguments the schema refused.
+        # Each one also retried a call; the one that went wrong, resent a reply changed twice.
         invalid = 2 if outcome == "wrong" else 0
+        breaks = {"retry": 1} | ({"reply_changed": 2} if outcome == "wrong" else {})
         c.complete(finish(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=outcome,
-                          tool_calls=3, unknown_tool_calls=1, invalid_tool_calls=invalid), [])
+                          tool_calls=3, unknown_tool_calls=1, invalid_tool_calls=invalid, prefix_breaks=breaks), [])
     pools = c.status().pools
     # pa: eval solved + timeout, training wrong + infra_error; pe: one harness_error, one still leased.
     assert pools["pa"].model_dump() == {"active": 0, "completed": 2, "failed": 1, "timed_out": 1,
-                                        "unknown_tool_calls": 4, "invalid_tool_calls": 2}
+                                        "unknown_tool_calls": 4, "invalid_tool_calls": 2,
+                                        "prefix_breaks": {"retry": 4, "reply_changed": 2}}
     assert pools["pe"].model_dump() == {"active": 1, "completed": 0, "failed": 1, "timed_out": 0,
-                                        "unknown_tool_calls": 1, "invalid_tool_calls": 0}
+                                        "unknown_tool_calls": 1, "invalid_tool_calls": 0,
+                                        "prefix_breaks": {"retry": 1}}

@@ -16,6 +16,7 @@ from harnessrl.runtime.contracts.coordinator import (
 )
 from harnessrl.runtime.coordinator.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
+from harnessrl.runtime.trajectory.models import BreakCause
 
 from harnessrl.local.report import (
     RunSummary,
@@ -38,9 +39,11 @@ def metrics(step: int, reward: float) -> StepMetrics:
     )
 
 
-def entry(seq: int, harness: str, outcome: OutcomeKind, tool_calls: int, unknown: int = 0) -> JournalEntry:
+def entry(seq: int, harness: str, outcome: OutcomeKind, tool_calls: int, unknown: int = 0,
+          breaks: dict[BreakCause, int] | None = None) -> JournalEntry:
     completion = Completion(rollout_id=f"g{seq}-r000", lease_id=f"g{seq}-r000.a1", outcome=outcome, tool_calls=tool_calls,
-                            correctness=1.0 if outcome == OutcomeKind.solved else 0.0, unknown_tool_calls=unknown)
+                            correctness=1.0 if outcome == OutcomeKind.solved else 0.0, unknown_tool_calls=unknown,
+                            prefix_breaks=breaks or {})
     return JournalEntry(seq=seq, harness=harness, completion=completion, sequences=[])
 
 
@@ -124,7 +127,9 @@ def eval_record(step: int, solved: dict[str, int]) -> EvalRecord:
 def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> None:
     eval_entry = entry(9, "oneshot", OutcomeKind.solved, 7)
     eval_entry.completion.rollout_id = "eval-s2-abc123/oneshot/t/a0"
-    write_run(tmp_path, [0.1, 0.2, 0.4, 0.5], [entry(1, "oneshot", OutcomeKind.solved, 1, unknown=1), eval_entry])
+    breaks = {BreakCause.retry: 1, BreakCause.reply_changed: 2}
+    write_run(tmp_path, [0.1, 0.2, 0.4, 0.5], [entry(1, "oneshot", OutcomeKind.solved, 1, unknown=1, breaks=breaks),
+                                               eval_entry, entry(10, "oneshot", OutcomeKind.wrong, 0, breaks=breaks)])
     (tmp_path / "checkpoints" / "eval.jsonl").write_text(
         eval_record(2, {"oneshot": 1, "mini-swe-agent": 0}).model_dump_json() + "\n"
         + eval_record(4, {"oneshot": 3, "mini-swe-agent": 2}).model_dump_json() + "\n")
@@ -137,6 +142,7 @@ def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> No
     assert "| harness | pass@1 (evaluation at step 4) |" in text and "| oneshot | 0.75 | 1.000 | 1.500 | 100 |" in text
     assert "![pass@1 matrix](pass_at_1_matrix.png)" in text
     assert "could not run (unknown tool / arguments its schema refused): oneshot 1 / 0" in text
+    assert "one more training sequence (prefix breaks, by cause): oneshot reply_changed 4, retry 2" in text
     assert (tmp_path / "report" / "pass_at_1_matrix.png").read_bytes().startswith(b"\x89PNG")
     # Without eval.jsonl the report falls back to the training solved rate, and says so.
     (tmp_path / "checkpoints" / "eval.jsonl").unlink()

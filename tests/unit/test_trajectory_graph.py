@@ -11,7 +11,7 @@ import math
 import random
 
 from harnessrl.runtime.trajectory.graph import SessionGraph
-from harnessrl.runtime.trajectory.models import TrainingSequence, Turn, TurnDelta
+from harnessrl.runtime.trajectory.models import BreakCause, TrainingSequence, Turn, TurnDelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,6 +63,25 @@ def test_sub_agents_and_rewritten_histories_start_new_roots() -> None:
     g.add(turn([7, 8, 9, 1], [2]))  # the sub-agent continues
     assert g.roots() == [0, 1, 2] and g.node(3).parent == 1
     assert [s.node_ids for s in g.training_sequences()] == [[0], [2], [1, 3]]
+
+
+def test_each_prefix_break_is_counted_with_where_the_prompt_left_the_earlier_calls() -> None:
+    g = SessionGraph("s")
+    causes = [g.add(turn(prompt, completion)).break_cause for prompt, completion in [
+        ([1, 2, 3], [10, 11]),
+        ([1, 2, 3], [12]),  # the same prompt again
+        ([1, 2, 3, 10, 11, 4], [13]),  # continues turn 0, which turn 1 already branched from: extends a leaf
+        ([1, 2, 3, 10, 99, 4], [14]),  # turn 0's reply resent changed (re-tokenised)
+        ([1, 2, 3, 10, 11, 5], [15]),  # another message after turn 0's reply
+        ([1, 7], [16]),  # another system prompt: a side call
+        ([1, 2, 3, 10, 11, 4, 13, 6], [17]),  # continues turn 2: extends a leaf
+    ]]
+    assert causes == [None, BreakCause.retry, None, BreakCause.reply_changed, BreakCause.history_changed,
+                      BreakCause.history_changed, None]
+    assert g.breaks == {BreakCause.retry: 1, BreakCause.reply_changed: 1, BreakCause.history_changed: 2}
+    # Each break is one more training sequence than the first call's.
+    assert len(g.training_sequences()) == 1 + sum(g.breaks.values())
+    assert [g.node(i).break_cause for i in range(len(g))] == causes
 
 
 def test_the_most_recent_of_identical_turns_is_the_parent() -> None:
@@ -235,11 +254,33 @@ def oracle_parent(turns: list[Turn], k: int) -> int | None:
 def test_linking_matches_the_brute_force_oracle_and_prompts_reconstruct(turns: list[Turn]) -> None:
     g = SessionGraph("s")
     for k, t in enumerate(turns):
-        assert g.add(t).parent == oracle_parent(turns, k)
+        node = g.add(t)
+        assert node.parent == oracle_parent(turns, k)
+        assert node.break_cause in oracle_causes(turns, k)
     for k, t in enumerate(turns):
         assert g.prompt_ids(k) == t.prompt_ids
         assert g.node(k).turn.completion_ids == t.completion_ids
     assert g.tool_calls == sum(t.tool_calls for t in turns)
+    assert sum(g.breaks.values()) == len(g.leaves()) - 1
+
+
+def oracle_causes(turns: list[Turn], k: int) -> set[BreakCause | None]:
+    """Brute force: the causes turn k's prefix break may be given (None when it extends a leaf): retry when its
+    prompt lies within an earlier sequence; else, where it leaves the earlier sequences that agree with it
+    furthest, reply_changed or history_changed as the differing token was sampled or written (sequences that
+    differ at the same point may say both)."""
+    parent = oracle_parent(turns, k)
+    if k > 0 and (parent is None or any(oracle_parent(turns, j) == parent for j in range(parent + 1, k))):
+        prompt = turns[k].prompt_ids
+        seqs = [turns[j].prompt_ids + turns[j].completion_ids for j in range(k)]
+        agree = [next((i for i, (a, b) in enumerate(zip(prompt, s, strict=False)) if a != b), min(len(prompt), len(s)))
+                 for s in seqs]
+        reach = max(agree)
+        if reach == len(prompt):
+            return {BreakCause.retry}
+        return {BreakCause.reply_changed if len(turns[j].prompt_ids) <= reach else BreakCause.history_changed
+                for j in range(k) if agree[j] == reach < len(seqs[j])}
+    return {None}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -301,7 +342,7 @@ def test_journal_deltas_rebuild_the_same_graph(turns: list[Turn]) -> None:
     # A delta never repeats its parent's tokens.
     assert sum(len(d.prompt_tail) for d in deltas) <= sum(len(t.prompt_ids) for t in turns)
     rebuilt = SessionGraph.from_deltas("s", deltas)
-    assert rebuilt.sequences() == g.sequences()
+    assert rebuilt.sequences() == g.sequences() and rebuilt.breaks == g.breaks
     assert [rebuilt.node(i) for i in range(len(turns))] == [g.node(i) for i in range(len(turns))]
 
 
