@@ -167,7 +167,8 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
     # Splicing asks the engine to render the prompt: only where an engine serves that, and the history holds
     # replies of this session.
     splicing = len(session.graph) and state.config.splice and state.pool.renders()
-    chain = session.graph.chain_for(session.reply_keys.keys(parsed.canonical)) if splicing else None
+    chain = (session.graph.chain_for(session.reply_keys.keys(parsed.canonical, session.graph.has_chain))
+             if splicing else None)
     state.call_started()
     released = False
     try:

@@ -12,7 +12,7 @@ call. An engine without these endpoints (vLLM started without `--enable-scale-ou
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, ChatMessage, TextPart
@@ -34,8 +34,9 @@ class HistoryKeys:
         self._messages: list[ChatMessage] = []
         self._keys: list[bytes] = []
 
-    def keys(self, request: CanonicalRequest) -> list[bytes]:
-        """The chain keys of the request's assistant messages; empty when it has none."""
+    def keys(self, request: CanonicalRequest, starts: Callable[[bytes], bool] = lambda key: True) -> list[bytes]:
+        """The chain keys of the request's assistant messages; empty when it has none. `starts`: whether a key
+        starts a path of the session's replies (`SessionGraph.has_chain`; see `splice.chain_keys`)."""
         replies = [m for m in request.messages if m.role == "assistant"]
         same = 0
         for new, was in zip(replies, self._messages, strict=False):
@@ -43,7 +44,7 @@ class HistoryKeys:
                 break
             same += 1
         keys = self._keys[:same]
-        keys += chain_keys((_reply_key(m) for m in replies[same:]), keys[-1] if keys else ROOT_CHAIN)
+        keys += chain_keys((_reply_key(m) for m in replies[same:]), keys[-1] if keys else ROOT_CHAIN, starts)
         self._messages, self._keys = replies, keys
         return keys
 

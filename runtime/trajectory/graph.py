@@ -92,7 +92,7 @@ class PrefixIndex:
         # The deepest point where a turn ends (a Match is made once, at the end).
         best, best_depth = (self.root, 0) if start is None else (start.edge, start.length)
         edge, depth, n = best, best_depth, len(query)
-        reach, below = n, edge
+        reach = n  # unless the walk stops short of the query's end
         steps = compared = 0
         while depth < n:
             child = edge.children.get(query[depth])
@@ -392,6 +392,10 @@ class SessionGraph:
                 spans = [(self._records[i].prompt_len, self._records[i].seq_len) for i in self.path(turn_id)]
                 return Chain(self.sequence_tokens(turn_id), spans)
         return None
+
+    def has_chain(self, key: bytes) -> bool:
+        """Whether a path of this session's replies has the key `key` (`splice.chain_key`)."""
+        return key in self._chains
 
     def break_cause(self, turn_id: int) -> BreakCause | None:
         return self._record(turn_id).cause

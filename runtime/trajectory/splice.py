@@ -9,7 +9,8 @@ the session's call graph splits into several training sequences. Splicing puts t
    and its tool calls with their arguments parsed), the same key the proxy computed for the reply it returned.
    The keys of the history's assistant messages, rolled up in order (`chain_keys`), name the earlier turn whose
    path of replies they are (`SessionGraph.chain_for`); a reply the harness really changed (an edit, a summary)
-   has another key, and splicing stops before it.
+   has another key, and splicing stops before it. Assistant messages the harness wrote itself before the first
+   reply (a canned acknowledgement) are context, as in the first call's prompt.
 2. `splice` aligns the engine's rendering of the history with that turn's tokens: the context between replies
    must be token for token what it was (an edited user message or tool result is a real rewrite: splicing stops
    there, so the call branches as it would without splicing), each rendered reply runs up to the template's
@@ -25,7 +26,7 @@ import hashlib
 import json
 import re
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from harnessrl.runtime.trajectory.models import as_tokens
@@ -56,12 +57,17 @@ def chain_key(parent: bytes, reply: str) -> bytes:
     return hashlib.blake2b(parent + reply.encode(), digest_size=12).digest()
 
 
-def chain_keys(replies: Iterable[str], parent: bytes = ROOT_CHAIN) -> list[bytes]:
+def chain_keys(replies: Iterable[str], parent: bytes = ROOT_CHAIN,
+               starts: Callable[[bytes], bool] = lambda key: True) -> list[bytes]:
     """The keys of each leading path of `replies` (the history's assistant messages, in order), after the path
-    `parent`."""
+    `parent`. Until a path has started, a message whose key `starts` no path of the session is the harness's own
+    text before its first reply (Qwen Code and Gemini CLI open with a canned "Got it. Thanks for the context!"):
+    it gets ROOT_CHAIN, which names no turn, and the path starts after it."""
     keys, key = [], parent
     for reply in replies:
-        key = chain_key(key, reply)
+        step = chain_key(key, reply)
+        if key != ROOT_CHAIN or starts(step):
+            key = step
         keys.append(key)
     return keys
 

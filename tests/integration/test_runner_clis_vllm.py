@@ -12,14 +12,14 @@ infrastructure error or a wall-clock kill); and the coordinator holds the sessio
 
 Turn linking, for the two CLIs that go on with the conversation after the random model's reply (`MULTI_TURN`):
 Claude Code resumes after a reply cut at the token cap ("Output token limit hit. Resume directly ..."), and Qwen
-Code sends the conversation again with the reply and a new message (after one retry of the same prompt, seen
-here). Asserted on vLLM's own ids: each makes a later call whose prompt starts with an earlier call's whole
-prompt. (Mini-SWE-Agent answers a malformed reply with a format-error message but leaves the reply out of its
-history: its later calls are new roots by design.) That the prompt then goes on with the earlier call's sampled
-ids, so that the proxy's call graph links the two into one training sequence, does not hold today: the harness
-resends the reply as text, vLLM tokenises it anew, and the random model's sampled ids are rarely the canonical
-tokens of their text. The test then reports, as an expected failure, where each link breaks and the two texts
-there; it passes once the proxy splices the sampled ids back.
+Code retries the same prompt with a larger token limit, then sends the conversation again with the reply and the
+same message. Asserted on vLLM's own ids: each makes a later call whose prompt starts with an earlier call's
+whole prompt, and goes on with that call's sampled ids, so that the proxy's call graph links the two into one
+training sequence. Each harness resends its replies as text, which vLLM would tokenise anew (the random model's
+sampled ids are rarely the canonical tokens of their text): the proxy splices the sampled ids back. Qwen Code's
+history opens with a canned model turn ("Got it. Thanks for the context!") before the first reply, which the
+splicer takes as context. (Mini-SWE-Agent answers a malformed reply with a format-error message but leaves the
+reply out of its history: its later calls are new roots by design.)
 
 The rollouts run concurrently: the engine's prefill of each CLI's long first prompt (tools and system prompt,
 16k-45k tokens in the tiny tokenizer) is most of the time, and the CLIs' start-up overlaps with it."""
@@ -167,10 +167,5 @@ async def test_each_cli_completes_a_rollout_against_vllm(rollout_stack: Any, vll
             assert continues(nodes), f"no call went on with an earlier one in {tries} tries: {where}"
             not_linked += unlinked(harness, nodes, truth, tokenizer)
     # A harness resends its replies as text, which vLLM would tokenise anew; the proxy splices the sampled ids
-    # back (runtime/proxy/splicing.py), so each later call continues the earlier one on vLLM's own ids. Claude
-    # Code resends its replies re-serialised: splicing must link every one of its calls.
-    assert not [line for line in not_linked if line.startswith("claude-code")], "\n".join(not_linked)
-    if not_linked:
-        # Known gap, shown here on the real engine: Qwen Code resends a reply with its text changed (a tail of
-        # it dropped), which splicing rightly treats as a rewrite; why it drops it is not yet understood.
-        pytest.xfail("turns not linked on vLLM's ids:\n" + "\n".join(not_linked))
+    # back (runtime/proxy/splicing.py), so each later call continues the earlier one on vLLM's own ids.
+    assert not not_linked, "turns not linked on vLLM's ids:\n" + "\n".join(not_linked)

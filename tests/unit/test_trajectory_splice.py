@@ -139,6 +139,36 @@ def test_a_rewritten_reply_is_spliced_back_and_the_chain_stays_one_sequence(dial
     assert sequence.node_ids == [0, 1]
 
 
+def test_an_acknowledgement_the_harness_wrote_before_the_first_reply_is_context() -> None:
+    """Qwen Code and Gemini CLI open their history with a canned model turn ("Got it. Thanks for the context!")
+    that the engine never sampled: the path of replies starts after it, and the follow-up is spliced."""
+    preamble = [{"role": "user", "content": "Context: a.txt"}, {"role": "assistant", "content": "Got it."}]
+    (route, body) = match_route("/v1/chat/completions"), {"model": "m", "tools": [{"type": "function", "function": TOOL}]}
+    assert route is not None
+
+    def parse(messages: list[dict[str, Any]]) -> CanonicalRequest:
+        raw = json.dumps(body | {"messages": [*preamble, {"role": "user", "content": "List files."}, *messages]})
+        return DIALECTS[route.dialect].parse_request(raw.encode(), route).canonical
+
+    completion, ids = sampled_reply()
+    capture = CallCapture.from_completion(completion)
+    capture.prompt_ids, capture.logprobs = render(parse([]).messages), [-0.5] * len(ids)
+    graph = SessionGraph("s")
+    graph.add(capture.to_turn(model="m", policy_version=0, started_at=0.0, finished_at=0.0))
+    earlier = [*capture.prompt_ids, *ids]
+    resent = parse([{"role": "assistant", "content": "Sure", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": SAMPLED_ARGS}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}])
+    # Keyed from the first message on, the acknowledgement hides the session's reply; as context, it does not.
+    assert graph.chain_for(HistoryKeys().keys(resent)) is None
+    keys = HistoryKeys().keys(resent, graph.has_chain)
+    chain = graph.chain_for(keys)
+    assert chain is not None and keys[0] == b""
+    spliced = splice(render(resent.messages), chain, END)
+    assert spliced is not None and spliced.tokens.tolist()[: len(earlier)] == earlier
+    assert graph.add(Turn(prompt_ids=spliced.tokens.tolist(), completion_ids=[7], logprobs=[-1.0])).parent == 0
+
+
 @pytest.mark.parametrize("dialect", DIALECT_NAMES)
 def test_an_edited_reply_is_not_spliced_and_branches(dialect: str) -> None:
     graph, _, _ = first_turn(dialect)
