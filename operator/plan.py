@@ -607,6 +607,7 @@ def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: P
         return None
     return learner_cfg.EvalSchedule(
         every_steps=spec.eval.every_steps,
+        at_start=spec.eval.at_start,
         pools=[PoolHarness(pool=name, harness=harness_name(pools[name])) for name in eval_pool_names(spec)],
         tasks=learner_cfg.TaskSource(
             file=eval_task_ids_file(placement.path("task-ids")), split=spec.eval.split, shuffle=False

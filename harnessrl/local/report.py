@@ -35,6 +35,7 @@ class RunSummary(BaseModel):
     # The latest evaluation's pass@1 by pool; without evaluations, the last step's training solved rate by harness.
     pass_at_1: dict[str, float]
     pass_at_1_step: int | None  # the step evaluated (None: training solved rate)
+    base_pass_at_1: dict[str, float] = {}  # the base policy's pass@1 by pool (the round at step 0, if any)
     rollouts_scored: int
     rollouts_unscored: int
     rollouts_stale: int
@@ -118,6 +119,7 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         solved_last=solved_rates(metrics[-quarter:]),
         pass_at_1=latest.pass_at1() if latest else dict(last.solved_rate_by_harness) if last else {},
         pass_at_1_step=latest.step if latest else None,
+        base_pass_at_1=next((e.pass_at1() for e in evals if e.step == 0), {}),
         rollouts_scored=last.rollouts_scored if last else 0,
         rollouts_unscored=last.rollouts_unscored if last else 0,
         rollouts_stale=last.rollouts_stale if last else 0,
@@ -203,6 +205,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
         return "-" if x is None else f"{x:.3f}"
 
     solved = ", ".join(f"{h} {fmt(summary.solved_first.get(h))} → {fmt(r)}" for h, r in summary.solved_last.items())
+    lift = ", ".join(f"{p} {fmt(b)} → {fmt(summary.pass_at_1.get(p))}" for p, b in summary.base_pass_at_1.items())
     mismatched = ", ".join(f"{h} {u} / {i}" for h, (u, i) in summary.tool_mismatches.items()) or "-"
     breaks = "; ".join(f"{h} " + ", ".join(f"{cause} {n}" for cause, n in causes.items())
                        for h, causes in summary.prefix_breaks.items()) or "-"
@@ -219,6 +222,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - mean reward, first quarter of the steps: {fmt(summary.first_reward)}
 - mean reward, last quarter of the steps: {fmt(summary.last_reward)}
 - training solved rate, first → last quarter: {solved}
+- held-out pass@1, base policy (step 0) → step {summary.pass_at_1_step}: {lift or "-"}
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale
 - tool calls the harness could not run (unknown tool / arguments its schema refused): {mismatched}

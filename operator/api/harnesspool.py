@@ -202,6 +202,17 @@ class PrefixBreaks(ApiModel):
     )
 
 
+class PoolCapture(ApiModel):
+    """What the pool's scored training rollouts captured for the learner."""
+
+    rollouts: int = Field(default=0, ge=0, description="Scored training rollouts.")
+    sequences: int = Field(
+        default=0, ge=0,
+        description="Training sequences taken from them: one per rollout, plus one per prefix break.",
+    )
+    sampled_tokens: int = Field(default=0, ge=0, description="Sampled tokens in those sequences: what the loss trains.")
+
+
 class PoolRolloutCounts(ApiModel):
     """Rollouts run by the pool, by outcome."""
 
@@ -216,6 +227,11 @@ class PoolRolloutCounts(ApiModel):
     prefix_breaks: PrefixBreaks = Field(
         default_factory=lambda: PrefixBreaks(),
         description="Model calls that started one more training sequence than the rollout's first call, by cause.",
+    )
+    capture: PoolCapture = Field(
+        default_factory=lambda: PoolCapture(),
+        description="Training sequences and sampled tokens of the scored training rollouts; sequences per "
+        "rollout is `sequences / rollouts`.",
     )
 
 

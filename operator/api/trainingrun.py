@@ -386,9 +386,14 @@ class LearnerSpec(ApiModel):
 
 
 class EvalSpec(ApiModel):
-    """Periodic pass@1 evaluation; it also runs after the last step."""
+    """Periodic pass@1 evaluation; it also runs before the first step and after the last."""
 
     every_steps: int = Field(default=50, ge=1, le=1_000_000, description="Evaluate every N steps.")
+    at_start: bool = Field(
+        default=True,
+        description="Evaluate the base policy before the first step (step 0): the baseline the later rounds and "
+        "the report are read against.",
+    )
     split: Split = Field(default="test", description="Task split evaluated.")
     harnesses: Annotated[list[ResourceName], Unique()] = Field(
         default_factory=list,

@@ -12,6 +12,7 @@ from harnessrl.operator.api.harnesspool import (
     KIND,
     HarnessPoolSpec,
     HarnessPoolStatus,
+    PoolCapture,
     PoolRolloutCounts,
     PrefixBreaks,
 )
@@ -47,6 +48,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         unknown_tool_calls=sum(c.unknown_tool_calls for c in counts),
         invalid_tool_calls=sum(c.invalid_tool_calls for c in counts),
         prefix_breaks=PrefixBreaks.model_validate(breaks),
+        capture=PoolCapture(rollouts=sum(c.captured_rollouts for c in counts), sequences=sum(c.sequences for c in counts),
+                            sampled_tokens=sum(c.sampled_tokens for c in counts)),
     )
     old = read_status(HarnessPoolStatus, body)
     generation = int(body["metadata"].get("generation") or 0)

@@ -219,6 +219,10 @@ class PoolRollouts(_Wire):
     prefix_breaks: dict[BreakCause, int] = Field(
         default_factory=dict, description="calls that started one more training sequence, by cause"
     )
+    # What the scored training rollouts captured: their sequences per rollout is sequences / captured_rollouts.
+    captured_rollouts: int = Field(default=0, ge=0, description="scored training rollouts")
+    sequences: int = Field(default=0, ge=0, description="training sequences of those rollouts")
+    sampled_tokens: int = Field(default=0, ge=0, description="sampled tokens in those sequences (the loss's)")
 
 
 class CoordinatorStatus(BaseModel):

@@ -165,6 +165,7 @@ class EvalSchedule(_Cfg):
     last step, leased to the pools' runners like training rollouts (see evaluation.py)."""
 
     every_steps: int = Field(50, ge=1)
+    at_start: bool = Field(True, description="evaluate the base policy before the first step (a round at step 0)")
     pools: list[PoolHarness] = Field(min_length=1, max_length=64)
     tasks: TaskSource = Field(description="the eval split's task ids (their order is not used: sorted, then limited)")
     limit: int | None = Field(None, ge=1, description="evaluate at most this many tasks (the first, sorted)")

@@ -182,6 +182,9 @@ class Coordinator:
         self.proxy_url = proxy_url
         self.max_attempts = max_attempts
         self.state = state or CoordinatorState(policy_model=model)
+        if state is None and evaluation is not None and evaluation.at_start:
+            # The base policy's round, before the first step: the baseline each later round is read against.
+            self.state.eval_round = E.open_round(evaluation, self.eval_task_ids, 0, 0, model)
 
     # -- what the coordinator server asks (runtime/coordinator/service.py) -----------------------------------
 
@@ -361,6 +364,10 @@ class Coordinator:
         leases.settle(s, SlotStatus.done)
         s.session_id, s.outcome, s.reward, s.tool_calls = c.session_id, c.outcome.value, r, c.tool_calls
         s.sequences = sequences
+        captured = self.state.counters.pools[g.pool]  # made by _count
+        captured.captured_rollouts += 1
+        captured.sequences += len(sequences)
+        captured.sampled_tokens += sum(q.num_sampled for q in sequences)
         return CompletionAck(rollout_id=c.rollout_id, status=AckStatus.accepted, scored=True, reward=r)
 
     def _count(self, pool: str, c: Completion) -> None:

@@ -1,6 +1,7 @@
 """Evaluation rounds inside training (TrainingRun spec.eval): pass@1 of the current policy under each eval pool.
 
-At every `every_steps`-th step, and after the last one, the coordinator opens a round: the eval ledger of
+Before the first step (unless `at_start` is off: the base policy's baseline), at every `every_steps`-th step,
+and after the last one, the coordinator opens a round: the eval ledger of
 runtime/coordinator/ledger.py (task × pool × attempt) for the policy version just published. Its rollouts are
 leased to the pools' runners through the same `POST /v1/leases`, ahead of training rollouts, marked
 `training=False`; their completions go to the ledger, never to GRPO groups (no sequences are fetched).

@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 def run_file(tmp_path: Path, steps: int, hub: Any | None, pools: tuple[str, ...], evaluate: bool) -> Path:
     """The quickstart, shortened to `steps`, checkpointing every 2 steps, exporting to the Hub stand-in, and
-    evaluating once, after the last step, when `evaluate` (its pools attempt each held-out task once)."""
+    evaluating the base policy and after the last step, when `evaluate` (its pools attempt each held-out task
+    once)."""
     docs = list(yaml.safe_load_all(QUICKSTART.read_text()))
     run = next(d for d in docs if d["kind"] == "TrainingRun")
     # One group in four for Mini-SWE-Agent (the quickstart gives it one in eight): it gets groups in a few steps.
@@ -149,11 +150,14 @@ def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, loca
     harnesses = Counter(entry["harness"] for entry in journal)
     assert harnesses["oneshot"] > 0 and harnesses["mini-swe-agent"] > 0, harnesses
 
-    # The eval schedule ran once, after the last step: pass@1 of policy v4 on the held-out split, both pools.
-    (evaluation,) = [json.loads(ln) for ln in (run.run_dir / "checkpoints" / "eval.jsonl").read_text().splitlines()]
+    # The eval schedule ran before the first step and after the last: pass@1 of the base policy and of policy
+    # v4 on the held-out split, both pools.
+    base, evaluation = [json.loads(ln) for ln in (run.run_dir / "checkpoints" / "eval.jsonl").read_text().splitlines()]
+    assert (base["step"], base["policy_version"]) == (0, 0)
     assert evaluation["step"] == 4 and evaluation["policy_version"] == 4
-    assert {p["pool"] for p in evaluation["pools"]} == {"oneshot", "mini-swe-agent"}
-    assert all(p["pending"] == 0 and p["scored"] + p["unscored"] == p["rollouts"] > 0 for p in evaluation["pools"])
+    for record in (base, evaluation):
+        assert {p["pool"] for p in record["pools"]} == {"oneshot", "mini-swe-agent"}
+        assert all(p["pending"] == 0 and p["scored"] + p["unscored"] == p["rollouts"] > 0 for p in record["pools"])
 
     checkpoints = sorted(p.name for p in (run.run_dir / "checkpoints").glob("step-*"))
     assert "step-0000004" in checkpoints

@@ -1,6 +1,6 @@
 """Evaluation on the TrainingRun's schedule, in the real learner process (`harnessrl learner`, tiny model,
-restart-mode weight sync: files only, no engine needed): a round at every `every_steps` and one after the last
-step, served over the same lease protocol to a trained pool and an eval-only pool, training paused while it runs,
+restart-mode weight sync: files only, no engine needed): a round of the base policy before the first step, one at
+every `every_steps` and one after the last step, served over the same lease protocol to a trained pool and an eval-only pool, training paused while it runs,
 its pass@1 in `GET /v1/status` and in eval.jsonl beside metrics.jsonl.
 
 The proxy is the test's stand-in speaking the proxy's admin protocol (tests/fixtures/learner_process.py); the
@@ -39,13 +39,14 @@ from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
-STEPS, EVERY = 3, 2  # rounds after steps 2 (every_steps) and 3 (the last)
+STEPS, EVERY = 3, 2  # rounds before step 1 (the base policy), after steps 2 (every_steps) and 3 (the last)
 EVAL_POOL, EVAL_HARNESS = "eval-only", "qwen-code"
 HELD_OUT = ["held-0", "held-1", "held-2", "held-3"]
 SOLVED = {"held-0", "held-1", "held-2"}  # pass@1 0.75 in every round, under both pools
 
 
-def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path, **changes: Any) -> dict[str, Any]:
+def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path, at_start: bool = True,
+           **changes: Any) -> dict[str, Any]:
     (workdir / "eval-ids.txt").write_text("".join(f"{t}\n" for t in reversed(HELD_OUT)))
     return {
         "model": {"path": str(model_dir), "served_name": "tiny"},
@@ -54,6 +55,7 @@ def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path
         "tasks": {"ids": sorted(VOWEL_TASKS)},
         "eval": {
             "every_steps": EVERY,
+            "at_start": at_start,
             "pools": [{"pool": POOL, "harness": HARNESS}, {"pool": EVAL_POOL, "harness": EVAL_HARNESS}],
             "tasks": {"file": str(workdir / "eval-ids.txt"), "split": "test"},
         },
@@ -160,23 +162,23 @@ def test_rounds_at_every_steps_and_after_the_last_step_land_in_status(tmp_path: 
         learner.stop()
         proxy.stop()
 
-    # Two rounds, each: every held-out task once under each pool, for the policy of its step.
+    # Three rounds, each: every held-out task once under each pool, for the policy of its step.
     evals = trained.eval_leases + eval_only.eval_leases
     rounds = sorted({lease.policy_version for lease, _ in evals})
-    assert rounds == [EVERY, STEPS], log[-3000:]
+    assert rounds == [0, EVERY, STEPS], log[-3000:]
     for version in rounds:
         leased = sorted((lease.pool, lease.task_id) for lease, _ in evals if lease.policy_version == version)
         assert leased == sorted((p, t) for p in (POOL, EVAL_POOL) for t in HELD_OUT)
     # Training paused while a round ran: each eval rollout completed at the step it evaluates.
     assert all(step == lease.policy_version for lease, step in evals)
     # The eval-only pool got no training rollout; the trained pool got both kinds, told apart.
-    assert eval_only.train_leases == [] and len(eval_only.eval_leases) == 2 * len(HELD_OUT)
+    assert eval_only.train_leases == [] and len(eval_only.eval_leases) == 3 * len(HELD_OUT)
     assert trained.train_leases and all(not lease.training for lease, _ in evals)
 
     # The results: eval.jsonl beside metrics.jsonl, and the latest round in the coordinator's status.
     ckpt = tmp_path / "ckpt"
     records = read_records(ckpt / "eval.jsonl")
-    assert [(r.step, r.policy_version) for r in records] == [(EVERY, EVERY), (STEPS, STEPS)]
+    assert [(r.step, r.policy_version) for r in records] == [(0, 0), (EVERY, EVERY), (STEPS, STEPS)]
     for r in records:
         assert r.pass_at1() == {POOL: 0.75, EVAL_POOL: 0.75}
         assert [(p.rollouts, p.scored, p.solved, p.unscored) for p in r.pools] == [(4, 4, 3, 0)] * 2
@@ -184,14 +186,14 @@ def test_rounds_at_every_steps_and_after_the_last_step_land_in_status(tmp_path: 
     assert status is not None and status.done and status.step == STEPS
     assert status.pass_at1 == {POOL: 0.75, EVAL_POOL: 0.75} and status.last_eval == records[-1]
     assert status.evaluating is None and status.mean_reward is not None
-    assert status.pools[EVAL_POOL].completed == 2 * len(HELD_OUT) and status.pools[EVAL_POOL].active == 0
+    assert status.pools[EVAL_POOL].completed == 3 * len(HELD_OUT) and status.pools[EVAL_POOL].active == 0
     assert status.latest_checkpoint is not None and status.latest_checkpoint.endswith("step-0000003")
     # Eval completions are journaled (a restart replays them) without sequences, and never trained on.
     entries = [JournalEntry.model_validate_json(ln) for ln in (ckpt / "journal.jsonl").read_text().splitlines()]
     journaled_evals = [e for e in entries if e.completion.rollout_id.startswith("eval-")]
     assert len(journaled_evals) == len(evals) and all(e.sequences == [] for e in journaled_evals)
     assert {e.harness for e in journaled_evals} == {HARNESS, EVAL_HARNESS}
-    assert "eval at step 2 (policy v2): pass@1" in log and "eval at step 3 (policy v3): pass@1" in log
+    assert all(f"eval at step {s} (policy v{s}): pass@1" in log for s in (0, EVERY, STEPS))
 
 
 def test_a_learner_killed_mid_round_resumes_it_and_counts_each_rollout_once(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -201,7 +203,8 @@ def test_a_learner_killed_mid_round_resumes_it_and_counts_each_rollout_once(tmp_
     token_file.write_text(proxy.admin_token)
     # A checkpoint after every step: the one after step 2 holds the round it opened. Short leases: a lease the
     # kill orphaned goes out again soon (real runners renew theirs, these synthetic ones finish in well under 5 s).
-    cfg = config(tmp_path, tiny_model_dir, proxy, token_file, checkpoint={"dir": str(tmp_path / "ckpt"), "every": 1},
+    # No base round: the kill is staged in the round after step 2, counted from the first eval completion.
+    cfg = config(tmp_path, tiny_model_dir, proxy, token_file, False, checkpoint={"dir": str(tmp_path / "ckpt"), "every": 1},
                  lease_ttl_s=5)
     learners = [start_learner(tmp_path, cfg)]
 
@@ -258,7 +261,9 @@ def test_a_learner_killed_in_the_middle_of_a_journal_write_resumes_without_the_t
     token_file.write_text(proxy.admin_token)
     ckpt = tmp_path / "ckpt"
     journal = ckpt / "journal.jsonl"
-    cfg = config(tmp_path, tiny_model_dir, proxy, token_file, checkpoint={"dir": str(ckpt), "every": 1}, lease_ttl_s=5)
+    # No base round: the tear is staged in the round after step 2, counted from the first eval completion.
+    cfg = config(tmp_path, tiny_model_dir, proxy, token_file, False, checkpoint={"dir": str(ckpt), "every": 1},
+                 lease_ttl_s=5)
     tear = "tearing-runner"
     learners = [start_learner(tmp_path, cfg, timeout_s=240, env=tear_env(f'"runner_id":"{tear}"'))]
     torn: list[bytes] = []

@@ -242,7 +242,9 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
                           pass_at1={"mini-swe-agent": 0.25}, latest_checkpoint="/ckpt/step-2",
                           pools={"mini-swe-agent": {"active": 3, "completed": 16, "failed": 1, "timed_out": 0,
                                                     "unknown_tool_calls": 2,
-                                                    "prefix_breaks": {"retry": 3, "history_changed": 1}}})
+                                                    "prefix_breaks": {"retry": 3, "history_changed": 1},
+                                                    "captured_rollouts": 14, "sequences": 21,
+                                                    "sampled_tokens": 900}})
     operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 1, "ready": 1}}, namespace=NS,
                    subresource="status")
     wait_condition(operator, "run-a", "Training", "True", "Training")
@@ -255,7 +257,8 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
                              and p["status"]["rollouts"]["completed"] == 16 and p)
     assert pool["status"]["rollouts"] == {"active": 3, "completed": 16, "failed": 1, "timedOut": 0,
                                           "unknownToolCalls": 2, "invalidToolCalls": 0,
-                                          "prefixBreaks": {"retry": 3, "replyChanged": 0, "historyChanged": 1}}
+                                          "prefixBreaks": {"retry": 3, "replyChanged": 0, "historyChanged": 1},
+                                          "capture": {"rollouts": 14, "sequences": 21, "sampledTokens": 900}}
 
     learner_status.report(step=3, policy_version=3, rollouts_scored=24, done=True, export_error="403 Forbidden")
     wait_condition(operator, "run-a", "Training", "True", "HubExportFailing")
@@ -275,7 +278,7 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
 def eval_coordinator() -> Coordinator:
     """The learner's own coordinator with an evaluation schedule (mini-swe-agent trained on, qwen-code evaluated
     under only): the stand-in serves its real status as the learner would."""
-    schedule = EvalSchedule(every_steps=1, tasks=TaskSource(ids=["e0", "e1"]),
+    schedule = EvalSchedule(every_steps=1, at_start=False, tasks=TaskSource(ids=["e0", "e1"]),
                             pools=[PoolHarness(pool="mini-swe-agent", harness="mini-swe-agent"),
                                    PoolHarness(pool="qwen-code", harness="qwen-code")])
     planner = GroupPlanner(["t0"], [HarnessWeight(pool="mini-swe-agent", harness="mini-swe-agent")], 0, False)

@@ -67,7 +67,9 @@ async def test_cli_solves_a_shipped_task(rollout_stack: Any, harness: str) -> No
     callers = {n["id"] for n in nodes if n["turn"]["tool_calls"] > 0}
     assert any(n["parent"] in callers for n in nodes), [(n["id"], n["parent"], n["turn"]["tool_calls"]) for n in nodes]
     breaks = assert_breaks_reported(stack, completion, nodes)
-    assert stack.coordinator.status().pools[f"{harness}-pool"].prefix_breaks == breaks
+    pool = stack.coordinator.status().pools[f"{harness}-pool"]
+    assert pool.prefix_breaks == breaks and (pool.captured_rollouts, pool.sequences) == (1, 1 + breaks.total())
+    assert pool.sampled_tokens == sum(len(n["turn"]["completion_ids"]) for n in nodes if n["turn"]["trainable"])
 
 
 async def test_another_harnesss_tool_is_counted_for_the_pool(rollout_stack: Any) -> None:

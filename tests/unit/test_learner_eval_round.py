@@ -17,12 +17,13 @@ from harnessrl.runtime.learner.coordinator import (
 )
 from harnessrl.runtime.learner.evaluation import EvalLog, is_eval_rollout, read_records
 from harnessrl.runtime.learner.schedule import GroupPlanner
+from harnessrl.runtime.trajectory.models import TrainingSequence
 from prometheus_client import CollectorRegistry, generate_latest
 
 TRAINED = [HarnessWeight(pool="pa", harness="mini", weight=1)]
-# "pa" is trained on and evaluated; "pe" is evaluated only.
+# "pa" is trained on and evaluated; "pe" is evaluated only. No base round: these tests count the later ones.
 SCHEDULE = EvalSchedule(every_steps=2, pools=[PoolHarness(pool="pa", harness="mini"), PoolHarness(pool="pe", harness="qwen")],
-                        tasks=TaskSource(ids=["x"]), attempts=1)
+                        tasks=TaskSource(ids=["x"]), attempts=1, at_start=False)
 PA = LeaseRequest(runner_id="ra", pool="pa", harness="mini", max=100)
 PE = LeaseRequest(runner_id="re", pool="pe", harness="qwen", max=100)
 
@@ -68,6 +69,21 @@ def test_rounds_open_every_n_steps_and_after_the_last_one() -> None:
     rec = c.close_eval(now=3)
     assert rec is not None and rec.step == 3 and c.state.done
     assert c.status().pass_at1 == {"pa": 0.0, "pe": 0.0} and c.status().last_eval == rec
+
+
+def test_the_base_policy_is_evaluated_before_the_first_step_and_not_again_on_resume() -> None:
+    c = make(schedule=SCHEDULE.model_copy(update={"at_start": True}))
+    r = c.state.eval_round
+    assert r is not None and (r.step, r.policy_version, r.model) == (0, 0, "tiny")
+    evals = [le for le in c.lease(PA, now=0) + c.lease(PE, now=0) if is_eval_rollout(le.rollout_id)]
+    assert len(evals) == 4 and all(le.policy_version == 0 and not le.training for le in evals)
+    for lease, outcome in zip(evals, ["solved", "wrong", "wrong", "wrong"], strict=True):
+        c.complete(finish(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=outcome), [])
+    rec = c.close_eval(now=1)
+    assert rec is not None and rec.step == 0 and rec.pass_at1() == {"pa": 0.5, "pe": 0.0} and not c.state.done
+    # A learner resumed from a checkpoint has its state: no second base round.
+    assert make(state=c.state.model_copy(deep=True), schedule=SCHEDULE.model_copy(update={"at_start": True})
+                ).state.eval_round is None
 
 
 def test_eval_leases_come_first_marked_not_for_training_and_only_to_eval_pools() -> None:
@@ -215,14 +231,21 @@ def test_status_counts_rollouts_by_pool_for_the_harness_pool_status() -> None:
         # with arguments the schema refused.
         # Each one also retried a call; the one that went wrong, resent a reply changed twice.
         invalid = 2 if outcome == "wrong" else 0
+        # It captured two sequences, of 2 and 1 sampled tokens (a scored training rollout: counted as captured).
         breaks = {"retry": 1} | ({"reply_changed": 2} if outcome == "wrong" else {})
+        sequences = [TrainingSequence(session_id="s", node_ids=[0], token_ids=[1, 2, 3], loss_mask=mask,
+                                      logprobs=[0.0, -0.1, -0.1], policy_versions=[0, 0, 0])
+                     for mask in ([0, 1, 1], [0, 0, 1])] if outcome == "wrong" else []
         c.complete(finish(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=outcome,
-                          tool_calls=3, unknown_tool_calls=1, invalid_tool_calls=invalid, prefix_breaks=breaks), [])
+                          tool_calls=3, unknown_tool_calls=1, invalid_tool_calls=invalid, prefix_breaks=breaks),
+                   sequences)
     pools = c.status().pools
     # pa: eval solved + timeout, training wrong + infra_error; pe: one harness_error, one still leased.
     assert pools["pa"].model_dump() == {"active": 0, "completed": 2, "failed": 1, "timed_out": 1,
                                         "unknown_tool_calls": 4, "invalid_tool_calls": 2,
-                                        "prefix_breaks": {"retry": 4, "reply_changed": 2}}
+                                        "prefix_breaks": {"retry": 4, "reply_changed": 2},
+                                        "captured_rollouts": 1, "sequences": 2, "sampled_tokens": 3}
     assert pools["pe"].model_dump() == {"active": 1, "completed": 0, "failed": 1, "timed_out": 0,
                                         "unknown_tool_calls": 1, "invalid_tool_calls": 0,
-                                        "prefix_breaks": {"retry": 1}}
+                                        "prefix_breaks": {"retry": 1},
+                                        "captured_rollouts": 0, "sequences": 0, "sampled_tokens": 0}

@@ -131,7 +131,8 @@ def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> No
     write_run(tmp_path, [0.1, 0.2, 0.4, 0.5], [entry(1, "oneshot", OutcomeKind.solved, 1, unknown=1, breaks=breaks),
                                                eval_entry, entry(10, "oneshot", OutcomeKind.wrong, 0, breaks=breaks)])
     (tmp_path / "checkpoints" / "eval.jsonl").write_text(
-        eval_record(2, {"oneshot": 1, "mini-swe-agent": 0}).model_dump_json() + "\n"
+        eval_record(0, {"oneshot": 0, "mini-swe-agent": 1}).model_dump_json() + "\n"
+        + eval_record(2, {"oneshot": 1, "mini-swe-agent": 0}).model_dump_json() + "\n"
         + eval_record(4, {"oneshot": 3, "mini-swe-agent": 2}).model_dump_json() + "\n")
     assert main([str(tmp_path)]) == 0
     summary = RunSummary.model_validate_json((tmp_path / "report" / "summary.json").read_text())
@@ -141,6 +142,8 @@ def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> No
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| harness | pass@1 (evaluation at step 4) |" in text and "| oneshot | 0.75 | 1.000 | 1.500 | 100 |" in text
     assert "![pass@1 matrix](pass_at_1_matrix.png)" in text
+    # The base policy's round (step 0) beside the latest: what training changed.
+    assert "held-out pass@1, base policy (step 0) → step 4: oneshot 0.000 → 0.750, mini-swe-agent 0.250 → 0.500" in text
     assert "could not run (unknown tool / arguments its schema refused): oneshot 1 / 0" in text
     assert "one more training sequence (prefix breaks, by cause): oneshot reply_changed 4, retry 2" in text
     assert (tmp_path / "report" / "pass_at_1_matrix.png").read_bytes().startswith(b"\x89PNG")
