@@ -308,7 +308,7 @@ def _build(
         adapter_store=adapter_store,
         proxy=_proxy(run, spec, placement, images, admin_secret),
         learner=_learner(run, spec, used, placement, images, admin_secret, adapter_store),
-        runners=[_runner(run, namespace, spec, name, pool, placement, images, admin_secret) for name, pool in used.items()],
+        runners=[_runner(run, namespace, spec, name, pool, placement, images) for name, pool in used.items()],
         proxy_admin_secret=admin_secret,
         runner_token_secret=runner_token_secret(run),
         checkpoint_claim=spec.learner.checkpoint_claim_name,
@@ -402,6 +402,7 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         upstream_urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
         served_model=spec.model.served_name,
         admin_token_file=placement.path("proxy-admin-token"),
+        runner_token_file=placement.path("runner-token"),
         journal_dir=placement.path("journal"),
         call_budget_default=spec.proxy.call_budget,
         max_tokens_per_call=spec.proxy.max_tokens_per_call,
@@ -425,7 +426,8 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
               for k, port in enumerate(worker_ports(placement.proxy_port, spec.proxy.workers))),
         ],
         config=config,
-        secrets=[SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))],
+        secrets=[SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
+                 runner_token_file(placement, run)],
         pod=spec.pod,
     )
 
@@ -638,7 +640,6 @@ def _runner(
     pool: HarnessPoolSpec,
     placement: Placement,
     images: Images,
-    admin_secret: str,
 ) -> Component:
     harness = harness_name(pool)
     known, custom = pool.harness.known, pool.harness.custom
@@ -666,8 +667,8 @@ def _runner(
             image=custom.image,
             env={e.name: e.value for e in custom.env},
         )
-    secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
-               runner_token_file(placement, run)]
+    # The runner token only: it opens the coordinator's lease routes and the proxy's session routes.
+    secrets = [runner_token_file(placement, run)]
     sandbox = _sandbox(run, namespace, name, pool, harness_cfg.image or image, placement, secrets,
                        spec.proxy.workers)
     config = RunnerConfig(
@@ -680,7 +681,6 @@ def _runner(
         step_budget=pool.step_budget,
         coordinator_url=placement.coordinator_url(run),
         proxy_url=placement.proxy_url(run),
-        proxy_admin_token_file=placement.path("proxy-admin-token"),
         runner_token_file=placement.path("runner-token"),
         model=spec.model.served_name,
     )

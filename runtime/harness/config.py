@@ -209,8 +209,9 @@ class RunnerConfig(_Model):
     step_budget: int = Field(50, ge=1, le=100_000, description="model calls per rollout (the proxy enforces it)")
     coordinator_url: HttpUrl
     proxy_url: HttpUrl | None = None
-    proxy_admin_token_file: Path
-    runner_token_file: Path = Field(description="this run's runner credential, sent on every coordinator call")
+    runner_token_file: Path = Field(
+        description="this run's runner credential, sent on every coordinator call and the proxy's session routes"
+    )
     model: str | None = Field(None, min_length=1, max_length=512)
     # An infra error is retried this many times in place before the rollout is completed as infra_error.
     infra_retries: int = Field(1, ge=0, le=10)
@@ -221,12 +222,6 @@ class RunnerConfig(_Model):
         if isinstance(self.tasks, ImageTasks) and not isinstance(self.sandbox, KubernetesSandboxConfig):
             raise ValueError("tasks.kind=image is mounted into the runner's pod: it needs the kubernetes sandbox")
         return self
-
-    def read_admin_token(self) -> str:
-        token = self.proxy_admin_token_file.read_text().strip()
-        if not token:
-            raise ValueError(f"proxy admin token file {self.proxy_admin_token_file} is empty")
-        return token
 
 
 def load_config(path: Path) -> RunnerConfig:

@@ -22,7 +22,7 @@ async def serve(config: RunnerConfig) -> int:
     task_root = await asyncio.to_thread(source_dir, config.tasks)
     tasks = load_dir(task_root)
     adapter = adapter_for(config.harness)
-    provider = make_provider(config, hide=[task_root, config.proxy_admin_token_file, config.runner_token_file])
+    provider = make_provider(config, hide=[task_root, config.runner_token_file])
     log.info(
         "pool %s: %s %s (%s), %d tasks, %s sandbox, concurrency %d",
         config.pool, adapter.name, adapter.version, adapter.dialect, len(tasks), config.sandbox.kind, config.concurrency,
@@ -33,7 +33,7 @@ async def serve(config: RunnerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     timeout = httpx.Timeout(config.timeouts.session_s)
     async with httpx.AsyncClient(timeout=timeout) as http:
-        runner = Runner(config, adapter, provider, tasks, http, config.read_admin_token())
+        runner = Runner(config, adapter, provider, tasks, http)
         try:
             await runner.serve(stop)
         except SandboxError as exc:  # the sandbox cannot be had here: say why and stop, nothing was leased

@@ -89,11 +89,11 @@ class Attempt:
 
 
 class ProxyClient:
-    """The proxy's admin API, as the runner uses it."""
+    """The proxy's session routes, as the runner uses them (with the run's runner token)."""
 
-    def __init__(self, http: httpx.AsyncClient, admin_token: str) -> None:
+    def __init__(self, http: httpx.AsyncClient, token: str) -> None:
         self.http = http
-        self.headers = {"Authorization": f"Bearer {admin_token}"}
+        self.headers = {"Authorization": f"Bearer {token}"}
 
     async def create_session(self, proxy_url: str, request: CreateSessionRequest) -> CreateSessionResponse:
         try:
@@ -133,15 +133,16 @@ class Runner:
         provider: SandboxProvider,
         tasks: dict[str, Task],
         http: httpx.AsyncClient,
-        admin_token: str,
     ) -> None:
         self.config = config
         self.adapter = adapter
         self.provider = provider
         self.tasks = tasks
         self.http = http
-        self.proxy = ProxyClient(http, admin_token)
-        self.coordinator_auth = runner_auth(read_runner_token(config.runner_token_file))
+        # One credential for both: the coordinator's lease routes and the proxy's session routes.
+        token = read_runner_token(config.runner_token_file)
+        self.proxy = ProxyClient(http, token)
+        self.coordinator_auth = runner_auth(token)
         self.harness_name = config.harness.name
         self.completed: list[Completion] = []
         self.infra_streak = 0  # infra_error completions in a row

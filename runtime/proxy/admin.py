@@ -1,5 +1,5 @@
-"""The proxy's admin API, a FastAPI router: sessions, policy, engines, pause/resume (admin token), and the open
-`/healthz` and `/metrics`.
+"""The proxy's admin API, a FastAPI router: sessions, policy, engines, pause/resume (admin token; a session's
+creation, state and close also take the runner token), and the open `/healthz` and `/metrics`.
 
 Replica-wide writes (policy, engine drain, pause/resume) that reach one worker of several are applied there and
 forwarded to the others (workers.py); a worker that cannot be reached fails the write with 502, naming it.
@@ -39,29 +39,55 @@ def proxy_state(request: Request) -> ProxyState:
     return state
 
 
+def _bearer(request: Request, what: str) -> bytes:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise HTTPException(401, f"missing {what} bearer token")
+    return token.strip().encode()
+
+
 def admin_state(request: Request) -> ProxyState:
     """The proxy's state, for a caller with the admin bearer token (missing: 401, wrong: 403)."""
     state = proxy_state(request)
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise HTTPException(401, "missing admin bearer token")
-    if not hmac.compare_digest(token.strip().encode(), state.admin_token.encode()):
+    if not hmac.compare_digest(_bearer(request, "admin"), state.admin_token.encode()):
         raise HTTPException(403, "wrong admin token")
+    return state
+
+
+def session_state(request: Request) -> ProxyState:
+    """The proxy's state, for a caller with the admin or the runner token: the session routes a runner uses."""
+    state = proxy_state(request)
+    token = _bearer(request, "admin or runner")
+    # Both compared, whichever matches: the time taken says nothing about which one was close.
+    admin = hmac.compare_digest(token, state.admin_token.encode())
+    runner = state.runner_token is not None and hmac.compare_digest(token, state.runner_token.encode())
+    if not (admin or runner):
+        raise HTTPException(403, "wrong admin or runner token")
     return state
 
 
 OpenState = Annotated[ProxyState, Depends(proxy_state)]
 AdminState = Annotated[ProxyState, Depends(admin_state)]
+SessionState = Annotated[ProxyState, Depends(session_state)]
 
 
-def owned_session(session_id: str, state: AdminState) -> Session:
+def _session(session_id: str, state: ProxyState) -> Session:
     session = state.store.get(session_id)
     if session is None:
         raise HTTPException(404, "no such session on this replica")
     return session
 
 
-OwnedSession = Annotated[Session, Depends(owned_session)]
+def owned_session(session_id: str, state: AdminState) -> Session:
+    return _session(session_id, state)
+
+
+def runner_session(session_id: str, state: SessionState) -> Session:
+    return _session(session_id, state)
+
+
+OwnedSession = Annotated[Session, Depends(owned_session)]  # its captures: the admin token only
+RunnerSession = Annotated[Session, Depends(runner_session)]  # its state: a runner too
 
 
 async def forward_to_siblings(state: ProxyState, request: Request, body: bytes, timeout_s: float = 60.0) -> Forwarded:
@@ -108,7 +134,7 @@ async def get_policy(state: OpenState) -> PolicyState:
 
 
 @router.post("/sessions", response_model=CreateSessionResponse)
-async def create_session(request: Request, response: Response, state: AdminState) -> Any:
+async def create_session(request: Request, response: Response, state: SessionState) -> Any:
     if state.role is not None:
         # The kernel picks a worker per connection: a runner creating sessions over one kept-alive
         # connection would put them all on one worker, so each creation ends its connection.
@@ -137,7 +163,7 @@ async def create_session(request: Request, response: Response, state: AdminState
 
 
 @router.get("/sessions/{session_id}")
-async def get_session(session: OwnedSession) -> Any:
+async def get_session(session: RunnerSession) -> Any:
     return session.info()
 
 
@@ -159,7 +185,7 @@ async def get_turns(session: OwnedSession) -> Any:
 
 
 @router.delete("/sessions/{session_id}")
-async def delete_session(session: OwnedSession, state: AdminState) -> Any:
+async def delete_session(session: RunnerSession, state: SessionState) -> Any:
     info = session.info().model_copy(update={"status": SessionStatus.closed})
     await state.end_session(session.id, "closed")
     return info

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from harnessrl.runtime.contracts.coordinator import read_runner_token
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 
@@ -70,6 +71,9 @@ class ProxyConfig(BaseModel):
     policy_version: int = Field(0, ge=0)
     # File holding the admin bearer token (a mounted Secret). The token itself is never logged.
     admin_token_file: Path
+    # File holding the run's runner token: it opens the session routes a runner needs (create, read, close a
+    # session) and nothing else, so runner pods hold no admin credential. None: the admin token only.
+    runner_token_file: Path | None = None
     journal_dir: Path
     session_ttl_s: float = Field(6 * 3600.0, gt=0)
     call_budget_default: int = Field(200, ge=1, le=100_000)
@@ -128,6 +132,9 @@ class ProxyConfig(BaseModel):
         if not token:
             raise ValueError(f"admin token file {self.admin_token_file} is empty")
         return token
+
+    def read_runner_token(self) -> str | None:
+        return read_runner_token(self.runner_token_file) if self.runner_token_file is not None else None
 
 
 def load_config(path: Path) -> ProxyConfig:

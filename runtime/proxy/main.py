@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
         if args.port is not None:
             config = config.model_copy(update={"port": args.port})
         config.read_admin_token()
+        config.read_runner_token()
         if args.worker is not None and not 0 <= args.worker < config.workers:
             raise ValueError(f"--worker {args.worker} is not one of the config's {config.workers} workers")
     except (OSError, ValueError, ValidationError) as exc:

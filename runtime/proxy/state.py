@@ -36,6 +36,7 @@ class ReplicaFull(Exception):
 class ProxyState:
     config: ProxyConfig
     admin_token: str
+    runner_token: str | None  # opens the session routes only (admin.py)
     store: SessionStore
     journal: Journal
     pool: EnginePool
@@ -145,6 +146,7 @@ def build_state(config: ProxyConfig, role: WorkerRole | None) -> ProxyState:
     state = ProxyState(
         config=config,
         admin_token=config.read_admin_token(),
+        runner_token=config.read_runner_token(),
         store=store,
         journal=Journal(path, fsync=config.journal_fsync),
         pool=EnginePool.from_urls([str(u) for u in config.upstream_urls]),

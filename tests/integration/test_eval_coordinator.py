@@ -60,7 +60,7 @@ open("answer.txt", "w").write(json.load(u.urlopen(req, timeout=60))["choices"][0
 HARNESS = str(Path(sys.executable).parent / "harnessrl")
 
 
-def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator: str, token_file: Path) -> Path:
+def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator: str) -> Path:
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     config = {
@@ -74,7 +74,6 @@ def runner_config(tmp_path: Path, pool: str, mark: str, tasks: Path, coordinator
         # 15 s, Runner.note_outcome), so it should do that once between its two tries, not once per batch.
         "concurrency": 8,
         "coordinator_url": coordinator,
-        "proxy_admin_token_file": str(token_file),
         "runner_token_file": str(runner_token_file(tmp_path)),
         "timeouts": {"harness_s": 60, "grader_s": 30},
     }
@@ -87,7 +86,6 @@ def test_unmodified_runners_serve_an_evaluation_to_done(cli_backend: tuple[Any, 
     engine, proxy = cli_backend
     engine.set_script([ScriptedReply(content="apple", when_contains="MARK-GOOD"),
                        ScriptedReply(content="banana", when_contains="MARK-BAD")])
-    token_file = proxy.config_path.parent / "admin-token"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = EvalConfig(
@@ -127,7 +125,7 @@ def test_unmodified_runners_serve_an_evaluation_to_done(cli_backend: tuple[Any, 
         wait_until(healthy, 30, "the eval coordinator")
         runners = [
             spawn(f"runner-{pool}", [HARNESS, "runner", "--config",
-                                     str(runner_config(tmp_path, pool, mark, tasks, url, token_file))])
+                                     str(runner_config(tmp_path, pool, mark, tasks, url))])
             for pool, mark, tasks in (("good", "MARK-GOOD", TASKS / "test"), ("bad", "MARK-BAD", TASKS / "test"),
                                       ("broken", "MARK-GOOD", TASKS / "train"))
         ]

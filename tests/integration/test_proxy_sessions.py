@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.fixtures.proxy_server import ProxyProcess, start_proxy_process
+from tests.fixtures.runner_token import RUNNER_TOKEN
 from tests.integration.proxy_helpers import (
     BY_NAME,
     DIALECTS,
@@ -83,6 +84,23 @@ def test_admin_endpoints_need_the_admin_token_and_sessions_have_a_lifecycle(prox
     assert _admin(proxy, f"/sessions/{sid}").status_code == 404
     # A closed session's key no longer works.
     assert_dialect_error("openai_chat", send(proxy.url, BY_NAME["openai_chat"], sid, BY_NAME["openai_chat"].body("hi")), 401)
+
+
+def test_the_runner_token_opens_the_session_routes_and_nothing_else(proxy: ProxyProcess) -> None:
+    """A runner creates, reads and closes its sessions with the run's runner token; the captures, the policy,
+    the engines and pause stay behind the admin token."""
+    runner = {"authorization": f"Bearer {RUNNER_TOKEN}"}
+    sid = create_session(proxy.url, runner)["session_id"]
+    assert httpx.get(f"{proxy.url}/sessions/{sid}", headers=runner).json()["status"] == "active"
+    for method, path in [("GET", f"/sessions/{sid}/sequences"), ("GET", f"/sessions/{sid}/turns"),
+                         ("PUT", "/policy"), ("GET", "/engines"), ("POST", "/engines/drain"),
+                         ("POST", "/admin/pause"), ("POST", "/admin/resume")]:
+        refused = httpx.request(method, f"{proxy.url}{path}", headers=runner, json={})
+        assert refused.status_code == 403 and refused.json() == {"detail": "wrong admin token"}, (method, path)
+    assert httpx.delete(f"{proxy.url}/sessions/{sid}", headers=runner).json()["status"] == "closed"
+    wrong = httpx.post(f"{proxy.url}/sessions", headers={"authorization": "Bearer nope"},
+                       json={"rollout_id": "r", "task_id": "t", "harness": "h", "group_id": "g"})
+    assert wrong.status_code == 403 and wrong.json() == {"detail": "wrong admin or runner token"}
 
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)

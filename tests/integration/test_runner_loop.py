@@ -71,7 +71,6 @@ def test_runner_process_serves_the_pool_and_stops_on_sigterm(rollout_stack: Any,
         "tasks": {"kind": "dir", "path": str(TASKS)},
         "concurrency": 2,
         "coordinator_url": stack.coordinator_url,
-        "proxy_admin_token_file": str(stack.proxy.config_path.parent / "admin-token"),
         "runner_token_file": str(runner_token_file(tmp_path)),
         "timeouts": {"harness_s": 300},
     }

@@ -85,9 +85,6 @@ def run_hostile(stack: Any, workdir: Path, listener: int, user: str, hang: bool)
     owner = NOBODY if user == "nobody" else 0
     tasks = workdir / "tasks"
     shutil.copytree(TASKS / "train" / "sales-total", tasks / "sales-total")
-    token = workdir / "admin-token"
-    token.write_text((stack.proxy.config_path.parent / "admin-token").read_text())
-    token.chmod(0o600)
     runner_token = runner_token_file(workdir)
     runner_token.chmod(0o600)
     # Another rollout's workspace with its answer in it, next to this runner's sandboxes.
@@ -99,7 +96,7 @@ def run_hostile(stack: Any, workdir: Path, listener: int, user: str, hang: bool)
     targets = {
         "expected": str(tasks / "sales-total" / "tests" / "expected.json"),
         "other_workspace_file": str(other / "answer.txt"),
-        "token_files": [str(token), str(runner_token), str(stack.proxy.config_path.parent / "admin-token")],
+        "token_files": [str(runner_token), str(stack.proxy.config_path.parent / "admin-token")],
         "runner_secret": SECRET,
         "runner_pid": 0,  # filled below: the runner's own pid is known once it runs; its parent's is ours
         "write_dirs": [str(Path.cwd()), str(workdir), str(tasks)],
@@ -117,7 +114,6 @@ def run_hostile(stack: Any, workdir: Path, listener: int, user: str, hang: bool)
         "tasks": {"kind": "dir", "path": str(tasks)},
         "concurrency": 1, "infra_retries": 0,
         "coordinator_url": stack.coordinator_url,
-        "proxy_admin_token_file": str(token),
         "runner_token_file": str(runner_token),
         "timeouts": {"harness_s": 20 if hang else 120},
     }

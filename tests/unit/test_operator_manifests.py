@@ -174,23 +174,25 @@ def pod_secret_files(pod: dict[str, Any]) -> dict[str, str]:
             for m in mounts}
 
 
-def test_the_runner_token_secret_reaches_learner_and_runners_only() -> None:
+def test_the_runner_token_secret_reaches_learner_proxy_and_runners_and_runners_get_no_admin_token() -> None:
     m = manifests()
     secret = m[("Secret", "run-runner-token")]
     assert base64.b64decode(secret["data"]["token"]).decode() == "runner-s3cr3t"
     assert secret["metadata"]["ownerReferences"] == [OWNER.reference()]
     plan = build_plan("run", "team", TrainingRunSpec.model_validate(EXAMPLE["spec"]), POOLS, ClusterPlacement("team"))
-    # The file each pod gets is the one its config names: the learner checks the token, runners send it.
-    configs = [plan.learner.config, *(r.config for r in plan.runners)]
+    # The file each pod gets is the one its config names: the learner and the proxy check the token, runners
+    # send it.
+    configs = [plan.learner.config, plan.proxy.config, *(r.config for r in plan.runners)]
     assert all(str(c.runner_token_file) == CLUSTER_PATHS["runner-token"] for c in configs)
     learner_pod = m[("Job", "run-learner")]["spec"]["template"]["spec"]
     runner_pods = [v["spec"]["template"]["spec"] for (kind, name), v in m.items()
                    if kind == "Deployment" and name.endswith("-runner")]
     assert len(runner_pods) == len(plan.runners) >= 1
-    for pod in [learner_pod, *runner_pods]:
-        assert pod_secret_files(pod)["run-runner-token"] == CLUSTER_PATHS["runner-token"]
     proxy_pod = m[("StatefulSet", "run-proxy")]["spec"]["template"]["spec"]
-    assert "run-runner-token" not in pod_secret_files(proxy_pod)
+    for pod in [learner_pod, proxy_pod, *runner_pods]:
+        assert pod_secret_files(pod)["run-runner-token"] == CLUSTER_PATHS["runner-token"]
+    # A runner pod (whose harnesses run untrusted model output) holds no admin credential of the proxy.
+    assert all("run-proxy-admin" not in pod_secret_files(pod) for pod in runner_pods)
 
 
 def test_learner_job_secrets_are_files_never_literals() -> None:

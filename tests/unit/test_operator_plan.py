@@ -121,8 +121,7 @@ def test_custom_and_e2b_pools() -> None:
     gemini = runners["gemini-cli"].config
     assert isinstance(gemini, RunnerConfig) and isinstance(gemini.sandbox, E2BSandboxConfig)
     assert [s.path for s in runners["gemini-cli"].secrets] == [
-        "/var/run/secrets/harnessrl/proxy-admin/token", "/var/run/secrets/harnessrl/runner/token",
-        "/var/run/secrets/harnessrl/e2b/api-key",
+        "/var/run/secrets/harnessrl/runner/token", "/var/run/secrets/harnessrl/e2b/api-key",
     ]
 
 

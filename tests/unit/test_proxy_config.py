@@ -27,7 +27,9 @@ journal_dir: {tmp_path / 'journal'}
 upstream: {{max_connections: 64}}
 """))
     assert config.base_url() == "http://127.0.0.1:9000"
-    assert config.read_admin_token() == "s3cret"
+    assert config.read_admin_token() == "s3cret" and config.read_runner_token() is None
+    (tmp_path / "runner-token").write_text("runner\n")
+    assert config.model_copy(update={"runner_token_file": tmp_path / "runner-token"}).read_runner_token() == "runner"
     assert config.upstream.max_connections == 64 and config.upstream.keepalive_expiry_s < 5
     public = config.model_copy(update={"public_base_url": "http://proxy-1.proxy.ns.svc:8080/"})
     assert public.base_url() == "http://proxy-1.proxy.ns.svc:8080"

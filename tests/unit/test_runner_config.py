@@ -20,7 +20,6 @@ BASE = {
     "harness": {"name": "claude-code"},
     "tasks": {"kind": "dir", "path": "examples/tasks"},
     "coordinator_url": "http://learner:8000",
-    "proxy_admin_token_file": "/var/run/harnessrl/admin-token",
     "runner_token_file": "/var/run/harnessrl/runner-token",
 }
 
@@ -59,13 +58,3 @@ def test_custom_harness_and_kubernetes_sandbox() -> None:
 def test_bad_configs_are_refused(patch: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         RunnerConfig.model_validate({**BASE, **patch})
-
-
-def test_admin_token_is_read_from_its_file(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text("  \n")
-    config = RunnerConfig.model_validate({**BASE, "proxy_admin_token_file": str(token)})
-    with pytest.raises(ValueError, match="empty"):
-        config.read_admin_token()
-    token.write_text("s3cret\n")
-    assert config.read_admin_token() == "s3cret"

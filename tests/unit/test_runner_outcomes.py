@@ -86,7 +86,7 @@ def proxy_transport(session_status: SessionStatus = SessionStatus.active, up: bo
     def handler(request: httpx.Request) -> httpx.Response:
         if not up or (down_after_create and state["created"]):
             raise httpx.ConnectError("connection refused", request=request)
-        assert request.headers["authorization"] == "Bearer admin"
+        assert request.headers["authorization"] == "Bearer runner"  # the runner token, not the admin one
         if request.method == "POST" and request.url.path == "/sessions":
             state["created"] += 1
             resp = CreateSessionResponse(
@@ -109,15 +109,13 @@ def proxy_transport(session_status: SessionStatus = SessionStatus.active, up: bo
 
 def runner(provider: FakeProvider, transport: httpx.MockTransport, tmp_path: Path, harness: str = "qwen-code",
            retries: int = 0) -> Runner:
-    token = tmp_path / "token"
-    token.write_text("admin")
     (tmp_path / "runner-token").write_text("runner")
     config = RunnerConfig.model_validate({"runner_token_file": str(tmp_path / "runner-token"),
         "pool": "p", "harness": {"name": harness}, "tasks": {"kind": "dir", "path": str(TASKS)},
-        "coordinator_url": "http://coordinator", "proxy_admin_token_file": str(token), "infra_retries": retries,
+        "coordinator_url": "http://coordinator", "infra_retries": retries,
     })
     http = httpx.AsyncClient(transport=transport)
-    return Runner(config, adapter_for(config.harness), provider, ALL_TASKS, http, "admin")
+    return Runner(config, adapter_for(config.harness), provider, ALL_TASKS, http)
 
 
 LEASE = Lease(rollout_id="r1", lease_id="l1", task_id="sales-total", harness="qwen-code", pool="p", group_id="g",
