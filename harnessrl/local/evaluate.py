@@ -14,6 +14,7 @@ rollout's outcome), logs/. Re-running with the same --out reuses finished checkp
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import sys
@@ -38,7 +39,7 @@ from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.manifest import ManifestError
 from harnessrl.operator.api.trainingrun import HarnessRef
 from harnessrl.operator.plan import VLLM_LORA_RANKS, Plan, PlanError, build_plan
-from harnessrl.runtime.contracts.proxy import PolicyState
+from harnessrl.runtime.contracts.proxy import PolicyState, ProxyClient
 from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter
@@ -197,10 +198,16 @@ def activate(setup: Setup, checkpoint: Checkpoint, admin_token: str) -> PolicySt
                 load_lora_adapter(url, policy.model, str(checkpoint.adapter))
             except LoraEndpointError as exc:
                 raise EvalRunError(f"the engine refused checkpoint {checkpoint.label}'s adapter: {exc}") from None
-    resp = httpx.put(f"{setup.proxy_url}/policy", json=policy.model_dump(),
-                     headers={"Authorization": f"Bearer {admin_token}"}, timeout=30.0)
-    if resp.status_code != 200:
-        raise EvalRunError(f"the proxy refused the policy {policy.model}: HTTP {resp.status_code} {resp.text[:300]}")
+
+    async def put() -> None:
+        async with httpx.AsyncClient(timeout=30.0) as http:
+            await ProxyClient(http, admin_token).put_policy(setup.proxy_url, policy)
+
+    try:
+        asyncio.run(put())
+    except httpx.HTTPStatusError as exc:
+        refusal = f"HTTP {exc.response.status_code} {exc.response.text[:300]}"
+        raise EvalRunError(f"the proxy refused the policy {policy.model}: {refusal}") from None
     return policy
 
 

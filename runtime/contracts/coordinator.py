@@ -26,8 +26,16 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
+import httpx
+from harnessrl.runtime.contracts.client import bearer, reply
 from harnessrl.runtime.trajectory.models import BreakCause
 from pydantic import BaseModel, ConfigDict, Field
+
+LEASES_PATH = "/v1/leases"
+RENEW_PATH = "/v1/leases/renew"
+RELEASE_PATH = "/v1/leases/release"
+COMPLETIONS_PATH = "/v1/completions"
+STATUS_PATH = "/v1/status"
 
 
 class _Wire(BaseModel):
@@ -41,11 +49,6 @@ def read_runner_token(path: Path) -> str:
     if not token:
         raise ValueError(f"runner token file {path} is empty")
     return token
-
-
-def runner_auth(token: str) -> dict[str, str]:
-    """The header a runner sends on each coordinator call."""
-    return {"Authorization": f"Bearer {token}"}
 
 
 class OutcomeKind(StrEnum):
@@ -251,3 +254,34 @@ class CoordinatorStatus(BaseModel):
     hub_revision: str | None = Field(default=None, description="Hub branch of the latest export")
     export_error: str | None = Field(default=None, description="why the last Hub export failed (None: it did not)")
     pools: dict[str, PoolRollouts] = Field(default_factory=dict, description="rollouts by pool")
+
+
+class CoordinatorClient:
+    """The runner's side of the four POST routes, with the run's runner token. A failed call raises
+    httpx.HTTPError (httpx.HTTPStatusError for an answer outside 2xx, 401 for a wrong token); a reply that is not
+    the contract's model raises ValueError."""
+
+    def __init__(self, http: httpx.AsyncClient, base_url: str, token: str) -> None:
+        self.http = http
+        self.base_url = base_url.rstrip("/")
+        self.headers = bearer(token)
+
+    async def _post(self, path: str, request: BaseModel) -> httpx.Response:
+        return await self.http.post(self.base_url + path, json=request.model_dump(mode="json"), headers=self.headers)
+
+    async def lease(self, request: LeaseRequest) -> LeaseResponse:
+        return reply(await self._post(LEASES_PATH, request), LeaseResponse)
+
+    async def renew(self, request: LeaseRenewal) -> LeaseRenewalResponse:
+        return reply(await self._post(RENEW_PATH, request), LeaseRenewalResponse)
+
+    async def release(self, request: LeaseRelease) -> LeaseReleaseResponse:
+        return reply(await self._post(RELEASE_PATH, request), LeaseReleaseResponse)
+
+    async def complete(self, completion: Completion) -> CompletionAck | None:
+        """The coordinator's ack, or None when it does not know the rollout (404: it never planned it, e.g. it
+        restarted from a checkpoint older than the lease)."""
+        response = await self._post(COMPLETIONS_PATH, completion)
+        if response.status_code == 404:
+            return None
+        return reply(response, CompletionAck)

@@ -14,8 +14,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
+import httpx
+from harnessrl.runtime.contracts.client import bearer, reply
 from harnessrl.runtime.trajectory.models import BreakCause, TrainingSequence
 from pydantic import BaseModel, ConfigDict, Field
+
+SESSIONS_PATH = "/sessions"
+SESSION_PATH = "/sessions/{session_id}"
+SEQUENCES_PATH = "/sessions/{session_id}/sequences"
+POLICY_PATH = "/policy"
 
 Id = Annotated[str, Field(min_length=1, max_length=256)]
 
@@ -107,3 +114,44 @@ class PolicyState(BaseModel):
 
 class AdminError(BaseModel):
     detail: str
+
+
+class ProxyClient:
+    """The proxy's admin API over `http`, with one bearer credential: the run's runner token (the session routes a
+    runner uses) or its admin token (all of them). Each call names the proxy: a run has replicas, and a session
+    lives on one. A failed call raises httpx.HTTPError (httpx.HTTPStatusError for an answer outside 2xx: 401
+    without a token, 403 with a wrong one, 404 for an unknown session); a reply that is not the contract's model
+    raises ValueError."""
+
+    def __init__(self, http: httpx.AsyncClient, token: str) -> None:
+        self.http = http
+        self.headers = bearer(token)
+
+    async def create_session(self, proxy_url: str, request: CreateSessionRequest) -> CreateSessionResponse:
+        response = await self.http.post(_url(proxy_url, SESSIONS_PATH), json=request.model_dump(mode="json"),
+                                        headers=self.headers)
+        return reply(response, CreateSessionResponse)
+
+    async def session(self, proxy_url: str, session_id: str) -> SessionInfo:
+        response = await self.http.get(_url(proxy_url, SESSION_PATH.format(session_id=session_id)), headers=self.headers)
+        return reply(response, SessionInfo)
+
+    async def close_session(self, proxy_url: str, session_id: str) -> SessionInfo:
+        """End the session; its final state."""
+        response = await self.http.delete(_url(proxy_url, SESSION_PATH.format(session_id=session_id)),
+                                          headers=self.headers)
+        return reply(response, SessionInfo)
+
+    async def sequences(self, proxy_url: str, session_id: str) -> SequencesResponse:
+        response = await self.http.get(_url(proxy_url, SEQUENCES_PATH.format(session_id=session_id)),
+                                       headers=self.headers)
+        return reply(response, SequencesResponse)
+
+    async def put_policy(self, proxy_url: str, policy: PolicyState) -> PolicyState:
+        """Have the proxy serve `policy` (admin); the policy it serves now."""
+        response = await self.http.put(_url(proxy_url, POLICY_PATH), json=policy.model_dump(), headers=self.headers)
+        return reply(response, PolicyState)
+
+
+def _url(proxy_url: str, path: str) -> str:
+    return proxy_url.rstrip("/") + path

@@ -10,20 +10,18 @@ from __future__ import annotations
 import logging
 
 import httpx
-from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
+from harnessrl.runtime.contracts.client import reply
+from harnessrl.runtime.contracts.coordinator import STATUS_PATH, CoordinatorStatus
 from pydantic import ValidationError
 
 log = logging.getLogger("harnessrl.contracts.status")
-STATUS_PATH = "/v1/status"
 
 
 def fetch(base_url: str, timeout: float = 2.0) -> CoordinatorStatus | None:
     """The coordinator's status, or None when it cannot be reached or answers nonsense (logged, not raised:
     a learner that is starting or restarting is normal)."""
     try:
-        response = httpx.get(base_url.rstrip("/") + STATUS_PATH, timeout=timeout)
-        response.raise_for_status()
-        return CoordinatorStatus.model_validate(response.json())
+        return reply(httpx.get(base_url.rstrip("/") + STATUS_PATH, timeout=timeout), CoordinatorStatus)
     except (httpx.HTTPError, ValueError, ValidationError) as exc:
         log.debug("coordinator status at %s unavailable: %s", base_url, exc)
         return None

@@ -19,28 +19,26 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import httpx
 from harnessrl.runtime.contracts.coordinator import (
     Completion,
     CompletionAck,
+    CoordinatorClient,
     Lease,
     LeaseRelease,
-    LeaseReleaseResponse,
     LeaseRenewal,
-    LeaseRenewalResponse,
     LeaseRequest,
     LeaseResponse,
     OutcomeKind,
     Timings,
     read_runner_token,
-    runner_auth,
 )
 from harnessrl.runtime.contracts.proxy import (
     CreateSessionRequest,
     CreateSessionResponse,
     DialectBaseUrls,
+    ProxyClient,
     SessionInfo,
     SessionStatus,
 )
@@ -49,18 +47,12 @@ from harnessrl.runtime.harness.config import Dialect, RunnerConfig
 from harnessrl.runtime.harness.sandboxes.base import Sandbox, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task
 from harnessrl.runtime.trajectory.models import BreakCause
-from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
-Reply = TypeVar("Reply", bound=BaseModel)
 
 
 # Longest pause in leasing while rollouts keep failing on the infrastructure (see Runner.note_outcome).
 INFRA_BACKOFF_MAX_S = 15.0
-
-
-class InfraError(Exception):
-    """Something outside the policy's control failed; the rollout says nothing about the model."""
 
 
 def dialect_base_url(urls: DialectBaseUrls, dialect: Dialect) -> str:
@@ -88,43 +80,6 @@ class Attempt:
     grade_s: float = 0.0
 
 
-class ProxyClient:
-    """The proxy's session routes, as the runner uses them (with the run's runner token)."""
-
-    def __init__(self, http: httpx.AsyncClient, token: str) -> None:
-        self.http = http
-        self.headers = {"Authorization": f"Bearer {token}"}
-
-    async def create_session(self, proxy_url: str, request: CreateSessionRequest) -> CreateSessionResponse:
-        try:
-            resp = await self.http.post(
-                f"{proxy_url.rstrip('/')}/sessions", json=request.model_dump(mode="json"), headers=self.headers
-            )
-        except httpx.HTTPError as exc:
-            raise InfraError(f"proxy unreachable at {proxy_url}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code != 200 and resp.status_code != 201:
-            raise InfraError(f"proxy refused POST /sessions: HTTP {resp.status_code} {resp.text[:300]}")
-        return CreateSessionResponse.model_validate(resp.json())
-
-    async def session(self, proxy_url: str, session_id: str) -> SessionInfo | None:
-        """The session's state, or None if the proxy cannot be reached."""
-        try:
-            resp = await self.http.get(f"{proxy_url.rstrip('/')}/sessions/{session_id}", headers=self.headers)
-        except httpx.HTTPError:
-            return None
-        if resp.status_code != 200:
-            return None
-        return SessionInfo.model_validate(resp.json())
-
-    async def close_session(self, proxy_url: str, session_id: str) -> None:
-        """End a session nobody will read again, so the proxy's session table does not fill up (best effort:
-        a session left open expires with the proxy's TTL)."""
-        try:
-            await self.http.delete(f"{proxy_url.rstrip('/')}/sessions/{session_id}", headers=self.headers)
-        except httpx.HTTPError as exc:
-            log.info("closing session %s: %s", session_id, exc)
-
-
 class Runner:
     def __init__(
         self,
@@ -138,11 +93,10 @@ class Runner:
         self.adapter = adapter
         self.provider = provider
         self.tasks = tasks
-        self.http = http
         # One credential for both: the coordinator's lease routes and the proxy's session routes.
         token = read_runner_token(config.runner_token_file)
         self.proxy = ProxyClient(http, token)
-        self.coordinator_auth = runner_auth(token)
+        self.coordinator = CoordinatorClient(http, str(config.coordinator_url), token)
         self.harness_name = config.harness.name
         self.completed: list[Completion] = []
         self.infra_streak = 0  # infra_error completions in a row
@@ -198,8 +152,12 @@ class Runner:
         )
         try:
             session = await self.proxy.create_session(proxy_url, request)
-        except InfraError as exc:
-            return Attempt(OutcomeKind.infra_error, error=str(exc))
+        except httpx.HTTPStatusError as exc:
+            refused = f"proxy refused POST /sessions: HTTP {exc.response.status_code} {exc.response.text[:300]}"
+            return Attempt(OutcomeKind.infra_error, error=refused)
+        except httpx.HTTPError as exc:
+            return Attempt(OutcomeKind.infra_error,
+                           error=f"proxy unreachable at {proxy_url}: {type(exc).__name__}: {exc}")
         try:
             sandbox = await self.provider.open(lease.rollout_id, task)
         except SandboxError as exc:
@@ -227,7 +185,7 @@ class Runner:
         await sandbox.write_files(invocation.files)
         timeout = min(self.config.timeouts.harness_s, task.config.agent.timeout_sec or float("inf"))
         run = await sandbox.run(invocation.argv, invocation.env, timeout)
-        info = await self.proxy.session(session.base_url or proxy_url, sid)
+        info = await self.session_info(session.base_url or proxy_url, sid)
         base = Attempt(
             OutcomeKind.timeout, session_id=sid, session_base_url=session.base_url, harness_s=run.duration_s,
             tool_calls=info.tool_calls if info else 0,
@@ -269,25 +227,25 @@ class Runner:
         base.outcome = OutcomeKind.solved if graded.grade.reward >= 1.0 else OutcomeKind.wrong
         return base
 
-    # ------------------------------------------------------------------ coordinator
+    async def session_info(self, proxy_url: str, session_id: str) -> SessionInfo | None:
+        """The session's state, or None if the proxy cannot be reached (or does not answer)."""
+        try:
+            return await self.proxy.session(proxy_url, session_id)
+        except httpx.HTTPError:
+            return None
 
-    async def call(self, path: str, request: BaseModel, reply: type[Reply]) -> Reply:
-        """One coordinator endpoint: POST the request, validate the reply (HTTP errors raise httpx.HTTPError)."""
-        resp = await self.http.post(f"{self.coordinator}{path}", json=request.model_dump(mode="json"),
-                                    headers=self.coordinator_auth)
-        resp.raise_for_status()
-        return reply.model_validate(resp.json())
+    # ------------------------------------------------------------------ coordinator
 
     async def lease(self, n: int) -> LeaseResponse:
         request = LeaseRequest(runner_id=self.config.runner_id, pool=self.config.pool, harness=self.harness_name, max=n)
-        return await self.call("/v1/leases", request, LeaseResponse)
+        return await self.coordinator.lease(request)
 
     async def release_predecessor(self) -> None:
         """Hand back what an earlier process of this runner (same id and pool, so it is gone) still held, so
         those rollouts go out again now rather than when their leases expire. Best effort: they expire anyway."""
         request = LeaseRelease(runner_id=self.config.runner_id, pool=self.config.pool)
         try:
-            released = (await self.call("/v1/leases/release", request, LeaseReleaseResponse)).released
+            released = (await self.coordinator.release(request)).released
         except httpx.HTTPError as exc:
             log.info("could not release an earlier runner's leases (%s); they will expire", exc)
             return
@@ -298,7 +256,7 @@ class Runner:
         """Renew the leases of the running rollouts (best effort: a missed renewal is retried on the next tick)."""
         request = LeaseRenewal(runner_id=self.config.runner_id, lease_ids=sorted(self.held))
         try:
-            renewed = (await self.call("/v1/leases/renew", request, LeaseRenewalResponse)).renewed
+            renewed = (await self.coordinator.renew(request)).renewed
         except httpx.HTTPError as exc:
             log.warning("renewing %d lease(s) failed: %s", len(request.lease_ids), exc)
             return
@@ -321,18 +279,14 @@ class Runner:
         """Report a completion; retried with backoff (the coordinator dedupes by rollout id)."""
         for attempt in range(5):
             try:
-                resp = await self.http.post(
-                    f"{self.coordinator}/v1/completions", json=completion.model_dump(mode="json"),
-                    headers=self.coordinator_auth,
-                )
-                if resp.status_code == 404:
-                    log.warning("coordinator does not know rollout %s (expired?)", completion.rollout_id)
-                    return None
-                resp.raise_for_status()
-                return CompletionAck.model_validate(resp.json())
+                ack = await self.coordinator.complete(completion)
             except httpx.HTTPError as exc:
                 log.warning("completing %s failed (%s); retrying", completion.rollout_id, exc)
                 await asyncio.sleep(min(2**attempt, 10))
+                continue
+            if ack is None:
+                log.warning("coordinator does not know rollout %s (expired?)", completion.rollout_id)
+            return ack
         log.error("gave up completing %s; its lease will expire and be re-leased", completion.rollout_id)
         return None
 
@@ -342,11 +296,12 @@ class Runner:
     async def close(self, session_id: str | None, base_url: str | None, lease: Lease) -> None:
         proxy_url = base_url or self.proxy_url(lease)
         if session_id is not None and proxy_url:
-            await self.proxy.close_session(proxy_url, session_id)
-
-    @property
-    def coordinator(self) -> str:
-        return str(self.config.coordinator_url).rstrip("/")
+            # Ends a session nobody will read again, so the proxy's session table does not fill up (best effort:
+            # a session left open expires with the proxy's TTL).
+            try:
+                await self.proxy.close_session(proxy_url, session_id)
+            except (httpx.HTTPError, ValueError) as exc:
+                log.info("closing session %s: %s", session_id, exc)
 
     async def run_and_complete(self, lease: Lease) -> None:
         log.info("rollout %s: task %s (group %s, policy v%d)", lease.rollout_id, lease.task_id, lease.group_id, lease.policy_version)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from harnessrl.runtime.contracts.proxy import PolicyState, SequencesResponse
+from harnessrl.runtime.contracts.client import bearer
+from harnessrl.runtime.contracts.proxy import PolicyState, ProxyClient, SequencesResponse
 from harnessrl.runtime.engine.adapter_store import StoredAdapter, adapter_tar
 from harnessrl.runtime.engine.lora import (
     LoraEndpointError,
@@ -101,7 +102,7 @@ class LoraSync:
         return StoredAdapter.model_validate(r.json()).path
 
     def _store_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.engine.read_store_token()}"}
+        return bearer(self.engine.read_store_token())
 
     def _unload_old(self, version: int) -> None:
         old = version - self.keep
@@ -173,23 +174,21 @@ class ProxyControl:
         self.url = link.url.rstrip("/")
         self.replica_urls = [u.rstrip("/") for u in link.replica_urls] or [self.url]
         self.session_urls = link.session_urls()
-        self._headers = {"Authorization": f"Bearer {link.read_admin_token()}"}
+        self._token = link.read_admin_token()
         self.timeout_s = timeout_s
 
     async def set_policy(self, policy: PolicyState) -> None:
         """On every replica at once (setting it again is harmless, so a retry after a partial failure is safe);
         raises naming each replica that did not take it."""
-        body = policy.model_dump()
         async with httpx.AsyncClient(timeout=self.timeout_s) as c:
-            outcomes = await asyncio.gather(
-                *(c.put(f"{url}/policy", json=body, headers=self._headers) for url in self.replica_urls),
-                return_exceptions=True,
-            )
+            proxy = ProxyClient(c, self._token)
+            outcomes = await asyncio.gather(*(proxy.put_policy(url, policy) for url in self.replica_urls),
+                                            return_exceptions=True)
         failed = [
-            f"{url}: {outcome.status_code} {outcome.text[:300]}" if isinstance(outcome, httpx.Response)
-            else f"{url}: {type(outcome).__name__}: {outcome}"
+            f"{url}: {outcome.response.status_code} {outcome.response.text[:300]}"
+            if isinstance(outcome, httpx.HTTPStatusError) else f"{url}: {type(outcome).__name__}: {outcome}"
             for url, outcome in zip(self.replica_urls, outcomes, strict=True)
-            if not (isinstance(outcome, httpx.Response) and outcome.status_code == 200)
+            if isinstance(outcome, BaseException)
         ]
         if failed:
             raise RuntimeError(f"proxy PUT /policy failed on {len(failed)} of {len(outcomes)} replicas: "
@@ -210,7 +209,8 @@ class ProxyControl:
         url = (base_url or self.url).rstrip("/")
         if url not in self.session_urls:
             raise ForeignProxy(f"session base URL {url!r} is not one of this run's proxy replicas")
-        r = await client.get(f"{url}/sessions/{session_id}/sequences", headers=self._headers)
-        if r.status_code != 200:
-            raise RuntimeError(f"proxy GET /sessions/{{id}}/sequences -> {r.status_code}: {r.text[:300]}")
-        return SequencesResponse.model_validate(r.json())
+        try:
+            return await ProxyClient(client, self._token).sequences(url, session_id)
+        except httpx.HTTPStatusError as exc:
+            raise RuntimeError(f"proxy GET /sessions/{{id}}/sequences -> {exc.response.status_code}: "
+                               f"{exc.response.text[:300]}") from None

@@ -16,7 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.runtime.contracts.coordinator import Completion, LeaseResponse, OutcomeKind, runner_auth
+from harnessrl.runtime.contracts.client import bearer
+from harnessrl.runtime.contracts.coordinator import Completion, LeaseResponse, OutcomeKind
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
 from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, ProxyLink, RewardConfig
@@ -73,7 +74,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
 
 
 def post(url: str, body: dict[str, Any], token: str | None = RUNNER_TOKEN) -> httpx.Response:
-    return httpx.post(url, json=body, timeout=10, headers=runner_auth(token) if token is not None else {})
+    return httpx.post(url, json=body, timeout=10, headers=bearer(token) if token is not None else {})
 
 
 def test_lease_complete_duplicate_and_status(env: Env) -> None:
