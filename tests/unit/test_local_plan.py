@@ -49,11 +49,10 @@ def test_quickstart_plans_engine_proxy_learner_and_one_runner_per_pool(tmp_path:
     specs = process_specs(plan, run_dir)
     assert [s.name for s in specs] == [
         "engine-0", "quickstart-proxy", "quickstart-learner", "quickstart-oneshot-runner",
-        "quickstart-mini-swe-agent-runner",
     ]
     # Each component waits for the one before it; only the learner ends the run.
-    assert [s.health_url is not None for s in specs] == [True, True, True, False, False]
-    assert [s.finishes_run for s in specs] == [False, False, True, False, False]
+    assert [s.health_url is not None for s in specs] == [True, True, True, False]
+    assert [s.finishes_run for s in specs] == [False, False, True, False]
     assert "vllm.entrypoints.openai.api_server" in specs[0].argv
     assert str(model_dir) in specs[0].argv
 
