@@ -75,8 +75,15 @@ class Setup(BaseModel):
     split: str
 
 
+LABELLED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)=(.+)$")
+
+
 def resolve_checkpoint(arg: str) -> Checkpoint:
-    """`base`, a learner checkpoint root (with `latest`), a step dir (`step-N/policy/`), or an adapter dir."""
+    """`base`, a learner checkpoint root (with `latest`), a step dir (`step-N/policy/`), or an adapter dir; any
+    of these as `LABEL=...` to name its column (two runs' checkpoints share step names)."""
+    labelled = LABELLED.match(arg)
+    if labelled:
+        return resolve_checkpoint(labelled.group(3)).model_copy(update={"label": labelled.group(1)})
     if arg == BASE:
         return Checkpoint(label=BASE, adapter=None)
     path = Path(arg).expanduser().resolve()
@@ -342,8 +349,9 @@ def execute(setup: Setup) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harnessrl eval", description="pass@1 of checkpoints under each harness pool")
     parser.add_argument("files", nargs="+", type=Path, help="YAML files with one TrainingRun and its HarnessPools")
-    parser.add_argument("--checkpoint", action="append", required=True, metavar="DIR|base",
-                        help="a learner checkpoint (checkpoints dir, step-N dir or adapter dir) or 'base'; repeatable")
+    parser.add_argument("--checkpoint", action="append", required=True, metavar="[LABEL=]DIR|base",
+                        help="a learner checkpoint (checkpoints dir, step-N dir or adapter dir) or 'base', optionally "
+                             "named LABEL= for its column; repeatable")
     parser.add_argument("--out", type=Path, required=True, help="where results, logs and the matrix go")
     parser.add_argument("--volume", action="append", default=[], metavar="CLAIM=DIR",
                         help="where a PersistentVolumeClaim's files are on this machine")

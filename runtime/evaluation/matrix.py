@@ -39,18 +39,34 @@ def build_matrix(results: dict[str, list[PoolScore]]) -> Matrix:
     return Matrix(checkpoints=labels, rows=rows)
 
 
+def wilson_interval(solved: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a pass rate (95% by default): unlike p ± z·se it stays inside [0, 1] and is
+    not empty at 0/n or n/n, which small evaluations hit often."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = solved / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _interval(cell: PoolScore | None) -> tuple[float, float]:
+    return (math.nan, math.nan) if cell is None or cell.pass_at_1 is None else wilson_interval(cell.solved, cell.scored)
+
+
 def _value(cell: PoolScore | None) -> float:
     """pass@1, NaN where there is none (NaN is what matplotlib masks)."""
     return math.nan if cell is None or cell.pass_at_1 is None else cell.pass_at_1
 
 
 def format_table(m: Matrix) -> str:
-    """A fixed-width table: pass@1 with solved/scored counts, e.g. `0.500 (4/8)`."""
+    """A fixed-width table: pass@1 with solved/scored counts and its 95% interval, e.g. `0.500 (4/8) [0.22-0.78]`."""
 
     def cell(c: PoolScore | None) -> str:
         if c is None or c.pass_at_1 is None:
             return "n/a" if c is None else f"n/a (0/{c.rollouts})"
-        return f"{c.pass_at_1:.3f} ({c.solved}/{c.scored})"
+        lo, hi = _interval(c)
+        return f"{c.pass_at_1:.3f} ({c.solved}/{c.scored}) [{lo:.2f}-{hi:.2f}]"
 
     head = ["harness (pool)", *m.checkpoints]
     body = [[f"{r.harness} ({r.pool})" if r.harness != r.pool else r.pool, *map(cell, r.cells)] for r in m.rows]
@@ -61,12 +77,19 @@ def format_table(m: Matrix) -> str:
 
 
 def write_csv(m: Matrix, path: Path) -> None:
-    """One row per pool: `pool,harness,<checkpoint>...` with pass@1 in [0, 1] (blank: nothing scored)."""
+    """One row per pool: `pool,harness,<checkpoint>...` with pass@1 in [0, 1], then `<checkpoint> lo` and
+    `<checkpoint> hi`, its 95% Wilson interval, for each checkpoint (blank: nothing scored)."""
+
+    def number(v: float) -> str:
+        return "" if math.isnan(v) else f"{v:.6f}"
+
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(["pool", "harness", *m.checkpoints])
+        bounds = [f"{label} {end}" for label in m.checkpoints for end in ("lo", "hi")]
+        out.writerow(["pool", "harness", *m.checkpoints, *bounds])
         for r in m.rows:
-            out.writerow([r.pool, r.harness, *("" if math.isnan(v := _value(c)) else f"{v:.6f}" for c in r.cells)])
+            intervals = [number(v) for c in r.cells for v in _interval(c)]
+            out.writerow([r.pool, r.harness, *(number(_value(c)) for c in r.cells), *intervals])
 
 
 def write_png(m: Matrix, path: Path) -> None:

@@ -45,6 +45,11 @@ def test_checkpoint_forms_resolve_to_the_adapter(tmp_path: Path) -> None:
     assert (policy.label, policy.policy_version) == ("step-0000010", 10)
     plain = ev.resolve_checkpoint(str(adapter(tmp_path / "my-adapter", rank=32)))
     assert (plain.label, plain.rank, plain.policy_version) == ("my-adapter", 32, 0)
+    # LABEL=...: two runs' checkpoints share step names, so the column can be named.
+    named = ev.resolve_checkpoint(f"run-a.s0={root}")
+    assert (named.label, named.adapter, named.policy_version) == ("run-a.s0", root / "step-0000020" / "policy", 20)
+    assert ev.resolve_checkpoint("before=base").label == "before" and ev.resolve_checkpoint("before=base").adapter is None
+    assert [c.label for c in ev.resolve_checkpoints([f"a={root}", f"b={root}"])] == ["a", "b"]
 
 
 def test_checkpoint_errors_say_what_is_wrong(tmp_path: Path) -> None:

@@ -6,12 +6,19 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
 from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind, PoolScore
 from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.coordinator.service import commit
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults
-from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
+from harnessrl.runtime.evaluation.matrix import (
+    build_matrix,
+    format_table,
+    wilson_interval,
+    write_csv,
+    write_png,
+)
 
 
 def score(pool: str, harness: str, solved: int, scored: int, rollouts: int = 4) -> PoolScore:
@@ -38,7 +45,8 @@ def test_table_shows_pass_at_1_with_counts_and_na_for_nothing_scored() -> None:
     lines = text.splitlines()
     assert lines[0].split() == ["harness", "(pool)", "base", "step-0000010"]
     assert set(lines[1].replace(" ", "")) == {"-"}
-    assert "0.250 (1/4)" in lines[2] and "0.750 (3/4)" in lines[2] and lines[2].startswith("oneshot ")
+    assert "0.250 (1/4) [0.05-0.70]" in lines[2] and "0.750 (3/4) [0.30-0.95]" in lines[2]
+    assert lines[2].startswith("oneshot ")
     assert lines[3].startswith("mini-swe-agent (mini)") and "n/a (0/4)" in lines[3] and "0.500 (2/4)" in lines[3]
 
 
@@ -50,6 +58,23 @@ def test_csv_has_a_row_per_pool_with_values_in_unit_interval(tmp_path: Path) -> 
     assert float(rows[0]["base"]) == 0.25 and float(rows[0]["step-0000010"]) == 0.75
     assert rows[1]["base"] == ""  # nothing scored: blank, never a 0
     assert float(rows[1]["step-0000010"]) == 0.5
+    # Each cell's 95% interval beside it: around the value, blank where nothing was scored.
+    assert float(rows[0]["base lo"]) < 0.25 < float(rows[0]["base hi"])
+    assert rows[1]["base lo"] == rows[1]["base hi"] == ""
+
+
+@pytest.mark.parametrize(("solved", "n", "lo", "hi"), [
+    # Reference values of the Wilson score interval at 95% (z = 1.96).
+    (0, 10, 0.0, 0.2775), (10, 10, 0.7225, 1.0), (5, 10, 0.2366, 0.7634), (1, 4, 0.0456, 0.6994),
+])
+def test_wilson_interval_matches_reference_values(solved: int, n: int, lo: float, hi: float) -> None:
+    got = wilson_interval(solved, n)
+    assert got == pytest.approx((lo, hi), abs=1e-4)
+
+
+def test_wilson_interval_narrows_with_more_attempts_and_holds_the_rate() -> None:
+    small, large = wilson_interval(3, 6), wilson_interval(300, 600)
+    assert small[0] < large[0] < 0.5 < large[1] < small[1]
 
 
 def test_png_is_a_real_image(tmp_path: Path) -> None:
