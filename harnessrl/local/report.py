@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from harnessrl.runtime.contracts.coordinator import EvalRecord, OutcomeKind
+from harnessrl.runtime.contracts.coordinator import EvalRecord, OutcomeKind, eval_regressions
 from harnessrl.runtime.coordinator.journal import JournalEntry, read_entries
 from harnessrl.runtime.evaluation.matrix import build_matrix, write_png
 from harnessrl.runtime.learner.evaluation import is_eval_rollout, read_records
@@ -36,6 +36,8 @@ class RunSummary(BaseModel):
     pass_at_1: dict[str, float]
     pass_at_1_step: int | None  # the step evaluated (None: training solved rate)
     base_pass_at_1: dict[str, float] = {}  # the base policy's pass@1 by pool (the round at step 0, if any)
+    # The collapse alarm: pools whose latest held-out pass@1 fell well below their best (EvalRegression.describe).
+    regressions: list[str] = []
     rollouts_scored: int
     rollouts_unscored: int
     rollouts_stale: int
@@ -120,6 +122,7 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         pass_at_1=latest.pass_at1() if latest else dict(last.solved_rate_by_harness) if last else {},
         pass_at_1_step=latest.step if latest else None,
         base_pass_at_1=next((e.pass_at1() for e in evals if e.step == 0), {}),
+        regressions=[r.describe() for r in eval_regressions(evals)],
         rollouts_scored=last.rollouts_scored if last else 0,
         rollouts_unscored=last.rollouts_unscored if last else 0,
         rollouts_stale=last.rollouts_stale if last else 0,
@@ -223,6 +226,8 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - mean reward, last quarter of the steps: {fmt(summary.last_reward)}
 - training solved rate, first → last quarter: {solved}
 - held-out pass@1, base policy (step 0) → step {summary.pass_at_1_step}: {lift or "-"}
+- collapse alarm (latest held-out pass@1 beyond its 95% interval below its best): \
+{"; ".join(summary.regressions) or "none"}
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale
 - tool calls the harness could not run (unknown tool / arguments its schema refused): {mismatched}

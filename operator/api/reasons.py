@@ -62,6 +62,10 @@ UNSCHEDULABLE = _reason("Unschedulable", "a Pod cannot be scheduled", warning=Tr
 CRASH_LOOP_BACK_OFF = _reason("CrashLoopBackOff", "a container keeps crashing", warning=True)
 CONFIG_ERROR = _reason("ConfigError", "a container cannot be created from its configuration", warning=True)
 HUB_EXPORT_FAILING = _reason("HubExportFailing", "training goes on but the last Hub export failed", warning=True)
+EVAL_REGRESSED = _reason(
+    "EvalRegressed", "training goes on but a pool's held-out pass@1 fell well below its best (beyond its 95% interval)",
+    warning=True,
+)
 RESTART_BUDGET_EXHAUSTED = _reason(
     "RestartBudgetExhausted", "the learner failed more often than spec.learner.restartBudget allows", warning=True
 )

@@ -242,6 +242,9 @@ def _training_condition(spec: TrainingRunSpec, observed: Observed, pods: list[Ma
             step += f", evaluating step {e.step} ({e.finished}/{e.rollouts} rollouts)"
         if progress is not None and progress.export_error:
             return "True", R.HUB_EXPORT_FAILING, f"{step}; Hub export failing: {progress.export_error}"
+        if progress is not None and progress.eval_regressions:
+            fallen = "; ".join(r.describe() for r in progress.eval_regressions)
+            return "True", R.EVAL_REGRESSED, f"{step}; {fallen}"
         return "True", R.TRAINING_REASON, step
     trouble = pod_trouble(_pods_of(pods, "learner"))
     if trouble is not None:

@@ -23,6 +23,7 @@ as duplicates, so a rollout is never counted twice.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from pathlib import Path
 
@@ -169,6 +170,17 @@ class CompletionAck(_Wire):
     reward: float | None = Field(default=None, description="reward given, when scored")
 
 
+def wilson_interval(solved: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a pass rate (95% by default): unlike p ± z·se it stays inside [0, 1] and is
+    not empty at 0/n or n/n, which small evaluations hit often."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = solved / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
 class PoolScore(BaseModel):
     """pass@1 of one pool in one evaluation: the fraction of scored attempts that were solved (None when none
     was scored)."""
@@ -199,6 +211,40 @@ class EvalRecord(_Wire):
     def pass_at1(self) -> dict[str, float]:
         """pass@1 by pool name, for the pools with at least one scored attempt."""
         return {p.pool: p.pass_at_1 for p in self.pools if p.pass_at_1 is not None}
+
+
+class EvalRegression(_Wire):
+    """A pool whose held-out pass@1 fell well below its best: the latest round's 95% Wilson upper bound is under
+    the pass@1 of the pool's best earlier round, so the drop is more than sampling noise (the collapse alarm)."""
+
+    pool: str
+    best_step: int
+    best_pass_at_1: float
+    step: int
+    pass_at_1: float
+
+    def describe(self) -> str:
+        return (f"{self.pool} held-out pass@1 fell from {self.best_pass_at_1:.2f} (step {self.best_step}) "
+                f"to {self.pass_at_1:.2f} (step {self.step})")
+
+
+def eval_regressions(records: list[EvalRecord]) -> list[EvalRegression]:
+    """The pools of the latest round (by step) whose pass@1 fell well below their best earlier round's."""
+    if len(records) < 2:
+        return []
+    *earlier, latest = sorted(records, key=lambda r: r.step)
+    found = []
+    for score in latest.pools:
+        if score.pass_at_1 is None:
+            continue
+        before = [(s.pass_at_1, -r.step) for r in earlier for s in r.pools if s.pool == score.pool and s.pass_at_1 is not None]
+        if not before:
+            continue
+        best, minus_step = max(before)  # the best round; of equal ones, the earliest
+        if wilson_interval(score.solved, score.scored)[1] < best:
+            found.append(EvalRegression(pool=score.pool, best_step=-minus_step, best_pass_at_1=best, step=latest.step,
+                                        pass_at_1=score.pass_at_1))
+    return found
 
 
 class EvalProgress(_Wire):
@@ -248,6 +294,9 @@ class CoordinatorStatus(BaseModel):
     # Everything below arrived later: defaulted, so a status from an older learner still reads.
     mean_reward: float | None = Field(default=None, description="mean reward of the rollouts the last step consumed")
     pass_at1: dict[str, float] = Field(default_factory=dict, description="latest evaluation's pass@1 by pool")
+    eval_regressions: list[EvalRegression] = Field(
+        default_factory=list, description="pools whose latest held-out pass@1 fell well below their best"
+    )
     last_eval: EvalRecord | None = None
     evaluating: EvalProgress | None = None
     latest_checkpoint: str | None = Field(default=None, description="the newest checkpoint written")

@@ -10,7 +10,7 @@ import csv
 import math
 from pathlib import Path
 
-from harnessrl.runtime.contracts.coordinator import PoolScore
+from harnessrl.runtime.contracts.coordinator import PoolScore, wilson_interval
 from pydantic import BaseModel
 
 
@@ -37,17 +37,6 @@ def build_matrix(results: dict[str, list[PoolScore]]) -> Matrix:
         cells = [next((s for s in results[label] if s.pool == pool), None) for label in labels]
         rows.append(Row(pool=pool, harness=harness, cells=cells))
     return Matrix(checkpoints=labels, rows=rows)
-
-
-def wilson_interval(solved: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a pass rate (95% by default): unlike p ± z·se it stays inside [0, 1] and is
-    not empty at 0/n or n/n, which small evaluations hit often."""
-    if n <= 0:
-        return (math.nan, math.nan)
-    p = solved / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def _interval(cell: PoolScore | None) -> tuple[float, float]:

@@ -26,6 +26,7 @@ from harnessrl.runtime.contracts.coordinator import (
     CompletionAck,
     CoordinatorStatus,
     EvalRecord,
+    EvalRegression,
     Lease,
     LeaseRequest,
     OutcomeKind,
@@ -123,6 +124,7 @@ class CoordinatorState(BaseModel):
     mean_reward: float | None = None  # of the rollouts the last step consumed
     eval_round: E.EvalRound | None = None  # open while training waits for it
     last_eval: EvalRecord | None = None
+    eval_regressions: list[EvalRegression] = Field(default_factory=list)  # as of the last round
 
 
 class Artifacts(BaseModel):
@@ -521,6 +523,7 @@ class Coordinator:
             mean_reward=self.state.mean_reward,
             pass_at1=self.state.last_eval.pass_at1() if self.state.last_eval is not None else {},
             last_eval=self.state.last_eval,
+            eval_regressions=self.state.eval_regressions,
             evaluating=E.progress(self.state.eval_round) if self.state.eval_round is not None else None,
             pools=self._pool_rollouts(),
             **self.artifacts.model_dump(),

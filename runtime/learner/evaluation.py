@@ -20,7 +20,7 @@ import math
 import secrets
 from pathlib import Path
 
-from harnessrl.runtime.contracts.coordinator import EvalProgress, EvalRecord
+from harnessrl.runtime.contracts.coordinator import EvalProgress, EvalRecord, EvalRegression, eval_regressions
 from harnessrl.runtime.coordinator import ledger as L
 from harnessrl.runtime.learner.config import EvalSchedule
 from prometheus_client import CollectorRegistry, Gauge
@@ -104,11 +104,14 @@ class EvalLog:
         self.gauge = Gauge("harnessrl_learner_eval_pass_at_1", "pass@1 of the latest evaluation", ("pool",),
                            registry=registry)
 
-    def record(self, rec: EvalRecord) -> None:
+    def record(self, rec: EvalRecord) -> list[EvalRegression]:
+        """Append the round; the pools whose pass@1 it shows fallen well below their best (the collapse alarm)."""
         # A round replayed after a restart replaces its earlier line instead of adding a second one.
-        self._rewrite([r for r in read_records(self.path) if r.step != rec.step] + [rec])
+        records = [r for r in read_records(self.path) if r.step != rec.step] + [rec]
+        self._rewrite(records)
         for p in rec.pools:
             self.gauge.labels(pool=p.pool).set(math.nan if p.pass_at_1 is None else p.pass_at_1)
+        return eval_regressions(records)
 
     def truncate_to(self, step: int) -> None:
         """Drop rounds past `step` (a resumed run evaluates those steps again)."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore, wilson_interval
 from harnessrl.runtime.learner.checkpoint import CheckpointMeta
 from harnessrl.runtime.learner.config import HubExport
+from harnessrl.runtime.learner.evaluation import read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
 
 log = logging.getLogger(__name__)
@@ -22,8 +25,10 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.4f}"
 
 
-def model_card(run_name: str, meta: CheckpointMeta, history: list[StepMetrics], base_model: str) -> str:
-    """README.md: front matter, the run's latest metrics, training pass@1 per harness, and a step table."""
+def model_card(run_name: str, meta: CheckpointMeta, history: list[StepMetrics], base_model: str,
+               evals: Sequence[EvalRecord] = ()) -> str:
+    """README.md: front matter, the run's latest metrics, held-out pass@1 per harness from the evaluation rounds
+    up to this checkpoint (base policy first), training pass@1 per harness, and a step table."""
     last = history[-1] if history else None
     window = history[-10:]
     harnesses = sorted({h for m in window for h in m.solved_rate_by_harness})
@@ -57,6 +62,7 @@ def model_card(run_name: str, meta: CheckpointMeta, history: list[StepMetrics], 
             f"| kl | {_fmt(last.kl)} |",
             f"| tokens_per_s | {last.tokens_per_s:.1f} |",
         ]
+    lines += held_out_table([r for r in evals if r.step <= meta.step])
     lines += ["", "## pass@1 per harness (training rollouts, last 10 steps)", "", "| harness | pass@1 | mean reward |", "|---|---|---|"]
     for h in harnesses:
         solved = _avg([m.solved_rate_by_harness.get(h) for m in window])
@@ -67,17 +73,40 @@ def model_card(run_name: str, meta: CheckpointMeta, history: list[StepMetrics], 
     return "\n".join(lines) + "\n"
 
 
+def held_out_table(rounds: list[EvalRecord]) -> list[str]:
+    """Held-out pass@1 per harness (rows) at each evaluation round (columns: the base policy at step 0, then the
+    checkpoints), each with its counts and 95% Wilson interval; nothing when the run has no evaluation."""
+    if not rounds:
+        return []
+    pools = list(dict.fromkeys(s.pool for r in rounds for s in r.pools))
+    heads = ["base (step 0)" if r.step == 0 else f"step {r.step}" for r in rounds]
+
+    def cell(score: PoolScore | None) -> str:
+        if score is None or score.pass_at_1 is None:
+            return "–"
+        lo, hi = wilson_interval(score.solved, score.scored)
+        return f"{score.pass_at_1:.2f} ({score.solved}/{score.scored}, 95% CI {lo:.2f}–{hi:.2f})"
+
+    lines = ["", f"## Held-out pass@1 per harness ({rounds[-1].tasks} tasks × {rounds[-1].attempts} attempts)", "",
+             "| harness pool | " + " | ".join(heads) + " |", "|---|" + "---|" * len(rounds)]
+    for pool in pools:
+        cells = [cell(next((s for s in r.pools if s.pool == pool), None)) for r in rounds]
+        lines.append(f"| {pool} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _avg(xs: list[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
     return sum(vals) / len(vals) if vals else None
 
 
 class HubExporter:
-    def __init__(self, cfg: HubExport, run_name: str, base_model: str = ""):
+    def __init__(self, cfg: HubExport, run_name: str, base_model: str = "", eval_file: Path | None = None):
         self.cfg = cfg
         self.run_name = run_name
         self.base_model = base_model or run_name
         self.every = cfg.every
+        self.eval_file = eval_file  # the run's eval.jsonl, read at each export for the model card
 
     def export(self, checkpoint: Path, history: list[StepMetrics]) -> str:
         """Upload `checkpoint`'s policy, metrics and a model card to branch `<prefix><step>`; return it."""
@@ -93,7 +122,8 @@ class HubExporter:
             shutil.copytree(checkpoint / "policy", staging, dirs_exist_ok=True)
             if (checkpoint / "metrics.jsonl").exists():
                 shutil.copyfile(checkpoint / "metrics.jsonl", staging / "metrics.jsonl")
-            (staging / "README.md").write_text(model_card(self.run_name, meta, history, self.base_model))
+            evals = read_records(self.eval_file) if self.eval_file is not None else []
+            (staging / "README.md").write_text(model_card(self.run_name, meta, history, self.base_model, evals))
             api.upload_folder(
                 repo_id=self.cfg.repo,
                 folder_path=staging,

@@ -111,7 +111,8 @@ class Learner:
         replay(self.coordinator, self.journal, self.coordinator.state.journal_seq)
         self.sync = make_sync(cfg.engine, cfg.model.served_name, sync_dir(ck.dir))
         self.proxy = ProxyControl(cfg.proxy)
-        self.exporter = HubExporter(cfg.export, cfg.run_name, str(cfg.model.path)) if cfg.export is not None else None
+        self.exporter = (HubExporter(cfg.export, cfg.run_name, str(cfg.model.path), cfg.eval_file())
+                         if cfg.export is not None else None)
         exporter, artifacts = self.exporter, self.coordinator.artifacts
         self.exports = (
             LatestOnlyWorker[tuple[Path, list[StepMetrics]]](
@@ -179,9 +180,11 @@ class Learner:
             if rec is None:
                 await asyncio.sleep(0.1)
                 continue
-            self.evals.record(rec)
+            self.coordinator.state.eval_regressions = self.evals.record(rec)
             scores = ", ".join(f"{p.pool} {p.solved}/{p.scored}" for p in rec.pools)
             log.info("eval at step %d (policy v%d): pass@1 %s (%s)", rec.step, rec.policy_version, rec.pass_at1(), scores)
+            for regression in self.coordinator.state.eval_regressions:
+                log.warning("collapse alarm: %s", regression.describe())
 
     async def step(self, batch: Batch) -> None:
         st = self.coordinator.state

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
 from harnessrl.runtime.learner.checkpoint import save_checkpoint
 from harnessrl.runtime.learner.config import HubExport
 from harnessrl.runtime.learner.coordinator import CoordinatorState
@@ -26,6 +27,13 @@ def metrics(step: int) -> StepMetrics:
                        solved_rate_by_harness={"mini-swe-agent": 0.125 * step, "claude-code": 0.25},
                        loss=-0.01, clip_fraction=0.02, kl=0.001, tokens=1000, loss_tokens=400, tokens_per_s=123.0,
                        step_s=1.0, sync_s=0.1, grad_norm=0.5)
+
+
+def eval_round(step: int, solved: int) -> EvalRecord:
+    score = PoolScore(pool="oneshot", harness="oneshot", rollouts=16, scored=16, solved=solved, unscored=0,
+                      pending=0, pass_at_1=solved / 16, mean_correctness=solved / 16)
+    return EvalRecord(step=step, policy_version=step, model=f"tiny-v{step}", time=0.0, tasks=4, attempts=4,
+                      pools=[score])
 
 
 def tiny_lora() -> torch.nn.Module:
@@ -45,7 +53,10 @@ def test_export_creates_repo_branches_files_and_card(
     monkeypatch.setenv("HF_HUB_TOKEN_FOR_TEST", hub_server.token)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     cfg = HubExport(repo="acme/tiny-grpo", token_env="HF_HUB_TOKEN_FOR_TEST", endpoint=hub_server.endpoint)
-    exporter = HubExporter(cfg, "run-a", "tiny-base")
+    evals = tmp_path / "eval.jsonl"
+    # The base policy's round, and rounds at steps 2 and 4: each card shows the rounds up to its own step.
+    evals.write_text("".join(eval_round(step, solved).model_dump_json() + "\n" for step, solved in ((0, 3), (2, 12), (4, 16))))
+    exporter = HubExporter(cfg, "run-a", "tiny-base", evals)
     model = tiny_lora()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
     history = []
@@ -73,6 +84,13 @@ def test_export_creates_repo_branches_files_and_card(
     assert "| mean_reward | 0.4000 |" in card
     assert "| mini-swe-agent | 0.3125 | 0.2500 |" in card  # pass@1 and reward averaged over the last steps
     assert "| claude-code | 0.2500 |" in card
+    # Held-out pass@1 from the evaluation rounds, base first, with counts and the 95% Wilson interval.
+    assert "## Held-out pass@1 per harness (4 tasks × 4 attempts)" in card
+    assert "| harness pool | base (step 0) | step 2 | step 4 |" in card
+    assert "| oneshot | 0.19 (3/16, 95% CI 0.07–0.43) | 0.75 (12/16, 95% CI 0.51–0.90) | 1.00 (16/16, 95% CI 0.81–1.00) |" in card
+    step2 = Path(hf_hub_download("acme/tiny-grpo", "README.md", revision="step-2", token=hub_server.token,
+                                 endpoint=hub_server.endpoint, cache_dir=tmp_path / "cache2")).read_text()
+    assert "| harness pool | base (step 0) | step 2 |" in step2 and "step 4 |" not in step2
     adapter = hf_hub_download("acme/tiny-grpo", "adapter_model.safetensors", revision="step-2",
                               token=hub_server.token, endpoint=hub_server.endpoint, cache_dir=tmp_path / "cache")
     local = tmp_path / "ck" / "step-0000002" / "policy" / "adapter_model.safetensors"

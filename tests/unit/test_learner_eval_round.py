@@ -213,10 +213,18 @@ def test_eval_log_replaces_a_replayed_round_and_truncates_on_resume(tmp_path: Pa
         rec = c.close_eval(now=1)
         assert rec is not None
         log.record(rec)
-    log.record(rec)  # the round at step 4 replayed after a restart
+    assert log.record(rec) == []  # the round at step 4 replayed after a restart; no pool fell
     assert [r.step for r in read_records(log.path)] == [2, 4]
     assert 'harnessrl_learner_eval_pass_at_1{pool="pe"} 1.0' in generate_latest(registry).decode()
-    log.truncate_to(3)  # resumed from the checkpoint of step 3: step 4 is evaluated again
+    # A later round where every attempt failed: the collapse alarm names each pool, and the status carries it.
+    fallen = rec.model_copy(update={"step": 6, "pools": [
+        p.model_copy(update={"solved": 0, "pass_at_1": 0.0}) for p in rec.pools]})
+    c.state.eval_regressions = log.record(fallen)
+    assert [(p.pool, p.solved, p.scored) for p in rec.pools] == [("pa", 2, 2), ("pe", 2, 2)]
+    # 0/2 tops at 0.66 at 95%, under the best round's 1.0 (2/2, at step 2: the earliest of the equal ones).
+    assert [(r.pool, r.best_step, r.best_pass_at_1, r.step, r.pass_at_1) for r in c.status().eval_regressions] == [
+        ("pa", 2, 1.0, 6, 0.0), ("pe", 2, 1.0, 6, 0.0)]
+    log.truncate_to(3)  # resumed from the checkpoint of step 3: steps 4 and 6 are evaluated again
     assert [r.step for r in read_records(log.path)] == [2]
 
 

@@ -13,6 +13,7 @@ from harnessrl.runtime.contracts.coordinator import (
     OutcomeKind,
     PoolRollouts,
     PoolScore,
+    eval_regressions,
 )
 from harnessrl.runtime.coordinator.journal import JournalEntry
 from harnessrl.runtime.learner.metrics import StepMetrics
@@ -146,11 +147,33 @@ def test_report_takes_pass_at_1_from_the_evaluation_rounds(tmp_path: Path) -> No
     assert "held-out pass@1, base policy (step 0) → step 4: oneshot 0.000 → 0.750, mini-swe-agent 0.250 → 0.500" in text
     assert "could not run (unknown tool / arguments its schema refused): oneshot 1 / 0" in text
     assert "one more training sequence (prefix breaks, by cause): oneshot reply_changed 4, retry 2" in text
+    assert "below its best): none" in text  # 3/4 after 1/4 and 0/4; 2/4 after 0/4 and 1/4
     assert (tmp_path / "report" / "pass_at_1_matrix.png").read_bytes().startswith(b"\x89PNG")
     # Without eval.jsonl the report falls back to the training solved rate, and says so.
     (tmp_path / "checkpoints" / "eval.jsonl").unlink()
     assert main([str(tmp_path)]) == 0
     assert "| harness | solved rate (last step, training rollouts) |" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_collapse_alarm_fires_only_beyond_the_latest_rounds_interval() -> None:
+    # 2/4 after a best of 3/4 is noise (the 95% interval of 2/4 reaches 0.85); 0/4 after 4/4 is not (it tops at 0.49).
+    noise = [eval_record(0, {"a": 1}), eval_record(2, {"a": 3}), eval_record(4, {"a": 2})]
+    assert eval_regressions(noise) == []
+    fallen = [eval_record(0, {"a": 1, "b": 0}), eval_record(2, {"a": 4, "b": 4}), eval_record(4, {"a": 4, "b": 4}),
+              eval_record(6, {"a": 0, "b": 4})]
+    [alarm] = eval_regressions(list(reversed(fallen)))  # rounds are taken by step, not by order in the file
+    assert (alarm.pool, alarm.best_step, alarm.best_pass_at_1, alarm.step, alarm.pass_at_1) == ("a", 2, 1.0, 6, 0.0)
+    assert alarm.describe() == "a held-out pass@1 fell from 1.00 (step 2) to 0.00 (step 6)"
+    assert eval_regressions(fallen[:1]) == [] and eval_regressions([]) == []
+
+
+def test_report_names_a_collapse(tmp_path: Path) -> None:
+    write_run(tmp_path, [0.1, 0.9, 0.2], [entry(1, "oneshot", OutcomeKind.solved, 1)])
+    (tmp_path / "checkpoints" / "eval.jsonl").write_text("".join(
+        eval_record(step, {"oneshot": n}).model_dump_json() + "\n" for step, n in ((0, 1), (2, 4), (4, 0))))
+    assert main([str(tmp_path)]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "below its best): oneshot held-out pass@1 fell from 1.00 (step 2) to 0.00 (step 4)" in text
 
 
 def test_live_view_prints_each_evaluation_round_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from harnessrl.operator.api.harnesspool import PoolRolloutCounts
 from harnessrl.operator.api.trainingrun import TrainingRunSpec, TrainingRunStatus
 from harnessrl.operator.handlers.status import Observed, blocked_status, pool_status, run_status, transitions
-from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
+from harnessrl.runtime.contracts.coordinator import CoordinatorStatus, EvalRegression
 
 SPEC = TrainingRunSpec.model_validate({
     "model": {"base": {"hub": {"repo": "a/b"}}},
@@ -87,6 +87,14 @@ def test_learner_trouble_and_hub_export_failing() -> None:
     status = run_status(SPEC, 1, None, failing, T0)
     assert conds(status)["Training"] == ("True", "HubExportFailing")
     assert any(e.type == "Warning" and e.reason == "HubExportFailing" for e in transitions([], status.conditions))
+    # The collapse alarm: a pool's held-out pass@1 well below its best is a warning on the Training condition.
+    fallen = EvalRegression(pool="p", best_step=4, best_pass_at_1=0.75, step=8, pass_at_1=0.125)
+    regressed = failing.model_copy(update={"progress": learner_status(step=8, policy_version=8, eval_regressions=[fallen])})
+    status = run_status(SPEC, 1, None, regressed, T0)
+    training = next(c for c in status.conditions if c.type == "Training")
+    assert (training.status, training.reason) == ("True", "EvalRegressed")
+    assert training.message.endswith("p held-out pass@1 fell from 0.75 (step 4) to 0.12 (step 8)")
+    assert any(e.type == "Warning" and e.reason == "EvalRegressed" for e in transitions([], status.conditions))
 
 
 def test_complete_and_failed_are_terminal() -> None:
