@@ -36,9 +36,10 @@ def run_file(tmp_path: Path, steps: int, hub: Any | None, pools: tuple[str, ...]
     once)."""
     docs = list(yaml.safe_load_all(QUICKSTART.read_text()))
     run = next(d for d in docs if d["kind"] == "TrainingRun")
-    # One group in four for Mini-SWE-Agent (the quickstart gives it one in eight): it gets groups in a few steps.
+    # Trains in each of `pools`; one group in four for Mini-SWE-Agent (~25 s of CPU a rollout), so it gets groups
+    # in a few steps.
     weights = {"oneshot": 3, "mini-swe-agent": 1}
-    run["spec"]["harnesses"] = [h | {"weight": weights[h["pool"]]} for h in run["spec"]["harnesses"] if h["pool"] in pools]
+    run["spec"]["harnesses"] = [{"pool": pool, "weight": weights[pool]} for pool in pools]
     run["spec"]["grpo"]["steps"] = steps
     run["spec"]["learner"]["checkpointEvery"] = 2
     if evaluate:
