@@ -326,8 +326,9 @@ def parse_mapping(items: list[str], flag: str) -> dict[str, Path]:
 def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     run, pools = read_inputs(args.files)
     spec = run.spec
-    if args.steps is not None:
-        spec = spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"steps": args.steps})})
+    overrides = {name: value for name, value in (("steps", args.steps), ("seed", args.seed)) if value is not None}
+    if overrides:
+        spec = spec.model_copy(update={"grpo": spec.grpo.model_copy(update=overrides)})
     # Before any download: a run whose learner cannot fit its GPUs is refused as the operator refuses it.
     check_learner_memory(spec)
     volumes = parse_mapping(args.volume, "--volume")
@@ -410,6 +411,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--secret", action="append", default=[], metavar="NAME=FILE",
                         help="the value of a Secret the run names (e.g. the Hub token)")
     parser.add_argument("--steps", type=int, help="override spec.grpo.steps")
+    parser.add_argument("--seed", type=int, help="override spec.grpo.seed (task order and the adapter's initial weights)")
     parser.add_argument("--no-live", action="store_true", help="print one progress line per step, no live view")
     args = parser.parse_args(argv)
     try:

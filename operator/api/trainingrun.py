@@ -223,7 +223,10 @@ class GrpoSpec(ApiModel):
         "tokens at the same temperature. Evaluation rollouts keep the harness's own sampling.",
     )
     seed: int = Field(
-        default=0, ge=0, le=2_147_483_647, description="Seed of task order and harness rotation."
+        default=0,
+        ge=0,
+        le=2_147_483_647,
+        description="Seed of task order, harness rotation and a new adapter's initial weights.",
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import torch
 import uvicorn
 from harnessrl.runtime.contracts.coordinator import read_runner_token
 from harnessrl.runtime.contracts.proxy import PolicyState
@@ -64,6 +65,8 @@ def build_trainer(cfg: LearnerConfig, world: World) -> tuple[PolicyTrainer, Path
     model_cfg = cfg.model
     if latest is not None and cfg.adapter.kind == "full":
         model_cfg = cfg.model.model_copy(update={"path": latest / "policy"})
+    # A new adapter's initial weights follow grpo.seed, so seeds are replicates; a checkpoint restores its own RNG.
+    torch.manual_seed(cfg.grpo.seed)
     model = load_policy(model_cfg, cfg.adapter, adapter_dir, world, cfg.grpo.temperature)
     compute = compute_dtype(cfg.model, next(model.parameters()).device)
     trainer = PolicyTrainer(model, cfg.grpo, pad_id=_pad_id(cfg.model.path), compute=compute, world=world)

@@ -31,6 +31,7 @@ def args(tmp_path: Path, model_dir: Path, **overrides: object) -> argparse.Names
         volume=[f"tiny-model={model_dir}", f"quickstart-tasks={ROOT / 'examples' / 'quickstart' / 'tasks'}"],
         secret=[],
         steps=None,
+        seed=None,
     )
     return argparse.Namespace(**(base | overrides))
 
@@ -44,7 +45,7 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def test_quickstart_plans_engine_proxy_learner_and_one_runner_per_pool(tmp_path: Path, model_dir: Path) -> None:
-    plan, placement = plan_run(args(tmp_path, model_dir, steps=3))
+    plan, placement = plan_run(args(tmp_path, model_dir, steps=3, seed=7))
     run_dir = tmp_path / "run"
     specs = process_specs(plan, run_dir)
     assert [s.name for s in specs] == [
@@ -57,7 +58,8 @@ def test_quickstart_plans_engine_proxy_learner_and_one_runner_per_pool(tmp_path:
     assert str(model_dir) in specs[0].argv
 
     learner = json.loads((run_dir / "config" / "quickstart-learner.json").read_text())
-    assert learner["grpo"]["steps"] == 3  # --steps overrides the spec
+    assert learner["grpo"]["steps"] == 3  # --steps and --seed override the spec
+    assert learner["grpo"]["seed"] == 7
     assert learner["host"] == "127.0.0.1"
     assert learner["engine"]["urls"] == [f"http://127.0.0.1:{placement.engine_ports[0]}"]
     # One machine: the engine loads adapters from the learner's own directory, no adapter store in between.

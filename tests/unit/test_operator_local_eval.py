@@ -27,7 +27,7 @@ def test_eval_only_pool_runs_locally_and_the_learner_gets_the_eval_split(tmp_pat
     files.write_text(yaml.safe_dump_all(docs))
     model = tmp_path / "model"
     model.mkdir()  # planning reads no weights
-    args = argparse.Namespace(files=[files], run_dir=tmp_path / "run", secret=[], steps=None,
+    args = argparse.Namespace(files=[files], run_dir=tmp_path / "run", secret=[], steps=None, seed=None,
                               volume=[f"tiny-model={model}", f"quickstart-tasks={TASKS}"])
     plan, _ = plan_run(args)
     run_dir = tmp_path / "run"
