@@ -1,11 +1,12 @@
 """`harnessrl report RUN_DIR`: plots (PNG) and a markdown summary of a run directory.
 
 Reads what the learner wrote: `checkpoints/metrics.jsonl` (one record per step), `checkpoints/eval.jsonl` (one
-evaluation round per line, when the run has spec.eval) and `checkpoints/journal.jsonl` (every accepted rollout
-completion). Writes `RUN_DIR/report/`: reward.png (mean reward per step, with a moving average), pass_at_1.png
-(pass@1 per harness pool at each evaluated step; without evaluations, the solved rate of the training rollouts per
-harness over steps), pass_at_1_matrix.png (the harness × step heatmap of `harnessrl eval`, with evaluations),
-tool_calls.png (tool calls per solved rollout, per harness) and report.md.
+evaluation round per line, when the run has spec.eval), `checkpoints/journal.jsonl` (every accepted rollout
+completion) and which `checkpoints/step-N/` dirs exist (it names the best of them by held-out pass@1). Writes
+`RUN_DIR/report/`: reward.png (mean reward per step, with a moving average), pass_at_1.png (pass@1 per harness
+pool at each evaluated step; without evaluations, the solved rate of the training rollouts per harness over
+steps), pass_at_1_matrix.png (the harness × step heatmap of `harnessrl eval`, with evaluations), tool_calls.png
+(tool calls per solved rollout, per harness) and report.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import statistics
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -21,7 +23,7 @@ from pydantic import BaseModel
 from harnessrl.runtime.contracts.coordinator import EvalRecord, OutcomeKind, eval_regressions
 from harnessrl.runtime.coordinator.journal import JournalEntry, read_entries
 from harnessrl.runtime.evaluation.matrix import build_matrix, write_png
-from harnessrl.runtime.learner.evaluation import is_eval_rollout, read_records
+from harnessrl.runtime.learner.evaluation import best_round, is_eval_rollout, mean_pass_at_1, read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
 
 
@@ -36,6 +38,9 @@ class RunSummary(BaseModel):
     pass_at_1: dict[str, float]
     pass_at_1_step: int | None  # the step evaluated (None: training solved rate)
     base_pass_at_1: dict[str, float] = {}  # the base policy's pass@1 by pool (the round at step 0, if any)
+    # The checkpoint on disk with the best held-out pass@1 (mean over the pools; evaluation.best_round), if any.
+    best_step: int | None = None
+    best_pass_at_1: float | None = None
     # The collapse alarm: pools whose latest held-out pass@1 fell well below their best (EvalRegression.describe).
     regressions: list[str] = []
     rollouts_scored: int
@@ -106,13 +111,19 @@ def read_evals(run_dir: Path) -> list[EvalRecord]:
     return read_records(run_dir / "checkpoints" / "eval.jsonl")
 
 
+def checkpoint_steps(run_dir: Path) -> set[int]:
+    """The steps whose checkpoint is on disk (`checkpoints/step-<N>/`; the learner prunes old ones)."""
+    return {int(p.name.removeprefix("step-")) for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()}
+
+
 def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], evals: list[EvalRecord],
               mismatches: dict[str, tuple[int, int]] | None = None,
-              breaks: dict[str, dict[str, int]] | None = None) -> RunSummary:
+              breaks: dict[str, dict[str, int]] | None = None, checkpoints: Collection[int] = ()) -> RunSummary:
     rewards = [m.mean_reward for m in metrics if m.mean_reward is not None]
     quarter = max(1, len(metrics) // 4)
     last = metrics[-1] if metrics else None
     latest = evals[-1] if evals else None
+    best = best_round(evals, checkpoints)
     return RunSummary(
         steps=last.step if last else 0,
         first_reward=statistics.fmean(rewards[:quarter]) if rewards else None,
@@ -122,6 +133,8 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         pass_at_1=latest.pass_at1() if latest else dict(last.solved_rate_by_harness) if last else {},
         pass_at_1_step=latest.step if latest else None,
         base_pass_at_1=next((e.pass_at1() for e in evals if e.step == 0), {}),
+        best_step=best.step if best else None,
+        best_pass_at_1=mean_pass_at_1(best) if best else None,
         regressions=[r.describe() for r in eval_regressions(evals)],
         rollouts_scored=last.rollouts_scored if last else 0,
         rollouts_unscored=last.rollouts_unscored if last else 0,
@@ -215,6 +228,8 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
     rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} | "
                      f"{fmt(summary.sequences_per_rollout.get(h))} | {summary.trained_tokens.get(h, '-')} |"
                      for h, p in sorted(summary.pass_at_1.items()))
+    best = ("- (no evaluated checkpoint on disk)" if summary.best_step is None else
+            f"step {summary.best_step} (held-out pass@1 {fmt(summary.best_pass_at_1)}, the mean over the eval pools)")
     if summary.pass_at_1_step is not None:
         column, matrix = f"pass@1 (evaluation at step {summary.pass_at_1_step})", "\n![pass@1 matrix](pass_at_1_matrix.png)\n"
     else:
@@ -226,6 +241,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - mean reward, last quarter of the steps: {fmt(summary.last_reward)}
 - training solved rate, first → last quarter: {solved}
 - held-out pass@1, base policy (step 0) → step {summary.pass_at_1_step}: {lift or "-"}
+- best checkpoint: {best}
 - collapse alarm (latest held-out pass@1 beyond its 95% interval below its best): \
 {"; ".join(summary.regressions) or "none"}
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
@@ -256,7 +272,7 @@ def write_report(run_dir: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plot(metrics, tool_calls, evals, out)
     summary = summarize(metrics, tool_calls, evals, tool_mismatches_by_harness(completions),
-                        prefix_breaks_by_harness(completions))
+                        prefix_breaks_by_harness(completions), checkpoint_steps(run_dir))
     (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     report = out / "report.md"
     report.write_text(markdown(run_dir, summary))

@@ -1,9 +1,8 @@
 """Work the training step must not wait for (a Hub upload of a checkpoint), in one background thread.
 
-The queue is bounded at one waiting item, and a newer item replaces a waiting one: only the newest
-checkpoint matters to the Hub, so a slow Hub makes exports skip checkpoints instead of piling up behind
-training. The work must be idempotent and resumable by itself: a crash loses at most the item in flight,
-and the next checkpoint after the restart is exported again.
+The queue is bounded at one waiting item, and a newer item replaces a waiting one: a slow Hub makes exports
+skip checkpoints (a skipped one cannot become main's best) instead of piling up behind training. The work must be idempotent and resumable by itself: a crash loses at most the item in flight,
+and the restarted learner exports its latest checkpoint again.
 """
 
 from __future__ import annotations

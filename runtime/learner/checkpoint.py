@@ -2,7 +2,8 @@
 
 Layout: <dir>/step-<N>/{policy/, optimizer.pt, coordinator.json, rng.pt, metrics.jsonl, meta.json} and
 <dir>/latest (the newest complete step dir's name). A checkpoint is written to a temporary dir and renamed,
-then `latest` is replaced, so a crash at any moment leaves the previous checkpoint intact.
+then `latest` is replaced, so a crash at any moment leaves the previous checkpoint intact. The newest `keep`
+step dirs stay, and the best one by held-out pass@1 (evaluation.best_round) beside them.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from __future__ import annotations
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from harnessrl.runtime.contracts.coordinator import EvalRecord
 from harnessrl.runtime.learner.coordinator import CoordinatorState
+from harnessrl.runtime.learner.evaluation import best_round
 from pydantic import BaseModel
 
 
@@ -39,6 +43,7 @@ def save_checkpoint(
     metrics_file: Path,
     adapter_kind: str,
     keep: int,
+    evals: Sequence[EvalRecord] = (),
 ) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(state.step)
@@ -67,14 +72,17 @@ def save_checkpoint(
     tmp.rename(final)
     (root / ".latest.tmp").write_text(final.name)
     (root / ".latest.tmp").replace(root / "latest")
-    _prune(root, keep)
+    _prune(root, keep, evals)
     return final
 
 
-def _prune(root: Path, keep: int) -> None:
+def _prune(root: Path, keep: int, evals: Sequence[EvalRecord]) -> None:
     dirs = sorted(p for p in root.glob("step-*") if p.is_dir())
+    # The best checkpoint is the one to use after the run: the rotation must not take it.
+    best = best_round(evals, {int(p.name.removeprefix("step-")) for p in dirs})
     for old in dirs[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        if best is None or old.name != step_dir_name(best.step):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def latest_checkpoint(root: Path) -> Path | None:

@@ -262,7 +262,8 @@ class HubExport(_Cfg):
     token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     every: int = Field(1, ge=1, description="export every N-th checkpoint")
     private: bool = True
-    # Each checkpoint goes to its own branch `<revision_prefix><step>`; main holds the newest.
+    # Each checkpoint goes to its own branch `<revision_prefix><step>`; main holds the best exported one by
+    # held-out pass@1 (the newest without evaluations).
     revision_prefix: str = Field("step-", pattern=r"^[A-Za-z0-9._-]*$")
     endpoint: str | None = Field(None, description="Hub URL; None = huggingface_hub's default / HF_ENDPOINT")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from harnessrl.runtime.contracts.coordinator import EvalProgress, EvalRecord, EvalRegression, eval_regressions
@@ -87,6 +88,20 @@ def record(r: EvalRound, now: float) -> EvalRecord:
         attempts=r.attempts,
         pools=L.pool_scores(r.ledger),
     )
+
+
+def mean_pass_at_1(r: EvalRecord) -> float | None:
+    """The round's pass@1 averaged over its pools (each harness counts once); None when no pool scored."""
+    scores = list(r.pass_at1().values())
+    return math.fsum(scores) / len(scores) if scores else None
+
+
+def best_round(rounds: Sequence[EvalRecord], steps: Collection[int]) -> EvalRecord | None:
+    """The round of the best checkpoint: the highest mean held-out pass@1 among the rounds at `steps` (the
+    checkpoints that exist, so never the base policy's round); of equal ones, the earliest. None when no such
+    round scored anything: then the newest checkpoint stands in."""
+    scored = [(m, r) for r in rounds if r.step in steps and (m := mean_pass_at_1(r)) is not None]
+    return max(scored, key=lambda mr: (mr[0], -mr[1].step))[1] if scored else None
 
 
 def read_records(path: Path) -> list[EvalRecord]:

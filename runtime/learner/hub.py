@@ -1,4 +1,6 @@
-"""Export checkpoints to the Hugging Face Hub: repo, one branch per checkpoint, a model card with the metrics.
+"""Export checkpoints to the Hugging Face Hub: repo, one branch per checkpoint, a model card with the metrics, and
+`main` holding the best exported checkpoint by held-out pass@1 (evaluation.best_round; the newest without
+evaluations), with a card that says which step it is and why.
 
 The token is read from the file or env var named in the config at each export and handed only to
 huggingface_hub; it is never logged, formatted into an error, or written next to the files.
@@ -7,16 +9,21 @@ huggingface_hub; it is never logged, formatted into an error, or written next to
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore, wilson_interval
 from harnessrl.runtime.learner.checkpoint import CheckpointMeta
 from harnessrl.runtime.learner.config import HubExport
-from harnessrl.runtime.learner.evaluation import read_records
+from harnessrl.runtime.learner.evaluation import best_round, mean_pass_at_1, read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
+
+if TYPE_CHECKING:
+    from huggingface_hub import CommitOperation, HfApi
 
 log = logging.getLogger(__name__)
 
@@ -25,30 +32,32 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.4f}"
 
 
-def model_card(run_name: str, meta: CheckpointMeta, history: list[StepMetrics], base_model: str,
-               evals: Sequence[EvalRecord] = ()) -> str:
-    """README.md: front matter, the run's latest metrics, held-out pass@1 per harness from the evaluation rounds
-    up to this checkpoint (base policy first), training pass@1 per harness, and a step table."""
+def model_card(run_name: str, step: int, policy_version: int, adapter_kind: str, history: list[StepMetrics],
+               base_model: str, evals: Sequence[EvalRecord] = (), why: Sequence[str] = ()) -> str:
+    """README.md: front matter, `why` (main's reason for holding this step), the metrics of the history's last
+    step, held-out pass@1 per harness from the evaluation rounds `evals` (base policy first), training pass@1 per
+    harness, and a step table."""
     last = history[-1] if history else None
     window = history[-10:]
     harnesses = sorted({h for m in window for h in m.solved_rate_by_harness})
     lines = [
         "---",
-        "library_name: peft" if meta.adapter_kind == "lora" else "library_name: transformers",
+        "library_name: peft" if adapter_kind == "lora" else "library_name: transformers",
         "tags: [harnessrl, grpo, reinforcement-learning]",
         "---",
         "",
-        f"# {run_name} — step {meta.step}",
+        f"# {run_name} — step {step}",
         "",
         f"Trained with harnessrl (GRPO inside agent harnesses) from `{base_model}`; "
-        f"policy version {meta.policy_version} ({meta.adapter_kind}).",
+        f"policy version {policy_version} ({adapter_kind}).",
+        *why,
         "",
         "## Metrics",
         "",
         "| metric | value |",
         "|---|---|",
-        f"| step | {meta.step} |",
-        f"| policy_version | {meta.policy_version} |",
+        f"| step | {step} |",
+        f"| policy_version | {policy_version} |",
     ]
     if last is not None:
         lines += [
@@ -62,7 +71,7 @@ def model_card(run_name: str, meta: CheckpointMeta, history: list[StepMetrics], 
             f"| kl | {_fmt(last.kl)} |",
             f"| tokens_per_s | {last.tokens_per_s:.1f} |",
         ]
-    lines += held_out_table([r for r in evals if r.step <= meta.step])
+    lines += held_out_table(list(evals))
     lines += ["", "## pass@1 per harness (training rollouts, last 10 steps)", "", "| harness | pass@1 | mean reward |", "|---|---|---|"]
     for h in harnesses:
         solved = _avg([m.solved_rate_by_harness.get(h) for m in window])
@@ -95,6 +104,22 @@ def held_out_table(rounds: list[EvalRecord]) -> list[str]:
     return lines
 
 
+def why_main(best: EvalRecord, latest: EvalRecord, revision_prefix: str) -> list[str]:
+    """The card's section on main: which step it holds and why, against the latest evaluation."""
+    def score(r: EvalRecord) -> str:
+        mean = mean_pass_at_1(r)
+        pools = ", ".join(f"{pool} {p:.2f}" for pool, p in r.pass_at1().items())
+        return "no scored attempt" if mean is None else f"{mean:.2f} ({pools})"
+
+    lines = ["", "## Why this checkpoint", "",
+             f"`main` holds step {best.step}: of the exported checkpoints, the best by held-out pass@1 (the mean over "
+             f"the eval pools; of equal ones, the earliest), {score(best)}."]
+    if latest.step != best.step:
+        lines.append(f"Step {latest.step}, the latest evaluated, scored {score(latest)}.")
+    lines.append(f"Every exported step stays on its own branch, `{revision_prefix}<step>`.")
+    return lines
+
+
 def _avg(xs: list[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
     return sum(vals) / len(vals) if vals else None
@@ -106,10 +131,11 @@ class HubExporter:
         self.run_name = run_name
         self.base_model = base_model or run_name
         self.every = cfg.every
-        self.eval_file = eval_file  # the run's eval.jsonl, read at each export for the model card
+        self.eval_file = eval_file  # the run's eval.jsonl, read at each export for the cards and main's checkpoint
 
     def export(self, checkpoint: Path, history: list[StepMetrics]) -> str:
-        """Upload `checkpoint`'s policy, metrics and a model card to branch `<prefix><step>`; return it."""
+        """Upload `checkpoint`'s policy, metrics and a model card to branch `<prefix><step>`, then point main at the
+        best exported checkpoint; return the branch."""
         from huggingface_hub import HfApi
 
         meta = CheckpointMeta.model_validate_json((checkpoint / "meta.json").read_text())
@@ -117,17 +143,50 @@ class HubExporter:
         api = HfApi(endpoint=self.cfg.endpoint, token=self.cfg.read_token())
         api.create_repo(self.cfg.repo, private=self.cfg.private, exist_ok=True)
         api.create_branch(self.cfg.repo, branch=revision, exist_ok=True)
+        evals = read_records(self.eval_file) if self.eval_file is not None else []
         with tempfile.TemporaryDirectory(prefix="hub-export-") as tmp:
             staging = Path(tmp)
             shutil.copytree(checkpoint / "policy", staging, dirs_exist_ok=True)
             if (checkpoint / "metrics.jsonl").exists():
                 shutil.copyfile(checkpoint / "metrics.jsonl", staging / "metrics.jsonl")
-            evals = read_records(self.eval_file) if self.eval_file is not None else []
-            (staging / "README.md").write_text(model_card(self.run_name, meta, history, self.base_model, evals))
+            card = model_card(self.run_name, meta.step, meta.policy_version, meta.adapter_kind, history,
+                              self.base_model, [r for r in evals if r.step <= meta.step])
+            (staging / "README.md").write_text(card)
             api.upload_folder(
                 repo_id=self.cfg.repo,
                 folder_path=staging,
                 revision=revision,
+                # The branch starts from main, which holds another step's files: it must hold only this one's.
+                delete_patterns="*",
                 commit_message=f"{self.run_name}: step {meta.step} (policy v{meta.policy_version})",
             )
+        self._point_main(api, meta, history, evals)
         return revision
+
+    def _point_main(self, api: HfApi, newest: CheckpointMeta, history: list[StepMetrics],
+                   evals: list[EvalRecord]) -> None:
+        """Make main hold the files of the best exported step's branch (`newest` without evaluated exports), with
+        its own card. Unchanged files are not committed again: when main already holds that step, only its card
+        can change (the latest evaluation it names)."""
+        from huggingface_hub import CommitOperationAdd, CommitOperationCopy, CommitOperationDelete
+
+        repo, prefix = self.cfg.repo, self.cfg.revision_prefix
+        branch = re.compile(re.escape(prefix) + r"(\d+)")
+        exported = {int(m[1]) for ref in api.list_repo_refs(repo).branches if (m := branch.fullmatch(ref.name))}
+        best = best_round(evals, exported)
+        step, version = (best.step, best.policy_version) if best is not None else (newest.step, newest.policy_version)
+        source = f"{prefix}{step}"
+        files = set(api.list_repo_files(repo, revision=source)) - {".gitattributes", "README.md"}
+        stale = set(api.list_repo_files(repo)) - files - {".gitattributes", "README.md"}
+        why = why_main(best, max(evals, key=lambda r: r.step), prefix) if best is not None else []
+        card = model_card(self.run_name, step, version, newest.adapter_kind, [m for m in history if m.step <= step],
+                          self.base_model, evals, why)
+        # A copy within the repo: the Hub copies large (LFS) files server-side, nothing is uploaded again.
+        operations: list[CommitOperation] = [
+            *(CommitOperationCopy(src_path_in_repo=f, path_in_repo=f, src_revision=source) for f in sorted(files)),
+            *(CommitOperationDelete(path_in_repo=f) for f in sorted(stale)),
+            CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()),
+        ]
+        api.create_commit(repo, operations, revision="main",
+                          commit_message=f"{self.run_name}: main holds step {step} (policy v{version})")
+        log.info("Hub main holds step %d%s", step, "" if best is None else " (best held-out pass@1)")

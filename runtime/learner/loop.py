@@ -32,7 +32,7 @@ from harnessrl.runtime.learner.checkpoint import (
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
 from harnessrl.runtime.learner.distributed import World
-from harnessrl.runtime.learner.evaluation import EvalLog
+from harnessrl.runtime.learner.evaluation import EvalLog, read_records
 from harnessrl.runtime.learner.failure import WEIGHT_SYNC_FAILED, WEIGHT_SYNC_UNSUPPORTED, LearnerFailure
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, captured_by_harness, mean
@@ -123,6 +123,10 @@ class Learner:
             if exporter is not None else None
         )
         self.checkpoints_written = 0
+        # The checkpoint due for export, until its step's evaluation round is recorded. A restart exports its
+        # checkpoint again (unchanged files are not uploaded twice): an export the crash cut short, or one still
+        # waiting for the round, is not lost.
+        self.unexported: Path | None = latest if exporter is not None else None
         self.weights = asyncio.Lock()
 
     async def publish(self, version: int) -> tuple[PolicyState, float]:
@@ -164,6 +168,7 @@ class Learner:
         st.policy_model = policy.model
         while True:
             await self.evaluate()
+            self.export()
             if st.step >= self.cfg.grpo.steps:
                 break
             batch = self.coordinator.take_batch(self.cfg.grpo.groups_per_step)
@@ -257,10 +262,17 @@ class Learner:
         artifacts = self.coordinator.artifacts
         artifacts.latest_checkpoint = str(path)
         log.info("checkpoint %s", path.name)
-        if self.exports is not None and self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
-            # Off the step's critical path: the upload runs while training goes on (background.py).
-            self.exports.submit((path, self.metrics.history()))
+        if self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
+            self.unexported = path
         return path
+
+    def export(self) -> None:
+        """Hand the checkpoint due for export to the background upload, once its step's evaluation round (if any)
+        is recorded: the model card and the choice of the checkpoint on main need its held-out pass@1."""
+        if self.exports is not None and self.unexported is not None:
+            # Off the step's critical path: the upload runs while training goes on (background.py).
+            self.exports.submit((self.unexported, self.metrics.history()))
+            self.unexported = None
 
     def _save_checkpoint(self, snapshot: CoordinatorState) -> Path:
         # Gathering the state is collective (every rank joins): off the event loop, like the step.
@@ -273,6 +285,7 @@ class Learner:
             self.metrics.path,
             self.cfg.adapter.kind,
             self.cfg.checkpoint.keep,
+            read_records(self.evals.path),
         )
 
     async def serve(self) -> None:

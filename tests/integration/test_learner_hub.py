@@ -1,6 +1,7 @@
 """Hub export against the local Hub stand-in (tests/fixtures/hub_server.py, speaking the Hub's HTTP protocol):
-the repo is created, each checkpoint lands on its own branch with the adapter, metrics and a model card, the
-files download back intact, and the token never reaches a log."""
+the repo is created, each checkpoint lands on its own branch with the adapter, metrics and a model card, main
+holds the best exported checkpoint by held-out pass@1 (the newest without evaluations), the files download back
+intact, and the token never reaches a log."""
 
 from __future__ import annotations
 
@@ -112,3 +113,80 @@ def test_export_refuses_a_missing_token(hub_server: HubServer, tmp_path: Path, m
     with pytest.raises(ValueError, match="NO_SUCH_TOKEN_VAR is empty or missing"):
         HubExporter(cfg, "r").export(tmp_path, [])
     assert hub_server.state.requests == []
+
+
+def download(hub: HubServer, filename: str, revision: str, cache: Path) -> bytes:
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download("acme/tiny-grpo", filename, revision=revision, token=hub.token, endpoint=hub.endpoint,
+                                cache_dir=cache)).read_bytes()
+
+
+def export_steps(hub: HubServer, tmp_path: Path, rounds: dict[int, int], steps: list[int], evals: bool = True) -> None:
+    """Train-like exports: each step's weights differ, and its evaluation round (solved of 16, when it has one)
+    is recorded before its export, as the learner does."""
+    cfg = HubExport(repo="acme/tiny-grpo", token_env="HF_HUB_TOKEN_FOR_TEST", endpoint=hub.endpoint)
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text(eval_round(0, 4).model_dump_json() + "\n")  # the base policy's round
+    exporter = HubExporter(cfg, "run-b", "tiny-base", eval_file if evals else None)
+    model = tiny_lora()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    history: list[StepMetrics] = []
+    for step in steps:
+        with torch.no_grad():
+            next(p for p in model.parameters() if p.requires_grad).add_(0.01)
+        history.append(metrics(step))
+        state = CoordinatorState(step=step, policy_version=step, policy_model=f"tiny-v{step}")
+        ck = save_checkpoint(tmp_path / "ck", model, model.state_dict(), opt.state_dict(), state, tmp_path / "none",
+                             "lora", keep=len(steps))
+        if step in rounds:
+            with eval_file.open("a") as f:
+                f.write(eval_round(step, rounds[step]).model_dump_json() + "\n")
+        exporter.export(ck, history)
+
+
+def local_adapter(tmp_path: Path, step: int) -> bytes:
+    return (tmp_path / "ck" / f"step-{step:07d}" / "policy" / "adapter_model.safetensors").read_bytes()
+
+
+def test_main_holds_the_best_exported_step_and_says_why(
+    hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_TOKEN_FOR_TEST", hub_server.token)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    # Step 4 is the best (16/16); step 6 collapses (2/16); step 8 is not evaluated.
+    export_steps(hub_server, tmp_path, {2: 8, 4: 16, 6: 2}, [2, 4, 6, 8])
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub_server.endpoint, token=hub_server.token)
+    assert {b.name for b in api.list_repo_refs("acme/tiny-grpo").branches} == {"main", "step-2", "step-4", "step-6",
+                                                                                "step-8"}
+    # main: step 4's files, not the last step's; every step still on its own branch.
+    assert download(hub_server, "adapter_model.safetensors", "main", tmp_path / "c1") == local_adapter(tmp_path, 4)
+    for step in (6, 8):
+        assert download(hub_server, "adapter_model.safetensors", f"step-{step}", tmp_path / f"c{step}") == \
+            local_adapter(tmp_path, step) != local_adapter(tmp_path, 4)
+    assert set(api.list_repo_files("acme/tiny-grpo")) == set(api.list_repo_files("acme/tiny-grpo", revision="step-4"))
+    card = download(hub_server, "README.md", "main", tmp_path / "c2").decode()
+    assert "# run-b — step 4" in card and "| step | 4 |" in card
+    assert "`main` holds step 4: of the exported checkpoints, the best by held-out pass@1 (the mean over the eval " \
+           "pools; of equal ones, the earliest), 1.00 (oneshot 1.00)." in card
+    assert "Step 6, the latest evaluated, scored 0.12 (oneshot 0.12)." in card
+    assert "| harness pool | base (step 0) | step 2 | step 4 | step 6 |" in card  # the later rounds too
+    # main moved forward (2, then 4) and then stayed: steps 6 and 8 changed only its card.
+    main = [c.message for c in hub_server.state.repos["acme/tiny-grpo"].commits.values()
+            if c.message.startswith("run-b: main")]
+    assert main == ["run-b: main holds step 2 (policy v2)", "run-b: main holds step 4 (policy v4)",
+                    "run-b: main holds step 4 (policy v4)"]
+
+
+def test_without_evaluations_main_holds_the_newest_step(
+    hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_TOKEN_FOR_TEST", hub_server.token)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    export_steps(hub_server, tmp_path, {}, [2, 4], evals=False)
+    assert download(hub_server, "adapter_model.safetensors", "main", tmp_path / "c1") == local_adapter(tmp_path, 4)
+    main_card = download(hub_server, "README.md", "main", tmp_path / "c2")
+    assert main_card == download(hub_server, "README.md", "step-4", tmp_path / "c3")  # the step's own card
+    assert b"Why this checkpoint" not in main_card

@@ -53,12 +53,16 @@ def test_checkpoint_does_not_wait_for_the_hub_and_a_crash_mid_export_resumes(
     cfg = config(tmp_path, tiny_model_dir).model_copy(update={"export": {"repo": "org/m", "token_file": token}})
     cfg = type(cfg).model_validate(cfg.model_dump())
     learner = Learner(cfg)
-    path = asyncio.run(learner.checkpoint())  # returns while the upload is still running
+    path = asyncio.run(learner.checkpoint())
+    # train() hands it over once this step's evaluation round (none here) is recorded; it returns while the
+    # upload is still running.
+    assert learner.unexported == path and not uploading.is_set()
+    learner.export()
     assert uploading.wait(30) and learner.coordinator.artifacts.hub_revision is None
     # The process dies here; its successor resumes from the checkpoint written before the export began.
     learner.journal.close()
     again = Learner(cfg)
-    assert again.coordinator.artifacts.latest_checkpoint == str(path)
+    assert again.coordinator.artifacts.latest_checkpoint == str(path) and again.unexported == path  # exported again
     release.set()
     assert learner.exports is not None and learner.exports.drain(timeout_s=60)
     assert learner.coordinator.artifacts.hub_revision == f"rev-{path.name}"

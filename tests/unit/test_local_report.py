@@ -176,6 +176,25 @@ def test_report_names_a_collapse(tmp_path: Path) -> None:
     assert "below its best): oneshot held-out pass@1 fell from 1.00 (step 2) to 0.00 (step 4)" in text
 
 
+def test_report_names_the_best_checkpoint_on_disk(tmp_path: Path) -> None:
+    write_run(tmp_path, [0.1, 0.5, 0.9, 0.2, 0.3, 0.1], [entry(1, "oneshot", OutcomeKind.solved, 1)])
+    checkpoints = tmp_path / "checkpoints"
+    # Step 2's checkpoint was pruned, step 3 was evaluated without one and step 6 fell back: step 4 is the best.
+    for step in (4, 6):
+        (checkpoints / f"step-{step:07d}").mkdir()
+    (checkpoints / "eval.jsonl").write_text("".join(
+        eval_record(step, {"oneshot": n, "mini-swe-agent": m}).model_dump_json() + "\n"
+        for step, n, m in ((0, 1, 0), (2, 4, 4), (3, 4, 3), (4, 3, 2), (6, 1, 1))))
+    assert main([str(tmp_path)]) == 0
+    summary = RunSummary.model_validate_json((tmp_path / "report" / "summary.json").read_text())
+    assert (summary.best_step, summary.best_pass_at_1) == (4, 0.625)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "- best checkpoint: step 4 (held-out pass@1 0.625, the mean over the eval pools)" in text
+    (checkpoints / "eval.jsonl").unlink()
+    assert main([str(tmp_path)]) == 0
+    assert "- best checkpoint: - (no evaluated checkpoint on disk)" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_live_view_prints_each_evaluation_round_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from harnessrl.local.live import LiveView, status_line
 
