@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
+import yaml
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, SecretKeyRef
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
@@ -468,6 +469,7 @@ def _learner(
             every=spec.export.every_steps // learner.checkpoint_every,
             private=spec.export.private,
             endpoint=spec.export.endpoint,
+            run_spec=yaml.safe_dump(spec.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False),
         )
     config = LearnerConfig(
         run_name=run,

@@ -266,6 +266,9 @@ class HubExport(_Cfg):
     # held-out pass@1 (the newest without evaluations).
     revision_prefix: str = Field("step-", pattern=r"^[A-Za-z0-9._-]*$")
     endpoint: str | None = Field(None, description="Hub URL; None = huggingface_hub's default / HF_ENDPOINT")
+    # The TrainingRun's spec as YAML, shown in every model card so a checkpoint says how it was trained. It holds
+    # Secrets by reference only (the API has no field for a secret value).
+    run_spec: str = ""
 
     @model_validator(mode="after")
     def _one_token_source(self) -> HubExport:

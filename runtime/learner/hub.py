@@ -33,10 +33,10 @@ def _fmt(x: float | None) -> str:
 
 
 def model_card(run_name: str, step: int, policy_version: int, adapter_kind: str, history: list[StepMetrics],
-               base_model: str, evals: Sequence[EvalRecord] = (), why: Sequence[str] = ()) -> str:
+               base_model: str, evals: Sequence[EvalRecord] = (), why: Sequence[str] = (), run_spec: str = "") -> str:
     """README.md: front matter, `why` (main's reason for holding this step), the metrics of the history's last
     step, held-out pass@1 per harness from the evaluation rounds `evals` (base policy first), training pass@1 per
-    harness, and a step table."""
+    harness, a step table and the TrainingRun's spec (`run_spec`, YAML)."""
     last = history[-1] if history else None
     window = history[-10:]
     harnesses = sorted({h for m in window for h in m.solved_rate_by_harness})
@@ -79,6 +79,8 @@ def model_card(run_name: str, step: int, policy_version: int, adapter_kind: str,
         lines.append(f"| {h} | {_fmt(solved)} | {_fmt(reward)} |")
     lines += ["", "## Steps", "", "| step | mean reward | loss | kl |", "|---|---|---|---|"]
     lines += [f"| {m.step} | {_fmt(m.mean_reward)} | {_fmt(m.loss)} | {_fmt(m.kl)} |" for m in history[-50:]]
+    if run_spec:
+        lines += ["", "## Training spec", "", "```yaml", run_spec.rstrip("\n"), "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -150,7 +152,7 @@ class HubExporter:
             if (checkpoint / "metrics.jsonl").exists():
                 shutil.copyfile(checkpoint / "metrics.jsonl", staging / "metrics.jsonl")
             card = model_card(self.run_name, meta.step, meta.policy_version, meta.adapter_kind, history,
-                              self.base_model, [r for r in evals if r.step <= meta.step])
+                              self.base_model, [r for r in evals if r.step <= meta.step], run_spec=self.cfg.run_spec)
             (staging / "README.md").write_text(card)
             api.upload_folder(
                 repo_id=self.cfg.repo,
@@ -180,7 +182,7 @@ class HubExporter:
         stale = set(api.list_repo_files(repo)) - files - {".gitattributes", "README.md"}
         why = why_main(best, max(evals, key=lambda r: r.step), prefix) if best is not None else []
         card = model_card(self.run_name, step, version, newest.adapter_kind, [m for m in history if m.step <= step],
-                          self.base_model, evals, why)
+                          self.base_model, evals, why, self.cfg.run_spec)
         # A copy within the repo: the Hub copies large (LFS) files server-side, nothing is uploaded again.
         operations: list[CommitOperation] = [
             *(CommitOperationCopy(src_path_in_repo=f, path_in_repo=f, src_revision=source) for f in sorted(files)),

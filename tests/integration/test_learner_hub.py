@@ -53,7 +53,8 @@ def test_export_creates_repo_branches_files_and_card(
     caplog.set_level(logging.DEBUG)  # huggingface_hub and httpx included: the token must not show at any level
     monkeypatch.setenv("HF_HUB_TOKEN_FOR_TEST", hub_server.token)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    cfg = HubExport(repo="acme/tiny-grpo", token_env="HF_HUB_TOKEN_FOR_TEST", endpoint=hub_server.endpoint)
+    cfg = HubExport(repo="acme/tiny-grpo", token_env="HF_HUB_TOKEN_FOR_TEST", endpoint=hub_server.endpoint,
+                    run_spec="grpo:\n  steps: 4\n")
     evals = tmp_path / "eval.jsonl"
     # The base policy's round, and rounds at steps 2 and 4: each card shows the rounds up to its own step.
     evals.write_text("".join(eval_round(step, solved).model_dump_json() + "\n" for step, solved in ((0, 3), (2, 12), (4, 16))))
@@ -85,6 +86,7 @@ def test_export_creates_repo_branches_files_and_card(
     assert "| mean_reward | 0.4000 |" in card
     assert "| mini-swe-agent | 0.3125 | 0.2500 |" in card  # pass@1 and reward averaged over the last steps
     assert "| claude-code | 0.2500 |" in card
+    assert card.endswith("## Training spec\n\n```yaml\ngrpo:\n  steps: 4\n```\n")  # how this checkpoint was trained
     # Held-out pass@1 from the evaluation rounds, base first, with counts and the 95% Wilson interval.
     assert "## Held-out pass@1 per harness (4 tasks × 4 attempts)" in card
     assert "| harness pool | base (step 0) | step 2 | step 4 |" in card

@@ -77,6 +77,9 @@ def test_component_configs_are_the_components_own_models_wired_together() -> Non
     # Export every 100 steps with a checkpoint every 50 steps = every 2nd checkpoint; the token is a file.
     assert learner.export is not None and learner.export.every == 2 and learner.export.token_env is None
     assert str(learner.export.token_file) == "/var/run/secrets/harnessrl/hub/token"
+    # The model card shows the run's spec: the spec itself, its Secrets by reference.
+    assert TrainingRunSpec.model_validate(yaml.safe_load(learner.export.run_spec)) == TrainingRunSpec.model_validate(
+        EXAMPLE["spec"])
     assert proxy.call_budget_default == 200 and proxy.admission.max_sessions == 512
 
 
