@@ -7,8 +7,10 @@ The TrainingRun's plan (operator/plan.py) gives the engine, proxy and runner con
 processes as `harnessrl run` does (harnessrl/local/run.py). The engine and proxy start once; for each checkpoint its
 LoRA adapter is hot-loaded into the engine under its own name, the proxy is told to serve that name (PUT
 /policy), and an eval coordinator (runtime/evaluation) hands every (task × pool × attempt) to the pools'
-unmodified runners. Output, under --out: pass_at_1.csv, pass_at_1.png, eval/<checkpoint>/results.json (every
-rollout's outcome), logs/. Re-running with the same --out reuses finished checkpoints.
+unmodified runners. Output, under --out: pass_at_1.txt (what is printed: the matrix, then each later checkpoint
+paired with the first: McNemar test, tool calls on the tasks both solve), pass_at_1.csv, paired.csv, pass_at_1.png,
+eval/<checkpoint>/results.json (every rollout's outcome), logs/. Re-running with the same --out reuses finished
+checkpoints.
 """
 
 from __future__ import annotations
@@ -45,7 +47,15 @@ from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalResults, EvalStatus
-from harnessrl.runtime.evaluation.matrix import build_matrix, format_table, write_csv, write_png
+from harnessrl.runtime.evaluation.matrix import (
+    build_matrix,
+    format_paired,
+    format_table,
+    write_csv,
+    write_paired_csv,
+    write_png,
+)
+from harnessrl.runtime.evaluation.paired import paired_comparisons
 from harnessrl.runtime.harness.tasks import TaskError, load_dir, split_tasks
 
 BASE = "base"
@@ -337,13 +347,24 @@ def execute(setup: Setup) -> int:
         return 1
     finally:
         base.stop_all()
-    matrix = build_matrix({label: r.pools for label, r in results.items()})
-    write_csv(matrix, out / "pass_at_1.csv")
-    write_png(matrix, out / "pass_at_1.png")
-    print(f"\npass@1 on {len(setup.task_ids)} {setup.split} tasks, {setup.attempts} attempt(s) each "
-          f"(solved/scored):\n{format_table(matrix)}\n")
-    print(f"harnessrl eval: wrote {out / 'pass_at_1.csv'} and {out / 'pass_at_1.png'}", flush=True)
+    print(f"\n{write_report(results, out, f'{len(setup.task_ids)} {setup.split} tasks', setup.attempts)}")
+    print(f"harnessrl eval: wrote pass_at_1.txt, pass_at_1.csv, paired.csv and pass_at_1.png in {out}", flush=True)
     return 0
+
+
+def write_report(results: dict[str, EvalResults], out: Path, tasks: str, attempts: int) -> str:
+    """The matrix of `results` (label -> results, in column order) and each later checkpoint paired with the first,
+    written under `out` as text, CSVs and a heatmap; returns the text."""
+    matrix = build_matrix({label: r.pools for label, r in results.items()})
+    paired = paired_comparisons({label: r.slots for label, r in results.items()})
+    report = f"pass@1 on {tasks}, {attempts} attempt(s) each (solved/scored):\n{format_table(matrix)}\n"
+    if paired:
+        report += f"\n{format_paired(matrix, paired)}\n"
+    (out / "pass_at_1.txt").write_text(report)
+    write_csv(matrix, out / "pass_at_1.csv")
+    write_paired_csv(paired, out / "paired.csv")
+    write_png(matrix, out / "pass_at_1.png")
+    return report
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -195,6 +195,10 @@ class PoolScore(BaseModel):
     pass_at_1: float | None
     mean_correctness: float | None
 
+    def interval(self) -> tuple[float, float]:
+        """The 95% Wilson interval of pass_at_1; (nan, nan) when nothing was scored."""
+        return wilson_interval(self.solved, self.scored)
+
 
 class EvalRecord(_Wire):
     """One evaluation round of a training run: pass@1 of the policy of `step` under each eval pool.
@@ -241,7 +245,7 @@ def eval_regressions(records: list[EvalRecord]) -> list[EvalRegression]:
         if not before:
             continue
         best, minus_step = max(before)  # the best round; of equal ones, the earliest
-        if wilson_interval(score.solved, score.scored)[1] < best:
+        if score.interval()[1] < best:
             found.append(EvalRegression(pool=score.pool, best_step=-minus_step, best_pass_at_1=best, step=latest.step,
                                         pass_at_1=score.pass_at_1))
     return found

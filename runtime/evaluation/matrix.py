@@ -1,6 +1,7 @@
-"""The matrix the field reports: pass@1 per harness pool (rows) × checkpoint (columns), as text, CSV and PNG.
+"""The matrix the field reports: pass@1 per harness pool (rows) × checkpoint (columns), as text, CSV and PNG, and
+each later checkpoint's paired comparison with the first (runtime/evaluation/paired.py) as text and CSV.
 
-Pure builders plus two small writers. A cell with no scored attempt has no value: blank in the CSV, "n/a" in the
+Pure builders plus small writers. A cell with no scored attempt has no value: blank in the CSV, "n/a" in the
 table, and a grey cell in the heatmap, never a 0 that would read as "always wrong".
 """
 
@@ -10,7 +11,8 @@ import csv
 import math
 from pathlib import Path
 
-from harnessrl.runtime.contracts.coordinator import PoolScore, wilson_interval
+from harnessrl.runtime.contracts.coordinator import PoolScore
+from harnessrl.runtime.evaluation.paired import Comparison
 from pydantic import BaseModel
 
 
@@ -40,12 +42,23 @@ def build_matrix(results: dict[str, list[PoolScore]]) -> Matrix:
 
 
 def _interval(cell: PoolScore | None) -> tuple[float, float]:
-    return (math.nan, math.nan) if cell is None or cell.pass_at_1 is None else wilson_interval(cell.solved, cell.scored)
+    return (math.nan, math.nan) if cell is None else cell.interval()
 
 
 def _value(cell: PoolScore | None) -> float:
     """pass@1, NaN where there is none (NaN is what matplotlib masks)."""
     return math.nan if cell is None or cell.pass_at_1 is None else cell.pass_at_1
+
+
+def _pool_label(r: Row) -> str:
+    return f"{r.harness} ({r.pool})" if r.harness != r.pool else r.pool
+
+
+def _layout(head: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def format_table(m: Matrix) -> str:
@@ -57,12 +70,30 @@ def format_table(m: Matrix) -> str:
         lo, hi = _interval(c)
         return f"{c.pass_at_1:.3f} ({c.solved}/{c.scored}) [{lo:.2f}-{hi:.2f}]"
 
-    head = ["harness (pool)", *m.checkpoints]
-    body = [[f"{r.harness} ({r.pool})" if r.harness != r.pool else r.pool, *map(cell, r.cells)] for r in m.rows]
-    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in [head, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return _layout(["harness (pool)", *m.checkpoints], [[_pool_label(r), *map(cell, r.cells)] for r in m.rows])
+
+
+def format_paired(m: Matrix, comparisons: list[Comparison]) -> str:
+    """The matrix's later checkpoints against its first, a cell each, e.g.
+    `+8/-1 of 20, p=0.039; tool calls 12.0→8.3 (-31%, n=7)`."""
+    reference = m.checkpoints[0]
+    found = {(c.pool, c.checkpoint): c for c in comparisons}
+
+    def cell(c: Comparison | None) -> str:
+        if c is None or c.pairs == 0:
+            return "n/a"
+        p = "p<0.001" if c.p_value < 0.001 else f"p={c.p_value:.3f}"
+        tools = "n/a"
+        if c.reference_tool_calls is not None and c.tool_calls is not None:
+            change = "" if c.tool_call_change is None else f"{c.tool_call_change:+.0%}, "
+            tools = f"{c.reference_tool_calls:.1f}→{c.tool_calls:.1f} ({change}n={c.both_solved})"
+        return f"+{c.gained}/-{c.lost} of {c.pairs}, {p}; tool calls {tools}"
+
+    later = m.checkpoints[1:]
+    body = [[_pool_label(r), *(cell(found.get((r.pool, label))) for label in later)] for r in m.rows]
+    return (f"paired vs {reference}: +solved by the checkpoint only/-by {reference} only, of the (task, attempt) "
+            f"pairs scored under both;\nexact McNemar p; tool calls: mean where both solved (n pairs), "
+            f"{reference}→checkpoint\n" + _layout(["harness (pool)", *later], body))
 
 
 def write_csv(m: Matrix, path: Path) -> None:
@@ -79,6 +110,18 @@ def write_csv(m: Matrix, path: Path) -> None:
         for r in m.rows:
             intervals = [number(v) for c in r.cells for v in _interval(c)]
             out.writerow([r.pool, r.harness, *(number(_value(c)) for c in r.cells), *intervals])
+
+
+def write_paired_csv(comparisons: list[Comparison], path: Path) -> None:
+    """One row per pool × later checkpoint: the Comparison's fields and `tool_call_change` (blank: no value).
+    Only the header with a single checkpoint, so no comparison from an earlier run in the same place survives."""
+    fields = [*Comparison.model_fields, "tool_call_change"]
+    with path.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(fields)
+        for c in comparisons:
+            values = [*c.model_dump().values(), c.tool_call_change]
+            out.writerow(["" if v is None else f"{v:.6g}" if isinstance(v, float) else v for v in values])
 
 
 def write_png(m: Matrix, path: Path) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore, wilson_interval
+from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
 from harnessrl.runtime.learner.checkpoint import CheckpointMeta
 from harnessrl.runtime.learner.config import HubExport
 from harnessrl.runtime.learner.evaluation import best_round, mean_pass_at_1, read_records
@@ -95,7 +95,7 @@ def held_out_table(rounds: list[EvalRecord]) -> list[str]:
     def cell(score: PoolScore | None) -> str:
         if score is None or score.pass_at_1 is None:
             return "–"
-        lo, hi = wilson_interval(score.solved, score.scored)
+        lo, hi = score.interval()
         return f"{score.pass_at_1:.2f} ({score.solved}/{score.scored}, 95% CI {lo:.2f}–{hi:.2f})"
 
     lines = ["", f"## Held-out pass@1 per harness ({rounds[-1].tasks} tasks × {rounds[-1].attempts} attempts)", "",

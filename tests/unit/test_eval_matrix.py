@@ -4,10 +4,17 @@ replay and results file."""
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind, PoolScore
+from harnessrl.runtime.contracts.coordinator import (
+    Completion,
+    LeaseRequest,
+    OutcomeKind,
+    PoolScore,
+    wilson_interval,
+)
 from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.coordinator.service import commit
 from harnessrl.runtime.evaluation.config import EvalConfig
@@ -15,7 +22,6 @@ from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResult
 from harnessrl.runtime.evaluation.matrix import (
     build_matrix,
     format_table,
-    wilson_interval,
     write_csv,
     write_png,
 )
@@ -75,6 +81,11 @@ def test_wilson_interval_matches_reference_values(solved: int, n: int, lo: float
 def test_wilson_interval_narrows_with_more_attempts_and_holds_the_rate() -> None:
     small, large = wilson_interval(3, 6), wilson_interval(300, 600)
     assert small[0] < large[0] < 0.5 < large[1] < small[1]
+
+
+def test_a_pool_score_gives_its_interval_and_nan_without_a_scored_attempt() -> None:
+    assert score("p", "h", 1, 4).interval() == wilson_interval(1, 4)
+    assert all(math.isnan(v) for v in score("p", "h", 0, 0).interval())
 
 
 def test_png_is_a_real_image(tmp_path: Path) -> None:
