@@ -152,6 +152,10 @@ PATHS = (
     "runner-token",  # the runners' credential at the coordinator (a Secret)
     "hub-token",  # the Hub token of the export (a Secret)
     "e2b-api-key",  # the E2B API key of an e2b-sandbox pool (a Secret)
+    "wandb-api-key",  # the W&B API key of spec.tracking.wandb (a Secret)
+    "mlflow-tracking-uri",  # the MLflow tracking URI of spec.tracking.mlflow (a Secret)
+    "mlflow-token",  # its bearer token (a Secret)
+    "trackio-token",  # the Hugging Face token trackio writes to its Space with (a Secret)
     "journal",  # the proxy's journal directory
     "checkpoints",  # the learner's checkpoint directory
     "base-model",  # base weights the learner trains on
@@ -202,6 +206,10 @@ CLUSTER_PATHS: dict[str, str] = {
     "runner-token": "/var/run/secrets/harnessrl/runner/token",
     "hub-token": "/var/run/secrets/harnessrl/hub/token",
     "e2b-api-key": "/var/run/secrets/harnessrl/e2b/api-key",
+    "wandb-api-key": "/var/run/secrets/harnessrl/wandb/api-key",
+    "mlflow-tracking-uri": "/var/run/secrets/harnessrl/mlflow-uri/uri",
+    "mlflow-token": "/var/run/secrets/harnessrl/mlflow-token/token",
+    "trackio-token": "/var/run/secrets/harnessrl/trackio/token",
     "journal": "/var/lib/harnessrl/journal",
     "checkpoints": "/var/lib/harnessrl/checkpoints",
     "base-model": "/var/lib/harnessrl/model",
@@ -471,6 +479,8 @@ def _learner(
             endpoint=spec.export.endpoint,
             run_spec=yaml.safe_dump(spec.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False),
         )
+    tracking, tracking_secrets = _tracking(spec, placement)
+    secrets += tracking_secrets
     config = LearnerConfig(
         run_name=run,
         model=learner_cfg.ModelConfig(
@@ -531,6 +541,7 @@ def _learner(
         ),
         export=export,
         eval=_eval(spec, pools, placement),
+        tracking=tracking,
         host="0.0.0.0",
         port=placement.learner_port,
         runner_token_file=placement.path("runner-token"),
@@ -550,6 +561,33 @@ def _learner(
         secrets=secrets,
         pod=spec.pod,
     )
+
+
+def _tracking(spec: TrainingRunSpec, placement: Placement) -> tuple[learner_cfg.TrackingConfig, list[SecretFile]]:
+    """The learner's trackers, and the Secrets it reads their credentials from (as files)."""
+    t = spec.tracking
+    secrets: list[SecretFile] = []
+
+    def file(ref: SecretKeyRef, what: str) -> str:
+        secrets.append(_secret(ref, placement.path(what)))
+        return placement.path(what)
+
+    wandb: learner_cfg.WandbLink | None = None
+    if t.wandb is not None:
+        wandb = learner_cfg.WandbLink(api_key_file=file(t.wandb.api_key_secret, "wandb-api-key"), entity=t.wandb.entity,
+                                      base_url=t.wandb.base_url)
+    mlflow: learner_cfg.MlflowLink | None = None
+    if t.mlflow is not None:
+        token = t.mlflow.token_secret
+        mlflow = learner_cfg.MlflowLink(tracking_uri_file=file(t.mlflow.tracking_uri_secret, "mlflow-tracking-uri"),
+                                        token_file=file(token, "mlflow-token") if token is not None else None)
+    trackio: learner_cfg.TrackioLink | None = None
+    if t.trackio is not None:
+        trackio = learner_cfg.TrackioLink(space_id=t.trackio.space_id,
+                                          token_file=file(t.trackio.token_secret, "trackio-token"))
+    config = learner_cfg.TrackingConfig(report_to=[name for name in t.report_to if name != "none"], project=t.project,
+                                        wandb=wandb, mlflow=mlflow, trackio=trackio)
+    return config, secrets
 
 
 class LearnerMemoryError(PlanError):

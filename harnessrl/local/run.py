@@ -10,7 +10,7 @@ with the local sandbox. Everything the run writes lives in its run directory:
     RUN_DIR/logs/*.log         one log per component
     RUN_DIR/pids.json          the process id of each running component
     RUN_DIR/journal/           the proxy's captured turns
-    RUN_DIR/checkpoints/       checkpoints and metrics.jsonl
+    RUN_DIR/checkpoints/       checkpoints, metrics.jsonl, eval.jsonl and tracking/ (TensorBoard's event files)
 
 Running the same command again on the same run directory resumes: the proxy rebuilds its sessions from the
 journal and the learner continues from its last checkpoint.
@@ -36,7 +36,7 @@ from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.common import VolumePath
 from harnessrl.operator.api.harnesspool import HarnessPool
 from harnessrl.operator.api.manifest import ManifestError, load_manifests
-from harnessrl.operator.api.trainingrun import TrainingRun
+from harnessrl.operator.api.trainingrun import TrainingRun, TrainingRunSpec
 from harnessrl.operator.plan import (
     PATHS,
     Component,
@@ -54,6 +54,7 @@ from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_pu
 from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.sync import sync_dir
+from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
 
 
@@ -92,6 +93,10 @@ class LocalPlacement(Placement):
             "runner-token": self.run_dir / "secrets" / "runner-token",
             "hub-token": self.run_dir / "secrets" / "hub-token",
             "e2b-api-key": self.run_dir / "secrets" / "e2b-api-key",
+            "wandb-api-key": self.run_dir / "secrets" / "wandb-api-key",
+            "mlflow-tracking-uri": self.run_dir / "secrets" / "mlflow-tracking-uri",
+            "mlflow-token": self.run_dir / "secrets" / "mlflow-token",
+            "trackio-token": self.run_dir / "secrets" / "trackio-token",
             "journal": self.run_dir / "journal",
             "checkpoints": self.run_dir / "checkpoints",
             "base-model": self.model_dir,
@@ -211,21 +216,32 @@ def write_secret(path: Path, value: str) -> None:
 
 def prepare_secrets(plan: Plan, placement: LocalPlacement, secret_files: dict[str, Path]) -> None:
     """The proxy admin token and the runner token are generated once per run directory; other Secrets come from
-    --secret NAME=FILE."""
+    --secret NAME=FILE, or --secret NAME/KEY=FILE for one key of a Secret whose keys differ."""
     generated = {plan.proxy_admin_secret: "proxy-admin-token", plan.runner_token_secret: "runner-token"}
     for what in generated.values():
         path = Path(placement.path(what))
         if not path.exists():
             write_secret(path, secrets.token_urlsafe(32))
-    needed = {s.secret: s for c in plan.components() for s in c.secrets if s.secret not in generated}
-    for name, ref in needed.items():
-        if name not in secret_files:
-            raise LocalRunError(f"the run needs Secret {name!r} (key {ref.key!r}); pass --secret {name}=FILE")
+    # Every file, not one per Secret: one Secret may serve several (the Hub token of the export and of trackio).
+    needed = {s.path: s for c in plan.components() for s in c.secrets if s.secret not in generated}
+    for ref in needed.values():
+        flag = next((f for f in (f"{ref.secret}/{ref.key}", ref.secret) if f in secret_files), None)
+        if flag is None:
+            raise LocalRunError(f"the run needs Secret {ref.secret!r} (key {ref.key!r}); pass --secret {ref.secret}=FILE")
         try:
-            value = secret_files[name].read_text().strip()
+            value = secret_files[flag].read_text().strip()
         except OSError as exc:
-            raise LocalRunError(f"--secret {name}={secret_files[name]}: cannot read it ({exc.strerror})") from None
+            raise LocalRunError(f"--secret {flag}={secret_files[flag]}: cannot read it ({exc.strerror})") from None
         write_secret(Path(ref.path), value)
+
+
+def check_trackers(spec: TrainingRunSpec) -> None:
+    """The learner (this Python) must be able to import every tracker the spec reports to: said before anything
+    is downloaded or started, not by a learner that fails at start."""
+    absent = missing(name for name in spec.tracking.report_to if name != "none")
+    if absent:
+        raise LocalRunError(f"spec.tracking.reportTo lists {', '.join(absent)}, not installed here: "
+                            f"pip install {' '.join(MODULES[name] for name in absent)}")
 
 
 def local_config(component: Component) -> dict[str, object]:
@@ -331,6 +347,7 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
         spec = spec.model_copy(update={"grpo": spec.grpo.model_copy(update=overrides)})
     # Before any download: a run whose learner cannot fit its GPUs is refused as the operator refuses it.
     check_learner_memory(spec)
+    check_trackers(spec)
     volumes = parse_mapping(args.volume, "--volume")
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -408,8 +425,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--run-dir", type=Path, default=Path("runs/local"), help="where the run keeps its state")
     parser.add_argument("--volume", action="append", default=[], metavar="CLAIM=DIR",
                         help="where a PersistentVolumeClaim's files are on this machine")
-    parser.add_argument("--secret", action="append", default=[], metavar="NAME=FILE",
-                        help="the value of a Secret the run names (e.g. the Hub token)")
+    parser.add_argument("--secret", action="append", default=[], metavar="NAME[/KEY]=FILE",
+                        help="the value of a Secret the run names (e.g. the Hub token), or of one of its keys")
     parser.add_argument("--steps", type=int, help="override spec.grpo.steps")
     parser.add_argument("--seed", type=int, help="override spec.grpo.seed (task order and the adapter's initial weights)")
     parser.add_argument("--no-live", action="store_true", help="print one progress line per step, no live view")

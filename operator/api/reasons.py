@@ -98,5 +98,10 @@ WEIGHT_SYNC_FAILED = _reason(
 WEIGHT_SYNC_HUNG = _reason(
     failure.WEIGHT_SYNC_HUNG, "a weight transfer did not finish in time: the communicator is unusable", warning=True
 )
+TRACKER_UNAVAILABLE = _reason(
+    failure.TRACKER_UNAVAILABLE,
+    "spec.tracking.reportTo lists a tracker whose package the learner image lacks, or whose Secret is empty",
+    warning=True,
+)
 
 WARNING_REASONS = frozenset(r.name for r in REASONS.values() if r.warning)

@@ -34,6 +34,7 @@ PLURAL = "trainingruns"
 Split = Annotated[
     str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
 ]
+Url = Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://[^\s]+$")]
 DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -417,9 +418,86 @@ class ExportSpec(ApiModel):
         default=100, ge=1, le=1_000_000, description="Push every N steps (and after the last step)."
     )
     private: bool = Field(default=True, description="Create the repository as private.")
-    endpoint: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://[^\s]+$")] | None = Field(
+    endpoint: Url | None = Field(
         default=None, description="Hub endpoint URL; https://huggingface.co when empty."
     )
+
+
+TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")
+Project = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")]
+
+
+class WandbSpec(ApiModel):
+    """Weights & Biases: one run per TrainingRun (named after it) in tracking.project."""
+
+    api_key_secret: SecretKeyRef = Field(description="Secret key holding a W&B API key.")
+    entity: Project | None = Field(default=None, description="Team or user the run belongs to; the key's own when empty.")
+    base_url: Url | None = Field(default=None, description="URL of a dedicated or self-hosted W&B server; W&B's cloud when empty.")
+
+
+class MlflowSpec(ApiModel):
+    """MLflow: one run per TrainingRun (named after it) in the experiment tracking.project."""
+
+    tracking_uri_secret: SecretKeyRef = Field(
+        description="Secret key holding the tracking server's URI (a Secret: a URI may carry credentials)."
+    )
+    token_secret: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding a bearer token for the tracking server; none when empty."
+    )
+
+
+class TrackioSpec(ApiModel):
+    """trackio on a Hugging Face Space, where the dashboard is. Without it, trackio keeps its database beside the
+    learner's metrics (tracking/trackio on the checkpoint volume)."""
+
+    space_id: HubRepo = Field(description='The Space, "namespace/name"; trackio creates it when missing.')
+    token_secret: SecretKeyRef = Field(description="Secret key holding a Hugging Face token that can write to the Space.")
+
+
+def _listed_with_settings(tracker: str, required: bool) -> Rule:
+    """A tracker's settings are given only when reportTo lists it (and, if `required`, whenever it does)."""
+    if required:
+        return Rule(
+            cel=f"('{tracker}' in self.reportTo) == has(self.{tracker})",
+            message=f"tracking.{tracker} must be set exactly when tracking.reportTo lists {tracker}",
+            check=lambda t: (tracker in t.report_to) == (getattr(t, tracker) is not None),
+        )
+    return Rule(
+        cel=f"!has(self.{tracker}) || '{tracker}' in self.reportTo",
+        message=f"tracking.{tracker} is set but tracking.reportTo does not list {tracker}",
+        check=lambda t: getattr(t, tracker) is None or tracker in t.report_to,
+    )
+
+
+class TrackingSpec(ApiModel):
+    """Experiment tracking, as TRL's report_to: each step's metrics (train/loss, train/mean_reward/<harness>, ...)
+    and each evaluation's pass@1 (eval/pass_at_1/<pool>) go to these trackers, besides metrics.jsonl and eval.jsonl."""
+
+    rules = (
+        Rule(
+            cel="!('none' in self.reportTo) || self.reportTo.size() == 1",
+            message="tracking.reportTo: none cannot be listed with a tracker",
+            check=lambda t: "none" not in t.report_to or len(t.report_to) == 1,
+        ),
+        _listed_with_settings("wandb", required=True),
+        _listed_with_settings("mlflow", required=True),
+        _listed_with_settings("trackio", required=False),
+    )
+
+    report_to: Annotated[list[Literal["tensorboard", "wandb", "mlflow", "trackio", "none"]], Unique()] = Field(
+        default=["tensorboard"],
+        min_length=1,
+        max_length=4,
+        description="Trackers: tensorboard (event files in tracking/tensorboard on the learner's checkpoint volume), "
+        "wandb, mlflow, trackio; none for none. wandb, mlflow and trackio need their package in the learner image "
+        "(the run fails with TrackerUnavailable otherwise).",
+    )
+    project: Project = Field(
+        default="harnessrl", description="W&B and trackio project, MLflow experiment; runs are named after the TrainingRun."
+    )
+    wandb: WandbSpec | None = Field(default=None, description="Weights & Biases settings; needed with reportTo wandb.")
+    mlflow: MlflowSpec | None = Field(default=None, description="MLflow settings; needed with reportTo mlflow.")
+    trackio: TrackioSpec | None = Field(default=None, description="A Space for trackio; local files when empty.")
 
 
 class TrainingRunSpec(ApiModel):
@@ -453,6 +531,9 @@ class TrainingRunSpec(ApiModel):
     learner: LearnerSpec = Field(default_factory=LearnerSpec, description="Learner.")
     eval: EvalSpec | None = Field(default=None, description="Evaluation; none when empty.")
     export: ExportSpec | None = Field(default=None, description="Export to the Hub; none when empty.")
+    tracking: TrackingSpec = Field(
+        default_factory=TrackingSpec, description="Experiment tracking; TensorBoard event files by default."
+    )
     suspend: bool = Field(
         default=False,
         description="Stop the run's Pods, keeping its state; false resumes from the last checkpoint.",

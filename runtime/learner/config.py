@@ -1,8 +1,8 @@
 """LearnerConfig: everything `harnessrl learner --config FILE` needs (YAML or JSON, rendered by the operator).
 
 The learner process hosts the coordinator (leases, groups, staleness), the GRPO step, weight sync to the
-engines, checkpoints and Hub export. Secrets (proxy admin token, Hub token) are named here by file or env
-var, never inlined, so the config can be logged and stored in status.
+engines, checkpoints, Hub export and experiment tracking. Secrets (proxy admin token, Hub token, trackers'
+credentials) are named here by file or env var, never inlined, so the config can be logged and stored in status.
 """
 
 from __future__ import annotations
@@ -289,6 +289,43 @@ class HubExport(_Cfg):
         return token
 
 
+Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
+
+
+class WandbLink(_Cfg):
+    api_key_file: Path
+    entity: str | None = None
+    base_url: str | None = Field(None, description="a W&B server of one's own; W&B's cloud when None")
+
+
+class MlflowLink(_Cfg):
+    tracking_uri_file: Path = Field(description="a file: the URI may carry credentials")
+    token_file: Path | None = None
+
+
+class TrackioLink(_Cfg):
+    space_id: str = Field(min_length=1, max_length=200)
+    token_file: Path = Field(description="a Hugging Face token that can write to the Space")
+
+
+class TrackingConfig(_Cfg):
+    """Where each step's metrics and each evaluation's pass@1 go besides metrics.jsonl and eval.jsonl (TRL's
+    report_to; see tracking.py). Empty `report_to`: nowhere else."""
+
+    report_to: list[Tracker] = Field(default=["tensorboard"], max_length=4)
+    project: str = Field("harnessrl", min_length=1, max_length=128, description="W&B/trackio project, MLflow experiment")
+    wandb: WandbLink | None = None
+    mlflow: MlflowLink | None = None
+    trackio: TrackioLink | None = Field(None, description="a Hugging Face Space; None: files beside the metrics")
+
+    @model_validator(mode="after")
+    def _links(self) -> TrackingConfig:
+        for name, link in (("wandb", self.wandb), ("mlflow", self.mlflow)):
+            if name in self.report_to and link is None:
+                raise ValueError(f"tracking.report_to lists {name}: it needs tracking.{name}")
+        return self
+
+
 class LearnerConfig(_Cfg):
     run_name: str = Field("harnessrl", min_length=1, max_length=253)
     model: ModelConfig
@@ -302,6 +339,7 @@ class LearnerConfig(_Cfg):
     checkpoint: CheckpointConfig
     export: HubExport | None = None
     eval: EvalSchedule | None = None
+    tracking: TrackingConfig = TrackingConfig()
     host: str = "0.0.0.0"
     port: int = Field(8090, ge=0, le=65535)
     runner_token_file: Path = Field(description="the runners' credential: the coordinator's writes need it")
@@ -331,6 +369,10 @@ class LearnerConfig(_Cfg):
     def eval_file(self) -> Path:
         """JSON lines of the evaluation rounds (EvalRecord), next to the metrics."""
         return self.metrics_file().with_name("eval.jsonl")
+
+    def tracking_dir(self) -> Path:
+        """The trackers' files (TensorBoard's event files, trackio's database, run ids), next to the metrics."""
+        return self.metrics_file().with_name("tracking")
 
 
 def load_config(path: Path) -> LearnerConfig:

@@ -40,6 +40,7 @@ from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
+from harnessrl.runtime.learner.tracking import Tracking
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ class Learner:
         ck.dir.mkdir(parents=True, exist_ok=True)
         self.metrics = MetricsSink(cfg.metrics_file())
         self.evals = EvalLog(cfg.eval_file(), self.metrics.registry)
+        # Before the model loads (minutes): a tracker configured but not installed fails the start at once.
+        self.tracking = Tracking.open(cfg)
         trainer, latest = build_trainer(cfg, world)
         self.trainer = Lead(trainer, world)
         state: CoordinatorState | None = None
@@ -96,6 +99,7 @@ class Learner:
             self.metrics.truncate_to(state.step)
             self.evals.truncate_to(state.step)
             log.info("resumed from %s at step %d (policy v%d)", latest.name, state.step, state.policy_version)
+        self.tracking.start(first_step=(state.step if state is not None else 0) + 1)
         planner = GroupPlanner(cfg.tasks.load(), cfg.harnesses, cfg.grpo.seed, cfg.tasks.shuffle)
         self.coordinator = Coordinator(
             planner,
@@ -189,6 +193,7 @@ class Learner:
                 await asyncio.sleep(0.1)
                 continue
             self.coordinator.state.eval_regressions = self.evals.record(rec)
+            self.tracking.log_eval(rec)
             scores = ", ".join(f"{p.pool} {p.solved}/{p.scored}" for p in rec.pools)
             log.info("eval at step %d (policy v%d): pass@1 %s (%s)", rec.step, rec.policy_version, rec.pass_at1(), scores)
             for regression in self.coordinator.state.eval_regressions:
@@ -221,32 +226,32 @@ class Learner:
         self.coordinator.finish_step(version, policy.model, done=done)
         c = st.counters
         sequences_per_rollout, loss_tokens = captured_by_harness(batch.groups)
-        self.metrics.record(
-            StepMetrics(
-                step=st.step,
-                policy_version=st.policy_version,
-                time=time.time(),
-                rollouts_scored=c.rollouts_scored,
-                rollouts_unscored=c.rollouts_unscored,
-                rollouts_stale=c.rollouts_stale,
-                groups_trained=c.groups_trained,
-                groups_zero_variance=c.groups_zero_variance,
-                mean_reward=mean(all_rewards),
-                mean_reward_by_harness={h: m for h, rs in batch.rewards_by_harness.items() if (m := mean(rs)) is not None},
-                solved_rate_by_harness=solved_rates(batch.rewards_by_harness),
-                sequences_per_rollout_by_harness=sequences_per_rollout,
-                loss_tokens_by_harness=loss_tokens,
-                loss=stats.loss,
-                clip_fraction=stats.clip_fraction,
-                kl=stats.kl,
-                tokens=stats.tokens,
-                loss_tokens=stats.loss_tokens,
-                tokens_per_s=stats.tokens_per_s,
-                step_s=stats.seconds,
-                sync_s=sync_s,
-                grad_norm=stats.grad_norm,
-            )
+        metrics = StepMetrics(
+            step=st.step,
+            policy_version=st.policy_version,
+            time=time.time(),
+            rollouts_scored=c.rollouts_scored,
+            rollouts_unscored=c.rollouts_unscored,
+            rollouts_stale=c.rollouts_stale,
+            groups_trained=c.groups_trained,
+            groups_zero_variance=c.groups_zero_variance,
+            mean_reward=mean(all_rewards),
+            mean_reward_by_harness={h: m for h, rs in batch.rewards_by_harness.items() if (m := mean(rs)) is not None},
+            solved_rate_by_harness=solved_rates(batch.rewards_by_harness),
+            sequences_per_rollout_by_harness=sequences_per_rollout,
+            loss_tokens_by_harness=loss_tokens,
+            loss=stats.loss,
+            clip_fraction=stats.clip_fraction,
+            kl=stats.kl,
+            tokens=stats.tokens,
+            loss_tokens=stats.loss_tokens,
+            tokens_per_s=stats.tokens_per_s,
+            step_s=stats.seconds,
+            sync_s=sync_s,
+            grad_norm=stats.grad_norm,
         )
+        self.metrics.record(metrics)
+        self.tracking.log_step(metrics)
         log.info(
             "step %d v%d loss %.4f reward %s clip %.3f kl %.4f %.0f tok/s sync %.2fs",
             st.step, version, stats.loss, mean(all_rewards), stats.clip_fraction, stats.kl, stats.tokens_per_s, sync_s,
@@ -311,6 +316,7 @@ class Learner:
                 server.should_exit = True
                 await serving
                 self.journal.close()
+                self.tracking.close()
                 self.trainer.stop()
 
 

@@ -55,6 +55,7 @@ def test_trainingrun_defaults_follow_the_architecture() -> None:
     assert spec.engine.weight_sync == "lora"
     assert spec.harnesses[0].weight == 1
     assert spec.eval is None and spec.export is None and spec.suspend is False
+    assert spec.tracking.report_to == ["tensorboard"] and spec.tracking.project == "harnessrl"
 
 
 def test_harnesspool_defaults_to_a_pod_per_rollout() -> None:
@@ -149,6 +150,23 @@ def test_files_multi_documents_and_bad_yaml(tmp_path: Path) -> None:
         (run(eval={"harnesses": ["codex", "codex"]}), "spec.eval.harnesses: 'codex' is listed more than once"),
         (run(engine={"env": [{"name": "A"}, {"name": "A", "value": "x"}]}),
          "spec.engine.env: name 'A' is listed more than once"),
+        (run(tracking={"reportTo": ["tensorboard", "wandb"], "wandb": {"apiKeySecret": {"name": "wandb"}}}), None),
+        (run(tracking={"reportTo": ["mlflow"], "mlflow": {"trackingUriSecret": {"name": "m", "key": "uri"}}}), None),
+        (run(tracking={"reportTo": ["trackio"]}), None),  # local files: no Space, no token
+        (run(tracking={"reportTo": ["none"]}), None),
+        (run(tracking={"reportTo": ["wandb"]}),
+         "spec.tracking: tracking.wandb must be set exactly when tracking.reportTo lists wandb"),
+        (run(tracking={"mlflow": {"trackingUriSecret": {"name": "m"}}}),
+         "spec.tracking: tracking.mlflow must be set exactly when tracking.reportTo lists mlflow"),
+        (run(tracking={"trackio": {"spaceId": "org/board", "tokenSecret": {"name": "hf"}}}),
+         "spec.tracking: tracking.trackio is set but tracking.reportTo does not list trackio"),
+        (run(tracking={"reportTo": ["none", "tensorboard"]}), "tracking.reportTo: none cannot be listed with a tracker"),
+        (run(tracking={"reportTo": ["tensorboard", "tensorboard"]}),
+         "spec.tracking.reportTo: 'tensorboard' is listed more than once"),
+        (run(tracking={"reportTo": ["comet"]}), "spec.tracking.reportTo[0]: Input should be 'tensorboard', 'wandb', 'mlflow', 'trackio' or 'none'"),
+        (run(tracking={"reportTo": []}), "spec.tracking.reportTo: List should have at least 1 item"),
+        # A credential is a Secret reference, never the value.
+        (run(tracking={"reportTo": ["wandb"], "wandb": {"apiKey": "0123abcd"}}), "spec.tracking.wandb.apiKey: Extra"),
         (pool(harness={}), "spec.harness: exactly one of known or custom must be set"),
         (pool(harness={"known": {"name": "opencode", "dialect": "gemini"}}), None),
         (pool(sandbox={}), "spec.sandbox: exactly one of kubernetes, e2b or local must be set"),

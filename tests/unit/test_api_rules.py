@@ -60,6 +60,7 @@ def test_every_rule_is_covered() -> None:
         "metadata.name",
         "toleration",
         "checkpointEvery",
+        "reportTo",
     }
     for model in MODELS:
         for rule in model.rules:
@@ -163,6 +164,22 @@ def test_export_cadence_rule_agrees(every: int, checkpoint: int, with_export: bo
     instance = trainingrun.TrainingRunSpec.model_construct(
         export=export, learner=trainingrun.LearnerSpec.model_construct(checkpoint_every=checkpoint))
     assert rule.check(instance) == cel_holds(rule, value) == (not with_export or every % checkpoint == 0)
+
+
+def test_tracking_rules_agree() -> None:
+    names = ["tensorboard", "wandb", "mlflow", "trackio", "none"]
+    settings_of = ["wandb", "mlflow", "trackio"]
+    for size, configured in itertools.product(range(1, 4), itertools.chain.from_iterable(
+            itertools.combinations(settings_of, n) for n in range(4))):
+        for report_to in itertools.combinations(names, size):
+            value = {"reportTo": list(report_to)} | {name: {} for name in configured}
+            instance = trainingrun.TrackingSpec.model_construct(report_to=list(report_to), **{n: object() for n in configured})
+            for rule in trainingrun.TrackingSpec.rules:
+                assert rule.check(instance) == cel_holds(rule, value), (rule.message, value)
+            expected = (("none" not in report_to or size == 1)
+                        and all((name in report_to) == (name in configured) for name in ("wandb", "mlflow"))
+                        and ("trackio" in report_to or "trackio" not in configured))
+            assert all(rule.check(instance) for rule in trainingrun.TrackingSpec.rules) == expected, value
 
 
 @settings(max_examples=300, deadline=None)

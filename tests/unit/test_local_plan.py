@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import json
+import re
 import stat
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
 from harnessrl.local.run import (
     EngineRestarts,
     LocalRunError,
+    learner_config,
     main,
     plan_run,
     process_specs,
@@ -177,3 +182,71 @@ def test_proxy_workers_run_locally_at_free_ports_after_the_proxys(tmp_path: Path
     for port in (config["port"] + 1, config["port"] + 2):  # the workers' own ports are free too
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def tracked(tmp_path: Path, tracking: dict[str, object]) -> Path:
+    """The quickstart with `spec.tracking` set."""
+    import yaml
+
+    docs = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    next(d for d in docs if d["kind"] == "TrainingRun")["spec"]["tracking"] = tracking
+    path = tmp_path / "tracked.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def installed(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """Stand-ins for tracker packages, importable as if installed."""
+    for name in modules:
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_the_learner_writes_tensorboard_event_files_into_the_run_dir(tmp_path: Path, model_dir: Path) -> None:
+    plan, _ = plan_run(args(tmp_path, model_dir))
+    learner = learner_config(plan)
+    assert learner.tracking.report_to == ["tensorboard"]  # the default, with nothing to install
+    assert learner.tracking_dir() == tmp_path / "run" / "checkpoints" / "tracking"
+
+
+def test_a_tracker_not_installed_is_refused_before_anything_starts(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as when not installed
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    files = [tracked(tmp_path, {"reportTo": ["wandb", "mlflow"], "wandb": {"apiKeySecret": {"name": "wandb"}},
+                                "mlflow": {"trackingUriSecret": {"name": "mlflow"}}})]
+    with pytest.raises(LocalRunError, match=re.escape("spec.tracking.reportTo lists wandb, mlflow, not installed "
+                                                      "here: pip install wandb mlflow")):
+        plan_run(args(tmp_path, model_dir, files=files))
+    assert not (tmp_path / "run").exists()  # refused before the run directory or a download
+
+
+def test_tracker_credentials_come_from_secret_flags_into_files_no_config_holds(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed(monkeypatch, "wandb", "mlflow")
+    files = [tracked(tmp_path, {
+        "reportTo": ["tensorboard", "wandb", "mlflow"],
+        "wandb": {"apiKeySecret": {"name": "wandb"}},
+        # One Secret, two keys: `--secret NAME/KEY=FILE` gives each.
+        "mlflow": {"trackingUriSecret": {"name": "mlflow", "key": "uri"}, "tokenSecret": {"name": "mlflow"}},
+    })]
+    given = {"wandb": "wandb-key-0123456789", "mlflow/uri": "https://user:pw@mlflow.example", "mlflow/token": "tok-42"}
+    for name, value in given.items():
+        (tmp_path / name.replace("/", "-")).write_text(value + "\n")
+    secret = [f"{name}={tmp_path / name.replace('/', '-')}" for name in given]
+    with pytest.raises(LocalRunError, match="pass --secret wandb=FILE"):
+        plan_run(args(tmp_path, model_dir, files=files, secret=secret[1:]))
+    plan, _ = plan_run(args(tmp_path, model_dir, files=files, secret=secret))
+    tracking = learner_config(plan).tracking
+    assert tracking.wandb is not None and tracking.mlflow is not None and tracking.mlflow.token_file is not None
+    run_dir = tmp_path / "run"
+    for path, value in ((tracking.wandb.api_key_file, given["wandb"]), (tracking.mlflow.tracking_uri_file,
+                        given["mlflow/uri"]), (tracking.mlflow.token_file, given["mlflow/token"])):
+        assert path.parent == run_dir / "secrets" and path.read_text() == value
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    process_specs(plan, run_dir)
+    for config in (run_dir / "config").iterdir():
+        assert not any(value in config.read_text() for value in given.values())

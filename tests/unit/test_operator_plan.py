@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from harnessrl.runtime.harness.config import (
     RunnerConfig,
 )
 from harnessrl.runtime.harness.versions import pin
-from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
+from harnessrl.runtime.learner.config import LearnerConfig, SyncMode, TrackingConfig
 from harnessrl.runtime.proxy.config import ProxyConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,3 +224,32 @@ def test_a_missing_eval_pool_is_a_plan_error() -> None:
     pools = {k: v for k, v in POOLS.items() if k != "gemini-cli"}
     with pytest.raises(PlanError, match="HarnessPool gemini-cli not found in namespace team"):
         build_plan("run", "team", TrainingRunSpec.model_validate(EXAMPLE["spec"]), pools, ClusterPlacement("team"))
+
+
+def test_tracking_reaches_the_learner_with_each_credential_a_secret_file() -> None:
+    default = example_plan().learner.config
+    assert isinstance(default, LearnerConfig) and default.tracking == TrackingConfig()  # TensorBoard files only
+    none = example_plan(tracking={"reportTo": ["none"]}).learner.config
+    assert isinstance(none, LearnerConfig) and none.tracking.report_to == []
+    plan = example_plan(tracking={
+        "reportTo": ["tensorboard", "wandb", "mlflow", "trackio"], "project": "agents",
+        "wandb": {"apiKeySecret": {"name": "wandb", "key": "api-key"}, "entity": "team"},
+        "mlflow": {"trackingUriSecret": {"name": "mlflow", "key": "uri"}, "tokenSecret": {"name": "mlflow"}},
+        "trackio": {"spaceId": "org/board", "tokenSecret": {"name": "hf-token"}},  # the export's Secret too
+    })
+    learner = plan.learner.config
+    assert isinstance(learner, LearnerConfig)
+    t = learner.tracking
+    assert t.report_to == ["tensorboard", "wandb", "mlflow", "trackio"] and t.project == "agents"
+    assert t.wandb is not None and t.mlflow is not None and t.trackio is not None
+    assert (t.wandb.entity, t.trackio.space_id) == ("team", "org/board")
+    files = {(s.secret, s.key): s.path for s in plan.learner.secrets}
+    assert files[("wandb", "api-key")] == str(t.wandb.api_key_file) == "/var/run/secrets/harnessrl/wandb/api-key"
+    assert files[("mlflow", "uri")] == str(t.mlflow.tracking_uri_file)
+    assert files[("mlflow", "token")] == str(t.mlflow.token_file)
+    assert learner.export is not None  # the export's Secret too: mounted once for each reader
+    hf = [s.path for s in plan.learner.secrets if s.secret == "hf-token"]
+    assert hf == [str(learner.export.token_file), str(t.trackio.token_file)]
+    # Each Secret file is mounted as its own directory: no two share one.
+    dirs = [posixpath.dirname(s.path) for s in plan.learner.secrets]
+    assert len(set(dirs)) == len(dirs)

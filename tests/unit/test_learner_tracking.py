@@ -1,0 +1,199 @@
+"""Experiment tracking: TensorBoard event files as TensorBoard reads them, a tracker configured but not installed
+failing the start with its reason, a tracker failing mid-run dropped with training going on."""
+
+from __future__ import annotations
+
+import logging
+import struct
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
+from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.failure import TRACKER_UNAVAILABLE, LearnerFailure, parse_termination_message
+from harnessrl.runtime.learner.metrics import StepMetrics
+from harnessrl.runtime.learner.tracking import Tracking, missing
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.record_writer import masked_crc32c
+
+
+def config(tmp_path: Path, **tracking: Any) -> LearnerConfig:
+    return LearnerConfig.model_validate({
+        "run_name": "vowels",
+        "model": {"path": "/m", "served_name": "tiny"},
+        "harnesses": [{"pool": "p", "harness": "mini-swe-agent"}],
+        "tasks": {"ids": ["a"]},
+        "proxy": {"url": "http://proxy", "admin_token_file": "/t"},
+        "engine": {"urls": ["http://e:8000"]},
+        "checkpoint": {"dir": str(tmp_path / "checkpoints")},
+        "runner_token_file": "/r",
+        "tracking": tracking,
+    })
+
+
+def step(n: int, loss: float) -> StepMetrics:
+    return StepMetrics(
+        step=n, policy_version=n, time=0.0, rollouts_scored=8 * n, rollouts_unscored=0, rollouts_stale=0,
+        groups_trained=n, groups_zero_variance=0, mean_reward=0.5, mean_reward_by_harness={"mini-swe-agent": 0.25 * n},
+        loss=loss, clip_fraction=0.0, kl=0.01, tokens=100, loss_tokens=40, tokens_per_s=10.0, step_s=1.0, sync_s=0.1,
+        grad_norm=1.0,
+    )
+
+
+def eval_round(n: int, pass_at_1: float) -> EvalRecord:
+    score = PoolScore(pool="p", harness="mini-swe-agent", rollouts=4, scored=4, solved=int(4 * pass_at_1),
+                      unscored=0, pending=0, pass_at_1=pass_at_1, mean_correctness=pass_at_1)
+    return EvalRecord(step=n, policy_version=n, model="tiny", time=0.0, tasks=4, attempts=1, pools=[score])
+
+
+def read_events(logdir: Path) -> list[Event]:
+    """Every record of every event file, its CRCs checked: TFRecord framing, as TensorBoard reads it."""
+    events = []
+    for path in sorted(logdir.glob("events.out.tfevents.*")):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            header = data[at:at + 8]
+            (length,) = struct.unpack("<Q", header)
+            body = data[at + 12:at + 12 + length]
+            assert struct.unpack("<I", data[at + 8:at + 12])[0] == masked_crc32c(header)
+            assert struct.unpack("<I", data[at + 12 + length:at + 16 + length])[0] == masked_crc32c(body)
+            events.append(Event.FromString(body))
+            at += 16 + length
+    return events
+
+
+def scalars(events: list[Event]) -> dict[str, list[tuple[int, float]]]:
+    out: dict[str, list[tuple[int, float]]] = {}
+    for event in events:
+        for value in event.summary.value:
+            out.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return out
+
+
+def test_each_step_and_eval_round_lands_in_tensorboard_event_files(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    assert cfg.tracking.report_to == ["tensorboard"]  # the default
+    tracking = Tracking.open(cfg)
+    tracking.start(first_step=1)
+    tracking.log_eval(eval_round(0, 0.25))
+    tracking.log_step(step(1, 0.5))
+    tracking.log_step(step(2, -0.125))
+    tracking.log_eval(eval_round(2, 0.75))
+    tracking.close()
+
+    logdir = tmp_path / "checkpoints" / "tracking" / "tensorboard"
+    assert cfg.tracking_dir() / "tensorboard" == logdir
+    got = scalars(read_events(logdir))
+    assert got["train/loss"] == [(1, 0.5), (2, -0.125)]
+    assert got["train/mean_reward_by_harness/mini-swe-agent"] == [(1, 0.25), (2, 0.5)]
+    assert got["train/rollouts_scored"] == [(1, 8.0), (2, 16.0)]
+    assert got["eval/pass_at_1/p"] == [(0, 0.25), (2, 0.75)]
+    assert "train/step" not in got and "train/time" not in got
+
+
+def test_a_resumed_learner_hides_the_steps_it_takes_again(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    first = Tracking.open(cfg)
+    first.start(first_step=1)
+    for n in (1, 2, 3):
+        first.log_step(step(n, float(n)))
+    first.close()
+    # Resumed from the checkpoint of step 2: TensorBoard drops what the earlier process logged from step 3 on.
+    second = Tracking.open(cfg)
+    second.start(first_step=3)
+    second.log_step(step(3, 30.0))
+    second.close()
+    events = read_events(cfg.tracking_dir() / "tensorboard")
+    starts = [e.step for e in events if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+    assert starts[-1] == 3
+    assert scalars(events)["train/loss"][-1] == (3, 30.0)
+
+
+def test_a_tracker_configured_but_not_installed_fails_the_start_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError, as when not installed
+    key = tmp_path / "wandb-key"
+    key.write_text("k" * 40)
+    cfg = config(tmp_path, report_to=["tensorboard", "wandb"], wandb={"api_key_file": str(key)})
+    assert missing(cfg.tracking.report_to) == ["wandb"]
+    with pytest.raises(LearnerFailure) as caught:
+        Tracking.open(cfg)
+    assert caught.value.reason == TRACKER_UNAVAILABLE
+    assert "tracking.report_to lists wandb" in caught.value.message and "pip install wandb" in caught.value.message
+    # The termination log carries it to the TrainingRun's Failed condition, as the operator reads it.
+    assert parse_termination_message(str(caught.value)) == (TRACKER_UNAVAILABLE, caught.value.message)
+
+
+class FakeWandbRun:
+    def __init__(self, fail_on_step: int | None, key: str) -> None:
+        self.logged: list[tuple[dict[str, float], int]] = []
+        self.fail_on_step, self.key = fail_on_step, key
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        if step == self.fail_on_step:
+            raise RuntimeError(f"upload refused for key {self.key}")
+        self.logged.append((data, step))
+
+    def finish(self) -> None:
+        pass
+
+
+def fake_wandb(monkeypatch: pytest.MonkeyPatch, fail_on_step: int | None, key: str) -> list[dict[str, Any]]:
+    """A `wandb` module that records its init calls; its runs fail to log `fail_on_step`."""
+    inits: list[dict[str, Any]] = []
+    module = types.ModuleType("wandb")
+
+    def init(**kwargs: Any) -> FakeWandbRun:
+        inits.append(kwargs | {"run": FakeWandbRun(fail_on_step, key)})
+        return inits[-1]["run"]
+
+    module.init = init  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    monkeypatch.setenv("WANDB_API_KEY", "")  # restored (unset) after the test: Tracking sets it
+    return inits
+
+
+def test_an_empty_credential_fails_the_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_wandb(monkeypatch, None, "")
+    key = tmp_path / "wandb-key"
+    key.write_text("\n")
+    with pytest.raises(LearnerFailure, match=r"tracking\.wandb\.api_key_file .* is empty") as caught:
+        Tracking.open(config(tmp_path, report_to=["wandb"], wandb={"api_key_file": str(key)}))
+    assert caught.value.reason == TRACKER_UNAVAILABLE
+
+
+def test_a_tracker_that_fails_is_logged_once_without_its_key_and_dropped_while_the_others_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "wandb-secret-key-0123456789"
+    inits = fake_wandb(monkeypatch, fail_on_step=2, key=secret)
+    key = tmp_path / "wandb-key"
+    key.write_text(secret + "\n")
+    cfg = config(tmp_path, report_to=["tensorboard", "wandb"], project="harnessrl-test",
+                 wandb={"api_key_file": str(key), "entity": "team"})
+    tracking = Tracking.open(cfg)
+    tracking.start(first_step=1)
+    with caplog.at_level(logging.WARNING, logger="harnessrl.runtime.learner.tracking"):
+        for n in (1, 2, 3):
+            tracking.log_step(step(n, float(n)))
+        tracking.close()
+
+    [init] = inits
+    assert (init["project"], init["entity"], init["name"], init["resume"]) == ("harnessrl-test", "team", "vowels", "allow")
+    assert init["config"]["grpo.lr"] == cfg.grpo.lr and init["dir"] == str(cfg.tracking_dir())
+    assert [s for _, s in init["run"].logged] == [1]  # dropped at step 2
+    assert scalars(read_events(cfg.tracking_dir() / "tensorboard"))["train/loss"] == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    [warning] = caplog.records
+    assert "tracker wandb failed (log)" in warning.getMessage()
+    assert secret not in warning.getMessage() and "***" in warning.getMessage()
+    assert list(tracking.backends) == ["tensorboard"]
+
+    # A restarted learner goes on with the same W&B run.
+    again = Tracking.open(cfg)
+    again.start(first_step=3)
+    again.close()
+    assert inits[1]["id"] == inits[0]["id"]
