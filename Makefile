@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo crds bench-trajectory clean
+.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo transfer crds bench-trajectory clean
 
 all: test
 
@@ -81,6 +81,12 @@ demo: venv
 	  --run-dir runs/quickstart --volume tiny-model=.cache/tiny-model-steerable \
 	  --volume quickstart-tasks=examples/quickstart/tasks
 	$(VENV)/bin/harnessrl report runs/quickstart
+
+# Single-harness vs multi-harness training on the tiny model, scored under three harnesses (examples/transfer).
+TRANSFER_ARGS ?=
+transfer: venv
+	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -P examples/transfer/experiment.py --out runs/transfer $(TRANSFER_ARGS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_src .mypy_cache .ruff_cache .pytest_cache runs
