@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo transfer crds bench-trajectory clean
+.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean
 
 all: test
 
@@ -87,6 +87,10 @@ TRANSFER_ARGS ?=
 transfer: venv
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -P examples/transfer/experiment.py --out runs/transfer $(TRANSFER_ARGS)
+
+# Its reduced run (2 seeds, ~20 min) checks the direction of the effect; too long and too noisy for `make test`.
+transfer-check: venv
+	$(VENV)/bin/pytest -m experiment tests/e2e/test_transfer.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_src .mypy_cache .ruff_cache .pytest_cache runs
