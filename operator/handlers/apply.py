@@ -11,10 +11,11 @@ import json
 import logging
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 import kubernetes.client
+from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL, RUN_LABEL
 from harnessrl.operator.kube.learner import KUEUE_ADMITTED
 from kubernetes.client.exceptions import ApiException
 
@@ -54,8 +55,18 @@ MUTABLE_SPEC: dict[str, set[str] | None] = {
     "PersistentVolumeClaim": set(),
     "NetworkPolicy": None,  # None = the whole spec
 }
-# Kinds never patched after creation: a Secret's generated value must stay; a RoleBinding's roleRef is immutable.
+# Kinds whose content is never patched after creation, only their labels and ownerReferences: a Secret's
+# generated value must stay; a claim's size and class are the storage's.
 CREATE_ONLY = {"Secret", "PersistentVolumeClaim"}
+# The labels a workload finds its Pods by (kube/common.py selector()).
+SELECTOR_KEYS = (RUN_LABEL, COMPONENT_LABEL, POOL_LABEL)
+
+
+class Outcome(NamedTuple):
+    """What `Kube.ensure` did to one child, and why when it replaced it."""
+
+    action: Literal["created", "patched", "unchanged", "replaced"]
+    why: str = ""
 
 
 def path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -70,6 +81,8 @@ def patch_body(desired: Manifest) -> Manifest:
     kind = desired["kind"]
     meta = desired["metadata"]
     body: Manifest = {"metadata": {"labels": meta.get("labels", {}), "ownerReferences": meta.get("ownerReferences", [])}}
+    if kind in CREATE_ONLY:
+        return body
     for key, value in desired.items():
         if key in ("apiVersion", "kind", "metadata", "status"):
             continue
@@ -83,6 +96,31 @@ def patch_body(desired: Manifest) -> Manifest:
         else:
             body[key] = value
     return body
+
+
+def _pod_template_labels(manifest: Manifest) -> dict[str, str]:
+    spec = manifest.get("spec") or {}
+    if manifest["kind"] == "JobSet":
+        jobs = spec.get("replicatedJobs") or [{}]
+        spec = ((jobs[0].get("template") or {}).get("spec")) or {}
+    labels: dict[str, str] = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+def replacement_reason(desired: Manifest, live: Manifest) -> str | None:
+    """Why the live workload must be deleted and recreated, when it selects its Pods by labels other than the
+    desired ones in a field Kubernetes will not update: a StatefulSet's or Deployment's selector, a Job's or
+    JobSet's Pod template (e.g. made by an operator version that selected on other labels). None: patch it."""
+    kind = desired["kind"]
+    if kind in ("StatefulSet", "Deployment"):
+        want, have = desired["spec"].get("selector"), (live.get("spec") or {}).get("selector")
+        return None if want == have else f"its selector {json.dumps(have, sort_keys=True)} cannot change"
+    if kind in ("Job", "JobSet"):
+        want = {k: v for k, v in _pod_template_labels(desired).items() if k in SELECTOR_KEYS}
+        have = _pod_template_labels(live)
+        missing = sorted(f"{k}={v}" for k, v in want.items() if have.get(k) != v)
+        return f"its Pod template (which cannot change) lacks the labels {', '.join(missing)}" if missing else None
+    return None
 
 
 _SUFFIX_SCALE: dict[str, Decimal] = {
@@ -197,8 +235,9 @@ class Kube:
             for obj in self.list_objects(api_version, kind, namespace, selector)
         }
 
-    def ensure(self, desired: Manifest, snapshot: Snapshot | None = None) -> str:
-        """Create `desired`, or converge the live object on it. Returns created / patched / unchanged.
+    def ensure(self, desired: Manifest, snapshot: Snapshot | None = None) -> Outcome:
+        """Create `desired`, or converge the live object on it: created / patched / unchanged, or replaced
+        (deleted and created again) when the live workload selects its Pods by other labels (replacement_reason).
 
         With a `snapshot` (taken by label, so it holds every labelled child), an object absent from it is
         taken as absent from the cluster; a stale snapshot costs at most a 409 and a GET.
@@ -212,7 +251,7 @@ class Kube:
         if live is None:
             try:
                 self.create(desired)
-                return "created"
+                return Outcome("created")
             except ApiException as exc:
                 if exc.status != 409:
                     raise
@@ -220,11 +259,21 @@ class Kube:
                 live = self.get(api_version, kind, namespace, name)
                 if live is None:
                     raise
-        if kind in CREATE_ONLY:
-            return "unchanged"
+        why = replacement_reason(desired, live)
+        if why is not None:
+            # Background: the object goes now, its Pods after it (the garbage collector); a create that still
+            # finds it (a finalizer holds it) is retried by the next reconcile.
+            self.delete(api_version, kind, namespace, name)
+            try:
+                self.create(desired)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            log.info("replaced %s %s/%s: %s", kind, namespace, name, why)
+            return Outcome("replaced", why)
         body = patch_body(desired)
         if not drifted(body, live):
-            return "unchanged"
+            return Outcome("unchanged")
         self.patch(api_version, kind, namespace, name, body)
         log.info("converged %s %s/%s", kind, namespace, name)
-        return "patched"
+        return Outcome("patched")

@@ -31,7 +31,7 @@ from harnessrl.operator.handlers.status import (
     transitions,
 )
 from harnessrl.operator.kube import Owner, learner, proxy, render
-from harnessrl.operator.kube.common import COMPONENT, INSTANCE, MANAGED_BY, POOL
+from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
     ClusterPlacement,
@@ -187,14 +187,14 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     if not ctx.refusals.due(key, generation):
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
-        snapshot = apply_children(kube, plan, owner)
+        snapshot, replaced = apply_children(kube, plan, owner)
     except ChildRefused as refused:
         ctx.refusals.failed(key, generation)
         log.warning("TrainingRun %s/%s: %s", namespace, name, refused)
         _finish(kube, body, old, blocked_status(generation, old, R.CHILD_REFUSED, str(refused)[:4000]))
         return
     ctx.refusals.succeeded(key)
-    observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {INSTANCE: name}))
+    observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {RUN: name}))
     if int(((observed.learner or {}).get("status") or {}).get("active") or 0) >= 1:
         url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
         progress = fetch(url)
@@ -203,33 +203,40 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         observed = observed.model_copy(update={"progress": progress})
     new = run_status(spec, generation, old, observed)
     _finish(kube, body, old, new)
+    post_events(kube, body, replaced)
     if is_terminal(new):
         scale_to_zero(kube, namespace, name)
 
 
-def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Snapshot:
-    """Converge every child on the plan; returns what exists afterwards (for observing)."""
+def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list[Event]]:
+    """Converge every child on the plan; returns what exists afterwards (for observing) and an Event for each
+    child replaced (one an older operator made, selecting its Pods by other labels)."""
     kinds = child_kinds(plan)
-    snapshot = kube.snapshot(plan.namespace, {INSTANCE: plan.run}, kinds)
+    snapshot = kube.snapshot(plan.namespace, {RUN: plan.run}, kinds)
     # Generated once and kept: the proxy admin token (proxy, learner, runners) and the runner token (learner checks,
     # runners send).
     for name, generated in ((plan.proxy_admin_secret, proxy.admin_secret), (plan.runner_token_secret, learner.runner_secret)):
         if ("v1", "Secret", name) not in snapshot:
             kube.ensure(generated(plan, owner, secrets.token_urlsafe(32)))
     changed = False
+    replaced: list[Event] = []
     for manifest in render(plan, owner):
         try:
-            changed |= kube.ensure(manifest, snapshot) != "unchanged"
+            outcome = kube.ensure(manifest, snapshot)
         except ApiException as exc:
             if exc.status in (400, 403, 422):  # the server will not take it as it is; retrying will not help
                 raise ChildRefused(manifest["kind"], manifest["metadata"]["name"], exc) from None
             raise
+        changed |= outcome.action != "unchanged"
+        if outcome.action == "replaced":
+            what = f"{manifest['kind']} {manifest['metadata']['name']}"
+            replaced.append(Event(type="Warning", reason=R.CHILD_REPLACED, message=f"replaced {what}: {outcome.why}"[:1024]))
     wanted = {c.pool for c in plan.runners}
     for (api_version, kind, name), child in snapshot.items():
         labels = child["metadata"].get("labels") or {}
         if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted:
             changed |= kube.delete(api_version, kind, plan.namespace, name)
-    return kube.snapshot(plan.namespace, {INSTANCE: plan.run}, kinds) if changed else snapshot
+    return (kube.snapshot(plan.namespace, {RUN: plan.run}, kinds) if changed else snapshot), replaced
 
 
 def child_kinds(plan: Plan) -> list[tuple[str, str]]:
@@ -263,7 +270,7 @@ def scale_to_zero(kube: Kube, namespace: str, run: str) -> None:
     workloads = [("apps/v1", "StatefulSet", child_name(run, ComponentKind.ENGINE)), ("apps/v1", "StatefulSet", child_name(run, ComponentKind.PROXY))]
     workloads += [
         ("apps/v1", "Deployment", d["metadata"]["name"])
-        for d in kube.list_objects("apps/v1", "Deployment", namespace, {INSTANCE: run, COMPONENT: str(ComponentKind.RUNNER)})
+        for d in kube.list_objects("apps/v1", "Deployment", namespace, {RUN: run, COMPONENT: str(ComponentKind.RUNNER)})
     ]
     for api_version, kind, name in workloads:
         live = kube.get(api_version, kind, namespace, name)

@@ -123,7 +123,7 @@ def operator(cluster: Any, learner_status: FakeLearnerStatus) -> Iterator[Any]:
 def children(kube_api: Any, run: str) -> set[tuple[str, str]]:
     found = set()
     for api_version, kind in CHILD_KINDS:
-        for obj in kube_api.list_objects(api_version, kind, NS, label_selector=f"app.kubernetes.io/instance={run}"):
+        for obj in kube_api.list_objects(api_version, kind, NS, label_selector=f"harnessrl.io/run={run}"):
             found.add((kind, obj["metadata"]["name"]))
     return found
 
@@ -181,7 +181,7 @@ def ready_workload(kube_api: Any, api_version: str, kind: str, name: str, replic
 def make_pod(kube_api: Any, run: str, component: str, name: str, status: dict[str, Any],
              pool: str | None = None) -> None:
     """A Pod as its controller would create it, with the status the kubelet/scheduler would write."""
-    labels = {"app.kubernetes.io/instance": run, "app.kubernetes.io/component": component,
+    labels = {"harnessrl.io/run": run, "harnessrl.io/component": component,
               "app.kubernetes.io/managed-by": "harnessrl-operator"} | ({"harnessrl.io/pool": pool} if pool else {})
     kube_api.apply({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": NS, "labels": labels},
@@ -465,7 +465,7 @@ def test_scaling_a_pool_resizes_its_runners(operator: Any) -> None:
     ready_workload(operator, "apps/v1", "Deployment", "run-a-mini-swe-agent-runner", 3)
     pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
                              and (p.get("status") or {}).get("readyReplicas") == 3 and p)
-    assert pool["status"]["selector"] == "app.kubernetes.io/component=runner,harnessrl.io/pool=mini-swe-agent"
+    assert pool["status"]["selector"] == "harnessrl.io/component=runner,harnessrl.io/pool=mini-swe-agent"
     assert pool["status"]["phase"] == "Ready"
     scale = operator.get(*HP, "mini-swe-agent", namespace=NS)
     assert scale["spec"]["replicas"] == 3
@@ -497,6 +497,52 @@ def test_deleting_a_run_with_the_operator_stopped_does_not_hang(cluster: Any, le
     cluster.delete(*TR, "run-a", namespace=NS)
     assert cluster.get(*TR, "run-a", namespace=NS) is None
     assert children(cluster, "run-a") == set()
+
+
+def as_an_older_operator_made_it(live: dict[str, Any]) -> dict[str, Any]:
+    """The object as operator versions before harnessrl.io/run made it: selecting on app.kubernetes.io/instance
+    and app.kubernetes.io/component (the same ownerReference)."""
+    old_keys = {"harnessrl.io/run": "app.kubernetes.io/instance", "harnessrl.io/component": "app.kubernetes.io/component"}
+
+    def relabel(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {old_keys.get(k, k): relabel(v) for k, v in node.items()}
+        return [relabel(v) for v in node] if isinstance(node, list) else node
+
+    meta = {k: v for k, v in live["metadata"].items() if k in ("name", "namespace", "labels", "ownerReferences")}
+    return {"apiVersion": live["apiVersion"], "kind": live["kind"], "metadata": relabel(meta), "spec": relabel(live["spec"])}
+
+
+def test_workloads_an_older_operator_made_are_replaced_with_an_event(cluster: Any, learner_status: FakeLearnerStatus) -> None:
+    """Upgrading from an operator that selected on app.kubernetes.io/instance: a StatefulSet's or Deployment's
+    selector and a Job's Pod template cannot change, so each such workload is deleted and created again."""
+    apply_pools(cluster, "mini-swe-agent")
+    cluster.apply(small_run())
+    workloads = [("apps/v1", "StatefulSet", "run-a-proxy"), ("apps/v1", "Deployment", "run-a-mini-swe-agent-runner"),
+                 ("batch/v1", "Job", "run-a-learner")]
+    with running_operator(cluster, learner_status.url):
+        cluster.wait_for(lambda: cluster.get("networking.k8s.io/v1", "NetworkPolicy", "run-a-engine", namespace=NS))
+    legacy = {}
+    for api_version, kind, name in workloads:
+        old = as_an_older_operator_made_it(cluster.get(api_version, kind, name, namespace=NS))
+        cluster.delete(api_version, kind, name, namespace=NS)
+        legacy[name] = cluster.apply(old)[0]["metadata"]["uid"]
+    assert "harnessrl.io/run" not in cluster.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["spec"]["selector"]["matchLabels"]
+    with running_operator(cluster, learner_status.url):
+        for api_version, kind, name in workloads:
+            replaced = cluster.wait_for(lambda a=api_version, k=kind, n=name: (
+                (o := cluster.get(a, k, n, namespace=NS)) is not None and o["metadata"]["uid"] != legacy[n] and o))
+            labels = replaced["spec"]["template"]["metadata"]["labels"]
+            assert labels["harnessrl.io/run"] == "run-a" and "app.kubernetes.io/instance" not in labels, name
+            assert replaced["metadata"]["ownerReferences"][0]["name"] == "run-a"
+        def replaced_events() -> list[dict[str, Any]]:
+            return [e for e in cluster.list_objects("v1", "Event", NS) if e["reason"] == "ChildReplaced"]
+
+        events = cluster.wait_for(lambda: len(found := replaced_events()) == 3 and found)
+        assert {e["type"] for e in events} == {"Warning"}
+        assert any("StatefulSet run-a-proxy: its selector" in e["message"] for e in events)
+        reconciled_after_a_spec_change(cluster, "run-a")  # and nothing is replaced again
+        assert len(replaced_events()) == 3
 
 
 def _kind(kind: str) -> tuple[str, str]:

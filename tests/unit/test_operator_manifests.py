@@ -12,7 +12,7 @@ import pytest
 import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.apply import drifted, patch_body
+from harnessrl.operator.handlers.apply import drifted, patch_body, replacement_reason
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
@@ -32,8 +32,8 @@ POOLS = {
     for p in (ROOT / "examples" / "harnesspools").glob("*.yaml")
 }
 OWNER = Owner(name="run", uid="0b7e6a52-7d0e-4c59-9a43-2f0e8d0c1a11")
-LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
-          "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"}
+LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
+          "app.kubernetes.io/managed-by", "harnessrl.io/run", "harnessrl.io/component"}
 
 
 def manifests(**changes: Any) -> dict[tuple[str, str], dict[str, Any]]:
@@ -72,7 +72,39 @@ def test_every_manifest_is_valid_owned_and_labelled(variant: str) -> None:
         assert meta["namespace"] == "team" and name.startswith("run-"), (kind, name)
         assert meta["ownerReferences"] == [OWNER.reference()], (kind, name)
         assert set(meta["labels"]) >= LABELS, (kind, name)
-        assert meta["labels"]["app.kubernetes.io/instance"] == "run"
+        assert meta["labels"]["harnessrl.io/run"] == "run"
+
+
+def selectors(manifest: dict[str, Any]) -> list[dict[str, str]]:
+    """Every label selector in a manifest (workloads, Services, NetworkPolicies and their peers)."""
+    found: list[dict[str, str]] = []
+
+    def walk(node: Any, key: str = "") -> None:
+        if isinstance(node, dict):
+            if key in ("selector", "podSelector"):
+                found.append(node.get("matchLabels", node))
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+
+    walk(manifest.get("spec") or {})
+    return found
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_selectors_use_only_the_operators_own_labels(variant: str) -> None:
+    """Helm and Argo CD track their applications by app.kubernetes.io/instance: the operator neither sets it
+    nor selects on app.kubernetes.io/* (immutable StatefulSet selectors must not depend on others' labels)."""
+    seen = 0
+    for (kind, name), manifest in manifests(**VARIANTS[variant]).items():
+        assert "app.kubernetes.io/instance" not in manifest["metadata"]["labels"], (kind, name)
+        for selector in selectors(manifest):
+            seen += 1
+            assert selector and all(k.startswith("harnessrl.io/") or k.startswith("batch.kubernetes.io/")
+                                    for k in selector), (kind, name, selector)
+    assert seen >= 8
 
 
 def test_engine_statefulset() -> None:
@@ -233,11 +265,11 @@ def test_runner_rbac_only_for_the_kubernetes_sandbox() -> None:
 
 def test_sandboxes_reach_only_the_proxy() -> None:
     policy = manifests()[("NetworkPolicy", "run-sandboxes")]["spec"]
-    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": "run", "app.kubernetes.io/component": "sandbox"}
+    assert policy["podSelector"]["matchLabels"] == {"harnessrl.io/run": "run", "harnessrl.io/component": "sandbox"}
     assert policy["ingress"] == [] and set(policy["policyTypes"]) == {"Ingress", "Egress"}
     to_proxy, dns = policy["egress"]
-    assert to_proxy["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "run",
-                                                               "app.kubernetes.io/component": "proxy"}}}]
+    assert to_proxy["to"] == [{"podSelector": {"matchLabels": {"harnessrl.io/run": "run",
+                                                               "harnessrl.io/component": "proxy"}}}]
     assert {p["port"] for p in dns["ports"]} == {53}
     # It selects the Pods the runners' kubernetes sandbox creates: the labels their config tells it to use.
     runner_cfg = RunnerConfig.model_validate(yaml.safe_load(
@@ -266,6 +298,27 @@ def test_patch_body_keeps_immutable_fields_out_and_drift_ignores_server_defaults
     # A Job Kueue admits: the operator never fights Kueue over `suspend`.
     queued = patch_body(manifests()[("Job", "run-learner")])
     assert "suspend" not in queued["spec"]
+
+
+def test_a_workload_selecting_by_other_labels_is_replaced_not_patched() -> None:
+    """Selectors of StatefulSets and Deployments, and a Job's Pod template, cannot change: a live one selecting
+    by other labels (an older operator's app.kubernetes.io/instance) must be recreated."""
+    m = manifests()
+    old = {"app.kubernetes.io/instance": "run", "app.kubernetes.io/component": "proxy"}
+    for kind, name in (("StatefulSet", "run-proxy"), ("Deployment", "run-codex-runner"), ("Job", "run-learner")):
+        desired = m[(kind, name)]
+        assert replacement_reason(desired, desired) is None, kind
+        live = {**desired, "spec": {**desired["spec"], "template": {"metadata": {"labels": old}}}}
+        if kind != "Job":
+            live["spec"]["selector"] = {"matchLabels": old}
+        assert replacement_reason(desired, live), kind
+    # Labels the Job controller adds to the template, and the operator's informative ones, are no reason.
+    job = m[("Job", "run-learner")]
+    template = job["spec"]["template"]
+    extra = {"batch.kubernetes.io/controller-uid": "u", "app.kubernetes.io/name": "other"}
+    live = {**job, "spec": {**job["spec"], "template": {**template, "metadata": {"labels": template["metadata"]["labels"] | extra}}}}
+    assert replacement_reason(job, live) is None
+    assert replacement_reason(m[("Service", "run-proxy")], {}) is None
 
 
 def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
@@ -325,7 +378,7 @@ def test_proxy_workers_get_their_own_ports_reachable_from_sandboxes() -> None:
 
 
 def test_user_labels_never_override_the_operators_own() -> None:
-    clash = {"app.kubernetes.io/instance": "other", "app.kubernetes.io/component": "oops", "team": "ml"}
+    clash = {"harnessrl.io/run": "other", "harnessrl.io/component": "oops", "team": "ml"}
     templates = 0
     for (kind, name), manifest in manifests(pod={"labels": clash}).items():
         template = (manifest.get("spec") or {}).get("template")
@@ -334,8 +387,8 @@ def test_user_labels_never_override_the_operators_own() -> None:
         templates += 1
         labels = template["metadata"]["labels"]
         assert labels["team"] == "ml", (kind, name)
-        assert labels["app.kubernetes.io/instance"] == "run", (kind, name)
-        assert labels["app.kubernetes.io/component"] != "oops", (kind, name)
+        assert labels["harnessrl.io/run"] == "run", (kind, name)
+        assert labels["harnessrl.io/component"] != "oops", (kind, name)
         selector = manifest["spec"].get("selector")
         if selector is not None:  # a StatefulSet or Deployment still selects its own Pods
             assert selector_matches(selector, labels), (kind, name)
