@@ -69,6 +69,35 @@ class Outcome(NamedTuple):
     why: str = ""
 
 
+class ChildConflict(Exception):
+    """An object with a child's name exists and belongs to someone else: it is neither adopted nor changed."""
+
+    def __init__(self, kind: str, name: str, holder: str) -> None:
+        super().__init__(f"{kind} {name} already exists and belongs to {holder}; the operator leaves it alone: "
+                         f"delete or rename it (or the run)")
+
+
+def owner_uid(manifest: Manifest) -> str | None:
+    """The uid of the object's controller (its ownerReference with controller: true)."""
+    refs = manifest["metadata"].get("ownerReferences") or []
+    return next((str(r["uid"]) for r in refs if r.get("controller")), None)
+
+
+def holder(desired: Manifest, live: Manifest) -> str | None:
+    """Who holds the live object, when that is not the desired object's controller; None when it is ours."""
+    mine = owner_uid(desired)
+    refs = live["metadata"].get("ownerReferences") or []
+    if mine is None or any(str(r.get("uid")) == mine for r in refs):
+        return None
+    other = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if other is None:
+        return "no owner (made by hand, or orphaned from an earlier owner)"
+    ours: Manifest = next((r for r in desired["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
+    same_name = (other.get("kind"), other.get("name")) == (ours.get("kind"), ours.get("name"))
+    earlier = " (an earlier object of that name)" if same_name else ""
+    return f"{other.get('kind')} {other.get('name')} uid {other.get('uid')}{earlier}"
+
+
 def path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
     plural = PLURALS[(api_version, kind)]
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
@@ -238,6 +267,7 @@ class Kube:
     def ensure(self, desired: Manifest, snapshot: Snapshot | None = None) -> Outcome:
         """Create `desired`, or converge the live object on it: created / patched / unchanged, or replaced
         (deleted and created again) when the live workload selects its Pods by other labels (replacement_reason).
+        Raises ChildConflict, changing nothing, when the live object belongs to another owner.
 
         With a `snapshot` (taken by label, so it holds every labelled child), an object absent from it is
         taken as absent from the cluster; a stale snapshot costs at most a 409 and a GET.
@@ -259,6 +289,9 @@ class Kube:
                 live = self.get(api_version, kind, namespace, name)
                 if live is None:
                     raise
+        other = holder(desired, live)
+        if other is not None:
+            raise ChildConflict(kind, name, other)
         why = replacement_reason(desired, live)
         if why is not None:
             # Background: the object goes now, its Pods after it (the garbage collector); a create that still

@@ -20,7 +20,7 @@ from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, Snapshot, path
+from harnessrl.operator.handlers.apply import MERGE_PATCH, ChildConflict, Kube, Snapshot, owner_uid, path
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     Event,
@@ -188,10 +188,12 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
         snapshot, replaced = apply_children(kube, plan, owner)
-    except ChildRefused as refused:
-        ctx.refusals.failed(key, generation)
-        log.warning("TrainingRun %s/%s: %s", namespace, name, refused)
-        _finish(kube, body, old, blocked_status(generation, old, R.CHILD_REFUSED, str(refused)[:4000]))
+    except (ChildRefused, ChildConflict) as refused:
+        # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
+        delay = ctx.refusals.failed(key, generation)
+        log.warning("TrainingRun %s/%s: %s; retrying in %.0f s", namespace, name, refused, delay)
+        reason = R.CHILD_CONFLICT if isinstance(refused, ChildConflict) else R.CHILD_REFUSED
+        _finish(kube, body, old, blocked_status(generation, old, reason, str(refused)[:4000]))
         return
     ctx.refusals.succeeded(key)
     observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {RUN: name}))
@@ -205,7 +207,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     _finish(kube, body, old, new)
     post_events(kube, body, replaced)
     if is_terminal(new):
-        scale_to_zero(kube, namespace, name)
+        scale_to_zero(kube, namespace, name, owner.uid)
 
 
 def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list[Event]]:
@@ -234,7 +236,7 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list
     wanted = {c.pool for c in plan.runners}
     for (api_version, kind, name), child in snapshot.items():
         labels = child["metadata"].get("labels") or {}
-        if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted:
+        if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted and owner_uid(child) == owner.uid:
             changed |= kube.delete(api_version, kind, plan.namespace, name)
     return (kube.snapshot(plan.namespace, {RUN: plan.run}, kinds) if changed else snapshot), replaced
 
@@ -265,8 +267,8 @@ def jobset_as_job(jobset: Manifest | None) -> Manifest | None:
     return {**jobset, "status": {"active": active, "conditions": conditions}}
 
 
-def scale_to_zero(kube: Kube, namespace: str, run: str) -> None:
-    """Free a finished run's GPUs and sandboxes; its checkpoints and Job stay for inspection."""
+def scale_to_zero(kube: Kube, namespace: str, run: str, uid: str) -> None:
+    """Free a finished run's GPUs and sandboxes (only its own workloads); its checkpoints and Job stay for inspection."""
     workloads = [("apps/v1", "StatefulSet", child_name(run, ComponentKind.ENGINE)), ("apps/v1", "StatefulSet", child_name(run, ComponentKind.PROXY))]
     workloads += [
         ("apps/v1", "Deployment", d["metadata"]["name"])
@@ -274,7 +276,7 @@ def scale_to_zero(kube: Kube, namespace: str, run: str) -> None:
     ]
     for api_version, kind, name in workloads:
         live = kube.get(api_version, kind, namespace, name)
-        if live is not None and (live.get("spec") or {}).get("replicas", 1) != 0:
+        if live is not None and owner_uid(live) == uid and (live.get("spec") or {}).get("replicas", 1) != 0:
             kube.patch(api_version, kind, namespace, name, {"spec": {"replicas": 0}})
 
 
@@ -282,7 +284,7 @@ def _finished(ctx: Context, body: Manifest, spec: TrainingRunSpec, old: Training
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     generation = int(meta.get("generation") or 0)
-    scale_to_zero(ctx.kube, namespace, name)
+    scale_to_zero(ctx.kube, namespace, name, meta["uid"])
     new = run_status(spec, generation, old, Observed())
     _finish(ctx.kube, body, old, new)
     ttl, done = spec.ttl_seconds_after_finished, new.completion_time

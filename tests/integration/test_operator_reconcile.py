@@ -499,6 +499,49 @@ def test_deleting_a_run_with_the_operator_stopped_does_not_hang(cluster: Any, le
     assert children(cluster, "run-a") == set()
 
 
+def writes_to(kube_api: Any, path_suffix: str) -> list[str]:
+    """The PATCH/PUT/DELETE requests the emulator served on paths ending in `path_suffix` (its request log)."""
+    return [f"{r.method} {r.url.path}" for r in list(kube_api.emulator._requests)
+            if r.method in ("PATCH", "PUT", "DELETE") and r.url.path.endswith(path_suffix)]
+
+
+def test_an_object_another_owner_holds_is_never_adopted_or_changed(operator: Any) -> None:
+    """A child's name taken by another controller's object, or by an earlier run of the same name (another uid):
+    the operator writes nothing to it, says who holds it (ChildConflict), and retries until it is gone."""
+    apply_pools(operator, "mini-swe-agent")
+    holder = operator.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "someone-else", "namespace": NS}})[0]
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap", "name": "someone-else", "uid": holder["metadata"]["uid"],
+              "controller": True}
+    foreign = operator.apply({"apiVersion": "v1", "kind": "ConfigMap", "data": {"config.yaml": "theirs"},
+                              "metadata": {"name": "run-a-engine-config", "namespace": NS, "ownerReferences": [theirs]}})[0]
+    earlier_run = {"apiVersion": TR[0], "kind": TR[1], "name": "run-a", "uid": "0d4c1e8e-earlier", "controller": True,
+                   "blockOwnerDeletion": True}
+    old = {"app": "old"}
+    operator.apply({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": {"name": "run-a-proxy", "namespace": NS, "ownerReferences": [earlier_run]},
+                    "spec": {"serviceName": "x", "selector": {"matchLabels": old}, "template": {
+                        "metadata": {"labels": old}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
+    operator.apply(small_run())
+    cond = wait_condition(operator, "run-a", "Ready", "False", "ChildConflict")
+    assert "ConfigMap run-a-engine-config" in cond["message"] and f"ConfigMap someone-else uid {theirs['uid']}" in cond["message"]
+    reconciled_after_a_spec_change(operator, "run-a")
+    live = operator.get("v1", "ConfigMap", "run-a-engine-config", namespace=NS)
+    assert live["data"] == {"config.yaml": "theirs"} and live["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
+    assert writes_to(operator, "/configmaps/run-a-engine-config") == []
+    operator.delete("v1", "ConfigMap", "run-a-engine-config", namespace=NS)
+    cond = operator.wait_for(lambda: (c := condition(operator, "run-a", "Ready")) and "StatefulSet run-a-proxy" in c["message"] and c,
+                             timeout=30)
+    assert cond["reason"] == "ChildConflict" and "TrainingRun run-a uid 0d4c1e8e-earlier (an earlier object" in cond["message"]
+    assert writes_to(operator, "/statefulsets/run-a-proxy") == []  # not replaced either, though it selects other Pods
+    operator.delete("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)
+    uid = operator.get(*TR, "run-a", namespace=NS)["metadata"]["uid"]
+    operator.wait_for(lambda: ((o := operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)) is not None
+                               and o["metadata"]["ownerReferences"][0]["uid"] == uid), timeout=30)
+    operator.wait_for(lambda: condition(operator, "run-a", "Ready")["reason"] != "ChildConflict", timeout=15)
+    assert operator.get("v1", "ConfigMap", "run-a-engine-config", namespace=NS)["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert [e for e in operator.list_objects("v1", "Event", NS) if e["reason"] == "ChildConflict"]
+
+
 def as_an_older_operator_made_it(live: dict[str, Any]) -> dict[str, Any]:
     """The object as operator versions before harnessrl.io/run made it: selecting on app.kubernetes.io/instance
     and app.kubernetes.io/component (the same ownerReference)."""

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.apply import drifted, patch_body, replacement_reason
+from harnessrl.operator.handlers.apply import drifted, holder, patch_body, replacement_reason
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
@@ -319,6 +319,18 @@ def test_a_workload_selecting_by_other_labels_is_replaced_not_patched() -> None:
     live = {**job, "spec": {**job["spec"], "template": {**template, "metadata": {"labels": template["metadata"]["labels"] | extra}}}}
     assert replacement_reason(job, live) is None
     assert replacement_reason(m[("Service", "run-proxy")], {}) is None
+
+
+def test_a_child_held_by_another_owner_is_named_with_its_holder() -> None:
+    desired = manifests()[("ConfigMap", "run-engine-config")]
+    live = {"metadata": {"ownerReferences": [OWNER.reference()]}}
+    assert holder(desired, live) is None
+    assert holder(desired, {"metadata": {"ownerReferences": [{"kind": "Thing", "name": "t", "uid": "u"}, OWNER.reference()]}}) is None
+    earlier = OWNER.reference() | {"uid": "earlier"}
+    assert holder(desired, {"metadata": {"ownerReferences": [earlier]}}) == "TrainingRun run uid earlier (an earlier object of that name)"
+    other = {"kind": "Deployment", "name": "d", "uid": "u1", "controller": True}
+    assert holder(desired, {"metadata": {"ownerReferences": [{"kind": "Thing", "name": "t", "uid": "u"}, other]}}) == "Deployment d uid u1"
+    assert holder(desired, {"metadata": {}}).startswith("no owner")  # type: ignore[union-attr]
 
 
 def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
