@@ -157,7 +157,8 @@ _SUFFIX_SCALE: dict[str, Decimal] = {
     **{s: Decimal(10) ** (3 * (n + 1)) for n, s in enumerate("kMGTPE")},
     **{f"{s}i": Decimal(2) ** (10 * (n + 1)) for n, s in enumerate("KMGTPE")},
 }
-_QUANTITY_TEXT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([a-zA-Z]*|[eE][+-]?\d+)")
+# A number, then an exponent (1e3) or a suffix: "1E" is one exa, not an exponent.
+_QUANTITY_TEXT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+)|([a-zA-Z]*))")
 
 
 def quantity_value(value: Any) -> Decimal | None:
@@ -165,9 +166,9 @@ def quantity_value(value: Any) -> Decimal | None:
     match = _QUANTITY_TEXT.fullmatch(str(value).strip())
     if match is None or isinstance(value, bool):
         return None
-    number, suffix = Decimal(match.group(1)), match.group(2)
-    if suffix[:1] in ("e", "E"):
-        return number.scaleb(int(suffix[1:]))
+    number, exponent, suffix = Decimal(match.group(1)), match.group(2), match.group(3)
+    if exponent is not None:
+        return number.scaleb(int(exponent))
     scale = _SUFFIX_SCALE.get(suffix)
     return None if scale is None else number * scale
 

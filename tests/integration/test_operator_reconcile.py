@@ -501,8 +501,34 @@ def test_deleting_a_run_with_the_operator_stopped_does_not_hang(cluster: Any, le
 
 def writes_to(kube_api: Any, path_suffix: str) -> list[str]:
     """The PATCH/PUT/DELETE requests the emulator served on paths ending in `path_suffix` (its request log)."""
-    return [f"{r.method} {r.url.path}" for r in list(kube_api.emulator._requests)
-            if r.method in ("PATCH", "PUT", "DELETE") and r.url.path.endswith(path_suffix)]
+    served = [(getattr(r.method, "value", r.method), r.url.path) for r in list(kube_api.emulator._requests)]
+    return [f"{method} {path}" for method, path in served
+            if method in ("PATCH", "PUT", "DELETE") and path.endswith(path_suffix)]
+
+
+def test_quantities_the_server_rewrites_cause_no_patches_at_rest(operator: Any) -> None:
+    """The API server stores 0.5 CPU as 500m and 1024Mi as 1Gi: compared as text, every resync would patch the
+    proxy, runners, engine and learner again, for ever. Compared as amounts, nothing is written at rest."""
+    apply_pools(operator, "mini-swe-agent")
+    amounts = {"requests": {"cpu": "0.5", "memory": "1024Mi"}, "limits": {"cpu": "1000m", "memory": "2048Mi"}}
+    operator.apply(small_run(proxy={"resources": amounts}, engine={"gpus": 1, "resources": amounts},
+                             learner={"resources": amounts}))
+    proxy = operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS))
+    stored = proxy["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert stored == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    reconciled_after_a_spec_change(operator, "run-a")
+    workloads = ("/statefulsets/", "/deployments/", "/jobs/", "/services/", "/configmaps/", "/networkpolicies/")
+
+    def child_writes() -> list[str]:
+        return [w for w in writes_to(operator, "") if any(k in w for k in workloads)]
+
+    def reconciles() -> int:  # each reconcile starts by reading the run
+        return sum(1 for r in list(operator.emulator._requests)
+                   if getattr(r.method, "value", r.method) == "GET" and r.url.path.endswith("/trainingruns/run-a"))
+
+    writes, start = len(child_writes()), reconciles()
+    operator.wait_for(lambda: reconciles() >= start + 5, timeout=30)  # resyncs at rest
+    assert child_writes()[writes:] == []
 
 
 def test_an_object_another_owner_holds_is_never_adopted_or_changed(operator: Any) -> None:

@@ -4,6 +4,7 @@ labels, and holds what its component needs (GPUs, probes, volumes, RBAC, secrets
 from __future__ import annotations
 
 import base64
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.apply import drifted, holder, patch_body, replacement_reason
+from harnessrl.operator.handlers.apply import drifted, holder, patch_body, quantity_value, replacement_reason
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
@@ -427,3 +428,25 @@ def test_resource_amounts_compare_as_quantities() -> None:
     live["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "600m"
     assert drifted(desired, live)
     assert drifted({"requests": {"cpu": "1"}}, {"requests": {}}, "resources")
+
+
+@pytest.mark.parametrize(("text", "amount"), [
+    ("500m", "0.5"), (0.5, "0.5"), ("0.5", "0.5"), (".5", "0.5"), ("2", "2"), (2, "2"), ("1n", "1e-9"), ("1u", "1e-6"),
+    ("1k", "1000"), ("1M", "1000000"), ("1G", "1e9"), ("1T", "1e12"), ("1Ki", "1024"), ("1Mi", "1048576"),
+    ("1Gi", "1073741824"), ("1.5Gi", "1610612736"), ("1e3", "1000"), ("1E3", "1000"), ("1e-3", "0.001"), ("+1", "1"),
+    ("1E", "1e18"), ("2Ei", str(2 * 2**60)), ("1P", "1e15"),
+])
+def test_quantity_value(text: Any, amount: str) -> None:
+    assert quantity_value(text) == Decimal(amount)
+
+
+@pytest.mark.parametrize("same", [("0.5", "500m"), ("1024Mi", "1Gi"), ("1e3", "1k"), ("1000m", 1), ("2048Ki", "2Mi"),
+                                  ("1000M", "1G"), ("0", "0m")])
+def test_equal_amounts_are_one_quantity(same: tuple[Any, Any]) -> None:
+    assert quantity_value(same[0]) == quantity_value(same[1])
+    assert not drifted({"limits": {"memory": same[0]}}, {"limits": {"memory": same[1]}})
+
+
+@pytest.mark.parametrize("text", ["1K", "1ki", "1Gb", "abc", "", "1e", True, None, "1.2.3"])
+def test_not_a_quantity(text: Any) -> None:
+    assert quantity_value(text) is None
