@@ -184,13 +184,14 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
     key = (namespace, name)
-    if not ctx.refusals.due(key, generation):
+    version = (owner.uid, generation)
+    if not ctx.refusals.due(key, version):
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
         snapshot, replaced = apply_children(kube, plan, owner)
     except (ChildRefused, ChildConflict) as refused:
         # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
-        delay = ctx.refusals.failed(key, generation)
+        delay = ctx.refusals.failed(key, version)
         log.warning("TrainingRun %s/%s: %s; retrying in %.0f s", namespace, name, refused, delay)
         reason = R.CHILD_CONFLICT if isinstance(refused, ChildConflict) else R.CHILD_REFUSED
         _finish(kube, body, old, blocked_status(generation, old, reason, str(refused)[:4000]))
