@@ -40,6 +40,8 @@ API_VERSION: Final = "harnessrl.io/v1alpha1"
 RUN_LABEL: Final = f"{GROUP}/run"
 COMPONENT_LABEL: Final = f"{GROUP}/component"
 POOL_LABEL: Final = f"{GROUP}/pool"
+# The uid of the run a child belongs to, on a child that outlives its run (a retained checkpoint claim).
+RUN_UID_LABEL: Final = f"{GROUP}/run-uid"
 
 # Kubernetes' own patterns, so a value accepted here is accepted by the API server.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

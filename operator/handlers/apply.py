@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 import kubernetes.client
-from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL, RUN_LABEL
+from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
 from harnessrl.operator.kube.learner import KUEUE_ADMITTED
 from kubernetes.client.exceptions import ApiException
 
@@ -78,18 +78,25 @@ class ChildConflict(Exception):
 
 
 def owner_uid(manifest: Manifest) -> str | None:
-    """The uid of the object's controller (its ownerReference with controller: true)."""
-    refs = manifest["metadata"].get("ownerReferences") or []
-    return next((str(r["uid"]) for r in refs if r.get("controller")), None)
+    """The uid of the run (or other controller) the object belongs to: its controller ownerReference's, or
+    for an object made to outlive its run (a retained checkpoint claim), its run-uid label's."""
+    meta = manifest["metadata"]
+    refs = meta.get("ownerReferences") or []
+    controller = next((str(r["uid"]) for r in refs if r.get("controller")), None)
+    return controller or (None if refs else (meta.get("labels") or {}).get(RUN_UID_LABEL))
 
 
 def holder(desired: Manifest, live: Manifest) -> str | None:
-    """Who holds the live object, when that is not the desired object's controller; None when it is ours."""
+    """Who holds the live object, when that is not the desired object's owner; None when it is ours."""
     mine = owner_uid(desired)
     refs = live["metadata"].get("ownerReferences") or []
-    if mine is None or any(str(r.get("uid")) == mine for r in refs):
+    if mine is None or any(str(r.get("uid")) == mine for r in refs) or owner_uid(live) == mine:
         return None
     other = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    labels = live["metadata"].get("labels") or {}
+    if other is None and labels.get(RUN_UID_LABEL):
+        return (f"the run {labels.get(RUN_LABEL)} uid {labels[RUN_UID_LABEL]}, which kept it when it was deleted "
+                "(checkpointRetention Retain)")
     if other is None:
         return "no owner (made by hand, or orphaned from an earlier owner)"
     ours: Manifest = next((r for r in desired["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
@@ -189,6 +196,8 @@ def drifted(desired: Any, live: Any, key: str = "") -> bool:
                        for name, value in desired.items())
         return any(drifted(value, live.get(name), name) for name, value in desired.items())
     if isinstance(desired, list):
+        if not desired and live is None:  # the server leaves an empty list out
+            return False
         if not isinstance(live, list) or len(desired) != len(live):
             return True
         return any(drifted(d, l_) for d, l_ in zip(desired, live, strict=True))

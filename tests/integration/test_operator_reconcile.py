@@ -47,6 +47,7 @@ CHILD_KINDS = [
 ]
 
 pytestmark = pytest.mark.timeout(60)
+RETAINED = ("PersistentVolumeClaim", "run-a-checkpoints")
 MINI = yaml.safe_load((ROOT / "examples" / "harnesspools" / "mini-swe-agent.yaml").read_text())
 MINI_REPLICAS = MINI["spec"].get("replicas", 1)
 
@@ -401,7 +402,7 @@ def test_ttl_deletes_finished_run_and_its_children(operator: Any) -> None:
     cond = wait_condition(operator, "run-a", "Failed", "True", "RestartBudgetExhausted")
     assert "restart budget 3" in cond["message"]
     operator.wait_for(lambda: operator.get(*TR, "run-a", namespace=NS) is None, timeout=15)
-    assert children(operator, "run-a") == set()
+    assert children(operator, "run-a") == {RETAINED}  # checkpointRetention Retain (the default)
 
 
 def test_terminal_run_stays_terminal(operator: Any) -> None:
@@ -496,7 +497,7 @@ def test_deleting_a_run_with_the_operator_stopped_does_not_hang(cluster: Any, le
     assert cluster.get(*TR, "run-a", namespace=NS)["metadata"].get("finalizers") in (None, [])
     cluster.delete(*TR, "run-a", namespace=NS)
     assert cluster.get(*TR, "run-a", namespace=NS) is None
-    assert children(cluster, "run-a") == set()
+    assert children(cluster, "run-a") == {RETAINED}  # checkpointRetention Retain (the default)
 
 
 def writes_to(kube_api: Any, path_suffix: str) -> list[str]:
@@ -566,6 +567,36 @@ def test_an_object_another_owner_holds_is_never_adopted_or_changed(operator: Any
     operator.wait_for(lambda: condition(operator, "run-a", "Ready")["reason"] != "ChildConflict", timeout=15)
     assert operator.get("v1", "ConfigMap", "run-a-engine-config", namespace=NS)["metadata"]["ownerReferences"][0]["uid"] == uid
     assert [e for e in operator.list_objects("v1", "Event", NS) if e["reason"] == "ChildConflict"]
+
+
+def test_checkpoints_are_retained_after_deletion_and_never_taken_over(operator: Any) -> None:
+    """checkpointRetention Retain (the default): the run's checkpoint claim outlives the run, labelled with its
+    name and uid; a new run of the same name does not take it over (ChildConflict) until it is deleted. With
+    Delete, the claim goes with the run."""
+    apply_pools(operator, "mini-swe-agent")
+    claim = ("v1", "PersistentVolumeClaim", "run-a-checkpoints")
+    first = operator.apply(small_run())[0]["metadata"]["uid"]
+    kept = operator.wait_for(lambda: operator.get(*claim, namespace=NS))
+    assert not kept["metadata"].get("ownerReferences")
+    assert kept["metadata"]["labels"]["harnessrl.io/run"] == "run-a" and kept["metadata"]["labels"]["harnessrl.io/run-uid"] == first
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+    operator.delete(*TR, "run-a", namespace=NS)
+    assert operator.get("batch/v1", "Job", "run-a-learner", namespace=NS) is None
+    assert operator.get(*claim, namespace=NS)["metadata"]["uid"] == kept["metadata"]["uid"]
+    # Same name, new uid: the retained claim is not this run's.
+    second = operator.apply(small_run())[0]["metadata"]["uid"]
+    cond = wait_condition(operator, "run-a", "Ready", "False", "ChildConflict")
+    assert f"PersistentVolumeClaim run-a-checkpoints already exists and belongs to the run run-a uid {first}" in cond["message"]
+    assert operator.get(*claim, namespace=NS)["metadata"]["labels"]["harnessrl.io/run-uid"] == first
+    operator.delete(*claim, namespace=NS)
+    fresh = operator.wait_for(lambda: (c := operator.get(*claim, namespace=NS)) and c, timeout=30)
+    assert fresh["metadata"]["labels"]["harnessrl.io/run-uid"] == second
+    # Delete: the claim converges on an ownerReference to the run, and goes with it.
+    operator.patch(*TR, "run-a", {"spec": {"learner": {"checkpointRetention": "Delete"}}}, namespace=NS)
+    operator.wait_for(lambda: [r["uid"] for r in operator.get(*claim, namespace=NS)["metadata"].get("ownerReferences") or []]
+                      == [second])
+    operator.delete(*TR, "run-a", namespace=NS)
+    assert operator.get(*claim, namespace=NS) is None
 
 
 def as_an_older_operator_made_it(live: dict[str, Any]) -> dict[str, Any]:

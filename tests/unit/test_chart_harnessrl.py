@@ -83,7 +83,7 @@ def test_operator_may_block_owner_deletion_of_what_it_owns(case: str) -> None:
     owners = set()
     for variant in VARIANTS.values():
         for manifest in manifests(**variant).values():
-            for ref in manifest["metadata"]["ownerReferences"]:
+            for ref in manifest["metadata"].get("ownerReferences", []):
                 assert ref["controller"] is True and ref["blockOwnerDeletion"] is True
                 owners.add(PLURALS[(ref["apiVersion"], ref["kind"])])
     assert owners == {"trainingruns"}

@@ -71,7 +71,10 @@ def test_every_manifest_is_valid_owned_and_labelled(variant: str) -> None:
         kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
         meta = manifest["metadata"]
         assert meta["namespace"] == "team" and name.startswith("run-"), (kind, name)
-        assert meta["ownerReferences"] == [OWNER.reference()], (kind, name)
+        if (kind, name) == ("PersistentVolumeClaim", "run-checkpoints"):  # retained (the default): outlives the run
+            assert "ownerReferences" not in meta and meta["labels"]["harnessrl.io/run-uid"] == OWNER.uid
+        else:
+            assert meta["ownerReferences"] == [OWNER.reference()], (kind, name)
         assert set(meta["labels"]) >= LABELS, (kind, name)
         assert meta["labels"]["harnessrl.io/run"] == "run"
 
@@ -322,6 +325,23 @@ def test_a_workload_selecting_by_other_labels_is_replaced_not_patched() -> None:
     assert replacement_reason(m[("Service", "run-proxy")], {}) is None
 
 
+def test_checkpoints_outlive_the_run_unless_deleted_with_it_and_journals_never_do() -> None:
+    retained = manifests(learner={"gpus": 1})[("PersistentVolumeClaim", "run-checkpoints")]["metadata"]
+    assert "ownerReferences" not in retained
+    assert retained["labels"]["harnessrl.io/run"] == "run" and retained["labels"]["harnessrl.io/run-uid"] == OWNER.uid
+    deleted = manifests(learner={"gpus": 1, "checkpointRetention": "Delete"})[("PersistentVolumeClaim", "run-checkpoints")]["metadata"]
+    assert deleted["ownerReferences"] == [OWNER.reference()] and deleted["labels"]["harnessrl.io/run-uid"] == OWNER.uid
+    assert ("PersistentVolumeClaim", "run-checkpoints") not in manifests()  # the example names its own claim
+    # The proxy's journals: owned by its StatefulSet (so gone with the run), kept while it is scaled to zero.
+    sts = manifests()[("StatefulSet", "run-proxy")]["spec"]
+    assert sts["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    # Switching a live run between the two converges the claim's ownerReferences, never its spec.
+    body = patch_body(manifests(learner={"gpus": 1})[("PersistentVolumeClaim", "run-checkpoints")])
+    assert body == {"metadata": {"labels": retained["labels"], "ownerReferences": []}}
+    assert not drifted(body, {"metadata": {"labels": retained["labels"]}, "spec": {}})
+    assert drifted(body, {"metadata": {"labels": retained["labels"], "ownerReferences": [OWNER.reference()]}})
+
+
 def test_a_child_held_by_another_owner_is_named_with_its_holder() -> None:
     desired = manifests()[("ConfigMap", "run-engine-config")]
     live = {"metadata": {"ownerReferences": [OWNER.reference()]}}
@@ -332,6 +352,11 @@ def test_a_child_held_by_another_owner_is_named_with_its_holder() -> None:
     other = {"kind": "Deployment", "name": "d", "uid": "u1", "controller": True}
     assert holder(desired, {"metadata": {"ownerReferences": [{"kind": "Thing", "name": "t", "uid": "u"}, other]}}) == "Deployment d uid u1"
     assert holder(desired, {"metadata": {}}).startswith("no owner")  # type: ignore[union-attr]
+    claim = manifests(learner={"gpus": 1})[("PersistentVolumeClaim", "run-checkpoints")]
+    assert holder(claim, {"metadata": {"labels": claim["metadata"]["labels"]}}) is None
+    assert holder(claim, {"metadata": {"ownerReferences": [OWNER.reference()]}}) is None  # retention was Delete
+    kept = {"metadata": {"labels": claim["metadata"]["labels"] | {"harnessrl.io/run-uid": "earlier"}}}
+    assert holder(claim, kept) == "the run run uid earlier, which kept it when it was deleted (checkpointRetention Retain)"
 
 
 def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
