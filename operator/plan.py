@@ -16,7 +16,14 @@ from urllib.parse import urlparse
 
 import yaml
 from harnessrl.operator.api import reasons as R
-from harnessrl.operator.api.common import PodOverrides, ResourceRequirements, SecretKeyRef
+from harnessrl.operator.api.common import (
+    COMPONENT_LABEL,
+    POOL_LABEL,
+    RUN_LABEL,
+    PodOverrides,
+    ResourceRequirements,
+    SecretKeyRef,
+)
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.runtime.coordinator.ledger import PoolHarness
@@ -665,11 +672,11 @@ def _secret(ref: SecretKeyRef, path: str) -> SecretFile:
 
 def sandbox_labels(run: str, pool: str) -> dict[str, str]:
     """Labels of a run's sandbox Pods: the NetworkPolicy that confines them selects on these."""
-    return {"app.kubernetes.io/instance": run, "app.kubernetes.io/component": "sandbox", "harnessrl.io/pool": pool}
+    return {RUN_LABEL: run, COMPONENT_LABEL: "sandbox", POOL_LABEL: pool}
 
 
 def proxy_pod_labels(run: str) -> dict[str, str]:
-    return {"app.kubernetes.io/instance": run, "app.kubernetes.io/component": str(ComponentKind.PROXY)}
+    return {RUN_LABEL: run, COMPONENT_LABEL: str(ComponentKind.PROXY)}
 
 
 def _runner(

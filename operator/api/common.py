@@ -34,6 +34,15 @@ GROUP: Final = "harnessrl.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = "harnessrl.io/v1alpha1"
 
+# The labels the operator selects its children and their Pods by, under its own prefix: the recommended
+# app.kubernetes.io/* labels belong to whoever deploys an application (Helm and Argo CD track their
+# instances by app.kubernetes.io/instance), so the operator sets only the informative ones and selects on none.
+RUN_LABEL: Final = f"{GROUP}/run"
+COMPONENT_LABEL: Final = f"{GROUP}/component"
+POOL_LABEL: Final = f"{GROUP}/pool"
+# The uid of the run a child belongs to, on a child that outlives its run (a retained checkpoint claim).
+RUN_UID_LABEL: Final = f"{GROUP}/run-uid"
+
 # Kubernetes' own patterns, so a value accepted here is accepted by the API server.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

@@ -58,7 +58,7 @@ KINDS = (
         status=TrainingRunStatus,
         kind=RUN_KIND,
         plural=RUN_PLURAL,
-        short_name="tr",
+        short_name="hrun",  # not `tr`: Tekton's TaskRun has it
         columns=[
             condition_column(READY),
             condition_column(TRAINING),

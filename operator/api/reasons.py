@@ -81,6 +81,15 @@ CHILD_REFUSED = _reason(
     "ChildRefused", "the API server refused a child built from the spec; the message names it and quotes the server",
     warning=True,
 )
+CHILD_CONFLICT = _reason(
+    "ChildConflict", "an object with a child's name belongs to another owner (another controller, or an earlier "
+    "run of the same name); the operator leaves it alone and retries with backoff. The message names both",
+    warning=True,
+)
+CHILD_REPLACED = _reason(
+    "ChildReplaced", "an Event: a workload an older operator made selected its Pods by other labels, in a field "
+    "Kubernetes keeps fixed, so it was deleted and created again (its Pods restart)", warning=True,
+)
 INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
 LEARNER_MEMORY_TOO_SMALL = _reason(
     "LearnerMemoryTooSmall", "the learner's memory plan exceeds its GPUs (spec.learner.gpuMemoryGib)", warning=True

@@ -385,7 +385,17 @@ class LearnerSpec(ApiModel):
     )
     checkpoint_claim_name: ResourceName | None = Field(
         default=None,
-        description="PersistentVolumeClaim for checkpoints; without it they live in an emptyDir and die with the Pod.",
+        description="Your PersistentVolumeClaim for checkpoints (the operator never changes or deletes it; name a "
+        "claim an earlier run retained to resume from its checkpoints). Without it the run gets its own claim, "
+        "`<run>-checkpoints`, kept or deleted with the run as checkpointRetention says.",
+    )
+    checkpoint_retention: Literal["Retain", "Delete"] = Field(
+        default="Retain",
+        description="What deleting the run does to its own checkpoint claim `<run>-checkpoints` (on a cluster). "
+        "Retain: the claim has no ownerReference, so it outlives the run, labelled harnessrl.io/run and "
+        "harnessrl.io/run-uid; a new run of the same name does not take it over (its Ready condition says "
+        "ChildConflict) until you delete the claim, or name it in checkpointClaimName. Delete: it goes with the "
+        "run. The proxy's journal volumes always go with the run.",
     )
 
 

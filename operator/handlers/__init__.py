@@ -14,7 +14,7 @@ from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.api.trainingrun import PLURAL as RUN_PLURAL
 from harnessrl.operator.handlers import harnesspool, trainingrun
 from harnessrl.operator.handlers.context import Context, OperatorOptions
-from harnessrl.operator.kube.common import INSTANCE, MANAGED_BY
+from harnessrl.operator.kube.common import MANAGED_BY, RUN
 
 __all__ = ["Context", "OperatorOptions", "build_registry"]
 
@@ -55,7 +55,7 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
         @kopf.on.event(group, version, plural, labels={"app.kubernetes.io/managed-by": MANAGED_BY}, registry=registry,
                        id=f"child-{plural}")
         def child_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
-            run = labels.get(INSTANCE)
+            run = labels.get(RUN)
             if run:
                 ctx.trigger((RUN_KIND, namespace, run))
                 ctx.trigger_namespace(POOL_KIND, namespace)

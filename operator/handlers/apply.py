@@ -11,10 +11,11 @@ import json
 import logging
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 import kubernetes.client
+from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
 from harnessrl.operator.kube.learner import KUEUE_ADMITTED
 from kubernetes.client.exceptions import ApiException
 
@@ -54,8 +55,54 @@ MUTABLE_SPEC: dict[str, set[str] | None] = {
     "PersistentVolumeClaim": set(),
     "NetworkPolicy": None,  # None = the whole spec
 }
-# Kinds never patched after creation: a Secret's generated value must stay; a RoleBinding's roleRef is immutable.
+# Kinds whose content is never patched after creation, only their labels and ownerReferences: a Secret's
+# generated value must stay; a claim's size and class are the storage's.
 CREATE_ONLY = {"Secret", "PersistentVolumeClaim"}
+# The labels a workload finds its Pods by (kube/common.py selector()).
+SELECTOR_KEYS = (RUN_LABEL, COMPONENT_LABEL, POOL_LABEL)
+
+
+class Outcome(NamedTuple):
+    """What `Kube.ensure` did to one child, and why when it replaced it."""
+
+    action: Literal["created", "patched", "unchanged", "replaced"]
+    why: str = ""
+
+
+class ChildConflict(Exception):
+    """An object with a child's name exists and belongs to someone else: it is neither adopted nor changed."""
+
+    def __init__(self, kind: str, name: str, holder: str) -> None:
+        super().__init__(f"{kind} {name} already exists and belongs to {holder}; the operator leaves it alone: "
+                         f"delete or rename it (or the run)")
+
+
+def owner_uid(manifest: Manifest) -> str | None:
+    """The uid of the run (or other controller) the object belongs to: its controller ownerReference's, or
+    for an object made to outlive its run (a retained checkpoint claim), its run-uid label's."""
+    meta = manifest["metadata"]
+    refs = meta.get("ownerReferences") or []
+    controller = next((str(r["uid"]) for r in refs if r.get("controller")), None)
+    return controller or (None if refs else (meta.get("labels") or {}).get(RUN_UID_LABEL))
+
+
+def holder(desired: Manifest, live: Manifest) -> str | None:
+    """Who holds the live object, when that is not the desired object's owner; None when it is ours."""
+    mine = owner_uid(desired)
+    refs = live["metadata"].get("ownerReferences") or []
+    if mine is None or any(str(r.get("uid")) == mine for r in refs) or owner_uid(live) == mine:
+        return None
+    other = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    labels = live["metadata"].get("labels") or {}
+    if other is None and labels.get(RUN_UID_LABEL):
+        return (f"the run {labels.get(RUN_LABEL)} uid {labels[RUN_UID_LABEL]}, which kept it when it was deleted "
+                "(checkpointRetention Retain)")
+    if other is None:
+        return "no owner (made by hand, or orphaned from an earlier owner)"
+    ours: Manifest = next((r for r in desired["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
+    same_name = (other.get("kind"), other.get("name")) == (ours.get("kind"), ours.get("name"))
+    earlier = " (an earlier object of that name)" if same_name else ""
+    return f"{other.get('kind')} {other.get('name')} uid {other.get('uid')}{earlier}"
 
 
 def path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -70,6 +117,8 @@ def patch_body(desired: Manifest) -> Manifest:
     kind = desired["kind"]
     meta = desired["metadata"]
     body: Manifest = {"metadata": {"labels": meta.get("labels", {}), "ownerReferences": meta.get("ownerReferences", [])}}
+    if kind in CREATE_ONLY:
+        return body
     for key, value in desired.items():
         if key in ("apiVersion", "kind", "metadata", "status"):
             continue
@@ -85,12 +134,38 @@ def patch_body(desired: Manifest) -> Manifest:
     return body
 
 
+def _pod_template_labels(manifest: Manifest) -> dict[str, str]:
+    spec = manifest.get("spec") or {}
+    if manifest["kind"] == "JobSet":
+        jobs = spec.get("replicatedJobs") or [{}]
+        spec = ((jobs[0].get("template") or {}).get("spec")) or {}
+    labels: dict[str, str] = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+def replacement_reason(desired: Manifest, live: Manifest) -> str | None:
+    """Why the live workload must be deleted and recreated, when it selects its Pods by labels other than the
+    desired ones in a field Kubernetes will not update: a StatefulSet's or Deployment's selector, a Job's or
+    JobSet's Pod template (e.g. made by an operator version that selected on other labels). None: patch it."""
+    kind = desired["kind"]
+    if kind in ("StatefulSet", "Deployment"):
+        want, have = desired["spec"].get("selector"), (live.get("spec") or {}).get("selector")
+        return None if want == have else f"its selector {json.dumps(have, sort_keys=True)} cannot change"
+    if kind in ("Job", "JobSet"):
+        want = {k: v for k, v in _pod_template_labels(desired).items() if k in SELECTOR_KEYS}
+        have = _pod_template_labels(live)
+        missing = sorted(f"{k}={v}" for k, v in want.items() if have.get(k) != v)
+        return f"its Pod template (which cannot change) lacks the labels {', '.join(missing)}" if missing else None
+    return None
+
+
 _SUFFIX_SCALE: dict[str, Decimal] = {
     "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
     **{s: Decimal(10) ** (3 * (n + 1)) for n, s in enumerate("kMGTPE")},
     **{f"{s}i": Decimal(2) ** (10 * (n + 1)) for n, s in enumerate("KMGTPE")},
 }
-_QUANTITY_TEXT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([a-zA-Z]*|[eE][+-]?\d+)")
+# A number, then an exponent (1e3) or a suffix: "1E" is one exa, not an exponent.
+_QUANTITY_TEXT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+)|([a-zA-Z]*))")
 
 
 def quantity_value(value: Any) -> Decimal | None:
@@ -98,9 +173,9 @@ def quantity_value(value: Any) -> Decimal | None:
     match = _QUANTITY_TEXT.fullmatch(str(value).strip())
     if match is None or isinstance(value, bool):
         return None
-    number, suffix = Decimal(match.group(1)), match.group(2)
-    if suffix[:1] in ("e", "E"):
-        return number.scaleb(int(suffix[1:]))
+    number, exponent, suffix = Decimal(match.group(1)), match.group(2), match.group(3)
+    if exponent is not None:
+        return number.scaleb(int(exponent))
     scale = _SUFFIX_SCALE.get(suffix)
     return None if scale is None else number * scale
 
@@ -121,6 +196,8 @@ def drifted(desired: Any, live: Any, key: str = "") -> bool:
                        for name, value in desired.items())
         return any(drifted(value, live.get(name), name) for name, value in desired.items())
     if isinstance(desired, list):
+        if not desired and live is None:  # the server leaves an empty list out
+            return False
         if not isinstance(live, list) or len(desired) != len(live):
             return True
         return any(drifted(d, l_) for d, l_ in zip(desired, live, strict=True))
@@ -197,8 +274,10 @@ class Kube:
             for obj in self.list_objects(api_version, kind, namespace, selector)
         }
 
-    def ensure(self, desired: Manifest, snapshot: Snapshot | None = None) -> str:
-        """Create `desired`, or converge the live object on it. Returns created / patched / unchanged.
+    def ensure(self, desired: Manifest, snapshot: Snapshot | None = None) -> Outcome:
+        """Create `desired`, or converge the live object on it: created / patched / unchanged, or replaced
+        (deleted and created again) when the live workload selects its Pods by other labels (replacement_reason).
+        Raises ChildConflict, changing nothing, when the live object belongs to another owner.
 
         With a `snapshot` (taken by label, so it holds every labelled child), an object absent from it is
         taken as absent from the cluster; a stale snapshot costs at most a 409 and a GET.
@@ -212,7 +291,7 @@ class Kube:
         if live is None:
             try:
                 self.create(desired)
-                return "created"
+                return Outcome("created")
             except ApiException as exc:
                 if exc.status != 409:
                     raise
@@ -220,11 +299,24 @@ class Kube:
                 live = self.get(api_version, kind, namespace, name)
                 if live is None:
                     raise
-        if kind in CREATE_ONLY:
-            return "unchanged"
+        other = holder(desired, live)
+        if other is not None:
+            raise ChildConflict(kind, name, other)
+        why = replacement_reason(desired, live)
+        if why is not None:
+            # Background: the object goes now, its Pods after it (the garbage collector); a create that still
+            # finds it (a finalizer holds it) is retried by the next reconcile.
+            self.delete(api_version, kind, namespace, name)
+            try:
+                self.create(desired)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            log.info("replaced %s %s/%s: %s", kind, namespace, name, why)
+            return Outcome("replaced", why)
         body = patch_body(desired)
         if not drifted(body, live):
-            return "unchanged"
+            return Outcome("unchanged")
         self.patch(api_version, kind, namespace, name, body)
         log.info("converged %s %s/%s", kind, namespace, name)
-        return "patched"
+        return Outcome("patched")

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from harnessrl.operator.api import reasons as R
+from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL
 from harnessrl.operator.api.harnesspool import HarnessPoolStatus, PoolRolloutCounts
 from harnessrl.operator.api.reasons import (
     COMPLETE,
@@ -91,7 +92,7 @@ def pod_trouble(pods: list[Manifest]) -> Trouble | None:
 def _pods_of(pods: list[Manifest], component: str, pool: str | None = None) -> list[Manifest]:
     def match(pod: Manifest) -> bool:
         labels = pod["metadata"].get("labels") or {}
-        return labels.get("app.kubernetes.io/component") == component and (pool is None or labels.get("harnessrl.io/pool") == pool)
+        return labels.get(COMPONENT_LABEL) == component and (pool is None or labels.get(POOL_LABEL) == pool)
 
     return [p for p in pods if match(p)]
 
@@ -327,7 +328,7 @@ def pool_status(
             "phase": phase,
             "replicas": replicas,
             "ready_replicas": ready,
-            "selector": f"app.kubernetes.io/component=runner,harnessrl.io/pool={name}",
+            "selector": f"{COMPONENT_LABEL}=runner,{POOL_LABEL}={name}",
             "rollouts": rollouts,
         }
     )

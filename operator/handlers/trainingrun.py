@@ -20,7 +20,7 @@ from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.apply import MERGE_PATCH, Kube, Snapshot, path
+from harnessrl.operator.handlers.apply import MERGE_PATCH, ChildConflict, Kube, Snapshot, owner_uid, path
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     Event,
@@ -31,7 +31,7 @@ from harnessrl.operator.handlers.status import (
     transitions,
 )
 from harnessrl.operator.kube import Owner, learner, proxy, render
-from harnessrl.operator.kube.common import COMPONENT, INSTANCE, MANAGED_BY, POOL
+from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
     ClusterPlacement,
@@ -184,17 +184,20 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
     key = (namespace, name)
-    if not ctx.refusals.due(key, generation):
+    version = (owner.uid, generation)
+    if not ctx.refusals.due(key, version):
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
-        snapshot = apply_children(kube, plan, owner)
-    except ChildRefused as refused:
-        ctx.refusals.failed(key, generation)
-        log.warning("TrainingRun %s/%s: %s", namespace, name, refused)
-        _finish(kube, body, old, blocked_status(generation, old, R.CHILD_REFUSED, str(refused)[:4000]))
+        snapshot, replaced = apply_children(kube, plan, owner)
+    except (ChildRefused, ChildConflict) as refused:
+        # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
+        delay = ctx.refusals.failed(key, version)
+        log.warning("TrainingRun %s/%s: %s; retrying in %.0f s", namespace, name, refused, delay)
+        reason = R.CHILD_CONFLICT if isinstance(refused, ChildConflict) else R.CHILD_REFUSED
+        _finish(kube, body, old, blocked_status(generation, old, reason, str(refused)[:4000]))
         return
     ctx.refusals.succeeded(key)
-    observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {INSTANCE: name}))
+    observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {RUN: name}))
     if int(((observed.learner or {}).get("status") or {}).get("active") or 0) >= 1:
         url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
         progress = fetch(url)
@@ -203,33 +206,40 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         observed = observed.model_copy(update={"progress": progress})
     new = run_status(spec, generation, old, observed)
     _finish(kube, body, old, new)
+    post_events(kube, body, replaced)
     if is_terminal(new):
-        scale_to_zero(kube, namespace, name)
+        scale_to_zero(kube, namespace, name, owner.uid)
 
 
-def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Snapshot:
-    """Converge every child on the plan; returns what exists afterwards (for observing)."""
+def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list[Event]]:
+    """Converge every child on the plan; returns what exists afterwards (for observing) and an Event for each
+    child replaced (one an older operator made, selecting its Pods by other labels)."""
     kinds = child_kinds(plan)
-    snapshot = kube.snapshot(plan.namespace, {INSTANCE: plan.run}, kinds)
+    snapshot = kube.snapshot(plan.namespace, {RUN: plan.run}, kinds)
     # Generated once and kept: the proxy admin token (proxy, learner, runners) and the runner token (learner checks,
     # runners send).
     for name, generated in ((plan.proxy_admin_secret, proxy.admin_secret), (plan.runner_token_secret, learner.runner_secret)):
         if ("v1", "Secret", name) not in snapshot:
             kube.ensure(generated(plan, owner, secrets.token_urlsafe(32)))
     changed = False
+    replaced: list[Event] = []
     for manifest in render(plan, owner):
         try:
-            changed |= kube.ensure(manifest, snapshot) != "unchanged"
+            outcome = kube.ensure(manifest, snapshot)
         except ApiException as exc:
             if exc.status in (400, 403, 422):  # the server will not take it as it is; retrying will not help
                 raise ChildRefused(manifest["kind"], manifest["metadata"]["name"], exc) from None
             raise
+        changed |= outcome.action != "unchanged"
+        if outcome.action == "replaced":
+            what = f"{manifest['kind']} {manifest['metadata']['name']}"
+            replaced.append(Event(type="Warning", reason=R.CHILD_REPLACED, message=f"replaced {what}: {outcome.why}"[:1024]))
     wanted = {c.pool for c in plan.runners}
     for (api_version, kind, name), child in snapshot.items():
         labels = child["metadata"].get("labels") or {}
-        if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted:
+        if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted and owner_uid(child) == owner.uid:
             changed |= kube.delete(api_version, kind, plan.namespace, name)
-    return kube.snapshot(plan.namespace, {INSTANCE: plan.run}, kinds) if changed else snapshot
+    return (kube.snapshot(plan.namespace, {RUN: plan.run}, kinds) if changed else snapshot), replaced
 
 
 def child_kinds(plan: Plan) -> list[tuple[str, str]]:
@@ -258,16 +268,16 @@ def jobset_as_job(jobset: Manifest | None) -> Manifest | None:
     return {**jobset, "status": {"active": active, "conditions": conditions}}
 
 
-def scale_to_zero(kube: Kube, namespace: str, run: str) -> None:
-    """Free a finished run's GPUs and sandboxes; its checkpoints and Job stay for inspection."""
+def scale_to_zero(kube: Kube, namespace: str, run: str, uid: str) -> None:
+    """Free a finished run's GPUs and sandboxes (only its own workloads); its checkpoints and Job stay for inspection."""
     workloads = [("apps/v1", "StatefulSet", child_name(run, ComponentKind.ENGINE)), ("apps/v1", "StatefulSet", child_name(run, ComponentKind.PROXY))]
     workloads += [
         ("apps/v1", "Deployment", d["metadata"]["name"])
-        for d in kube.list_objects("apps/v1", "Deployment", namespace, {INSTANCE: run, COMPONENT: str(ComponentKind.RUNNER)})
+        for d in kube.list_objects("apps/v1", "Deployment", namespace, {RUN: run, COMPONENT: str(ComponentKind.RUNNER)})
     ]
     for api_version, kind, name in workloads:
         live = kube.get(api_version, kind, namespace, name)
-        if live is not None and (live.get("spec") or {}).get("replicas", 1) != 0:
+        if live is not None and owner_uid(live) == uid and (live.get("spec") or {}).get("replicas", 1) != 0:
             kube.patch(api_version, kind, namespace, name, {"spec": {"replicas": 0}})
 
 
@@ -275,7 +285,7 @@ def _finished(ctx: Context, body: Manifest, spec: TrainingRunSpec, old: Training
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     generation = int(meta.get("generation") or 0)
-    scale_to_zero(ctx.kube, namespace, name)
+    scale_to_zero(ctx.kube, namespace, name, meta["uid"])
     new = run_status(spec, generation, old, Observed())
     _finish(ctx.kube, body, old, new)
     ttl, done = spec.ttl_seconds_after_finished, new.completion_time

@@ -9,7 +9,7 @@ import posixpath
 from typing import Any
 
 import yaml
-from harnessrl.operator.api.common import API_VERSION, PodOverrides
+from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, PodOverrides
 from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
 from harnessrl.operator.plan import Component, Plan, SecretFile
 from pydantic import BaseModel, ConfigDict
@@ -18,9 +18,12 @@ Manifest = dict[str, Any]
 
 NAME = "harnessrl"
 MANAGED_BY = "harnessrl-operator"
-INSTANCE = "app.kubernetes.io/instance"
-COMPONENT = "app.kubernetes.io/component"
-POOL = "harnessrl.io/pool"
+# Selectors use only the operator's own labels (see api/common.py); app.kubernetes.io/* are informative, and
+# app.kubernetes.io/instance is left to Helm and Argo CD, which track their applications by it.
+RUN = RUN_LABEL
+COMPONENT = COMPONENT_LABEL
+POOL = POOL_LABEL
+APP_COMPONENT = "app.kubernetes.io/component"
 METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port (the chart's ServiceMonitor)
 QUEUE = "kueue.x-k8s.io/queue-name"
 CONFIG_HASH = "harnessrl.io/config-hash"
@@ -52,15 +55,16 @@ class Owner(BaseModel):
 
 def selector(run: str, component: str, pool: str | None = None) -> dict[str, str]:
     """The labels that select one component's Pods (stable: selectors of StatefulSets are immutable)."""
-    return {INSTANCE: run, COMPONENT: str(component)} | ({POOL: pool} if pool else {})
+    return {RUN: run, COMPONENT: str(component)} | ({POOL: pool} if pool else {})
 
 
 def labels(run: str, component: str, pool: str | None = None) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": NAME,
-        **selector(run, component, pool),
+        APP_COMPONENT: str(component),
         "app.kubernetes.io/part-of": NAME,
         "app.kubernetes.io/managed-by": MANAGED_BY,
+        **selector(run, component, pool),
     }
 
 

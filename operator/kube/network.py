@@ -4,7 +4,7 @@ Pure."""
 
 from __future__ import annotations
 
-from harnessrl.operator.kube.common import COMPONENT, INSTANCE, Manifest, Owner, metadata, selector
+from harnessrl.operator.kube.common import COMPONENT, RUN, Manifest, Owner, metadata, selector
 from harnessrl.operator.plan import ComponentKind, Plan
 from harnessrl.runtime.harness.sandboxes.kubernetes import tcp_ports
 
@@ -12,7 +12,7 @@ DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 
 
 def sandbox_selector(plan: Plan) -> dict[str, str]:
-    return {INSTANCE: plan.run, COMPONENT: "sandbox"}
+    return {RUN: plan.run, COMPONENT: "sandbox"}
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:

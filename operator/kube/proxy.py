@@ -82,6 +82,9 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(plan.run, proxy.kind)},
             "template": pod,
+            # The journals go with the StatefulSet (so with the run): a new run of the same name must not replay
+            # them. Scaled to zero (suspended, finished) they stay.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
             "volumeClaimTemplates": [
                 {
                     "metadata": {"name": "journal"},

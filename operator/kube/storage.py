@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harnessrl.operator.api.common import RUN_UID_LABEL
 from harnessrl.operator.kube.common import Manifest, Owner, metadata
 from harnessrl.operator.plan import CLUSTER_PATHS, Component, ComponentKind, Plan, eval_task_ids_file
 
@@ -13,14 +14,18 @@ def checkpoint_claim_name(plan: Plan) -> str:
 
 
 def checkpoint_claim(plan: Plan, owner: Owner) -> Manifest | None:
-    """The run's own checkpoint volume, unless the spec names one. It outlives suspension; the run's
-    deletion takes it (the Hub export is the durable copy)."""
+    """The run's own checkpoint volume, unless the spec names one. It outlives suspension. With
+    checkpointRetention Retain it has no ownerReference, so it outlives the run too: the labels name the run
+    and its uid (which run it was, and that a later run of the same name must not take it over)."""
     if plan.checkpoint_claim is not None:
         return None
+    meta = metadata(plan, owner, checkpoint_claim_name(plan), str(ComponentKind.LEARNER), **{RUN_UID_LABEL: owner.uid})
+    if plan.spec.learner.checkpoint_retention == "Retain":
+        del meta["ownerReferences"]
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": metadata(plan, owner, checkpoint_claim_name(plan), str(ComponentKind.LEARNER)),
+        "metadata": meta,
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": CHECKPOINT_SIZE}}},
     }
 

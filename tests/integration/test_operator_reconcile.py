@@ -47,6 +47,7 @@ CHILD_KINDS = [
 ]
 
 pytestmark = pytest.mark.timeout(60)
+RETAINED = ("PersistentVolumeClaim", "run-a-checkpoints")
 MINI = yaml.safe_load((ROOT / "examples" / "harnesspools" / "mini-swe-agent.yaml").read_text())
 MINI_REPLICAS = MINI["spec"].get("replicas", 1)
 
@@ -123,7 +124,7 @@ def operator(cluster: Any, learner_status: FakeLearnerStatus) -> Iterator[Any]:
 def children(kube_api: Any, run: str) -> set[tuple[str, str]]:
     found = set()
     for api_version, kind in CHILD_KINDS:
-        for obj in kube_api.list_objects(api_version, kind, NS, label_selector=f"app.kubernetes.io/instance={run}"):
+        for obj in kube_api.list_objects(api_version, kind, NS, label_selector=f"harnessrl.io/run={run}"):
             found.add((kind, obj["metadata"]["name"]))
     return found
 
@@ -181,7 +182,7 @@ def ready_workload(kube_api: Any, api_version: str, kind: str, name: str, replic
 def make_pod(kube_api: Any, run: str, component: str, name: str, status: dict[str, Any],
              pool: str | None = None) -> None:
     """A Pod as its controller would create it, with the status the kubelet/scheduler would write."""
-    labels = {"app.kubernetes.io/instance": run, "app.kubernetes.io/component": component,
+    labels = {"harnessrl.io/run": run, "harnessrl.io/component": component,
               "app.kubernetes.io/managed-by": "harnessrl-operator"} | ({"harnessrl.io/pool": pool} if pool else {})
     kube_api.apply({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": NS, "labels": labels},
@@ -401,7 +402,7 @@ def test_ttl_deletes_finished_run_and_its_children(operator: Any) -> None:
     cond = wait_condition(operator, "run-a", "Failed", "True", "RestartBudgetExhausted")
     assert "restart budget 3" in cond["message"]
     operator.wait_for(lambda: operator.get(*TR, "run-a", namespace=NS) is None, timeout=15)
-    assert children(operator, "run-a") == set()
+    assert children(operator, "run-a") == {RETAINED}  # checkpointRetention Retain (the default)
 
 
 def test_terminal_run_stays_terminal(operator: Any) -> None:
@@ -465,7 +466,7 @@ def test_scaling_a_pool_resizes_its_runners(operator: Any) -> None:
     ready_workload(operator, "apps/v1", "Deployment", "run-a-mini-swe-agent-runner", 3)
     pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
                              and (p.get("status") or {}).get("readyReplicas") == 3 and p)
-    assert pool["status"]["selector"] == "app.kubernetes.io/component=runner,harnessrl.io/pool=mini-swe-agent"
+    assert pool["status"]["selector"] == "harnessrl.io/component=runner,harnessrl.io/pool=mini-swe-agent"
     assert pool["status"]["phase"] == "Ready"
     scale = operator.get(*HP, "mini-swe-agent", namespace=NS)
     assert scale["spec"]["replicas"] == 3
@@ -496,7 +497,152 @@ def test_deleting_a_run_with_the_operator_stopped_does_not_hang(cluster: Any, le
     assert cluster.get(*TR, "run-a", namespace=NS)["metadata"].get("finalizers") in (None, [])
     cluster.delete(*TR, "run-a", namespace=NS)
     assert cluster.get(*TR, "run-a", namespace=NS) is None
-    assert children(cluster, "run-a") == set()
+    assert children(cluster, "run-a") == {RETAINED}  # checkpointRetention Retain (the default)
+
+
+def writes_to(kube_api: Any, path_suffix: str) -> list[str]:
+    """The PATCH/PUT/DELETE requests the emulator served on paths ending in `path_suffix` (its request log)."""
+    served = [(getattr(r.method, "value", r.method), r.url.path) for r in list(kube_api.emulator._requests)]
+    return [f"{method} {path}" for method, path in served
+            if method in ("PATCH", "PUT", "DELETE") and path.endswith(path_suffix)]
+
+
+def test_quantities_the_server_rewrites_cause_no_patches_at_rest(operator: Any) -> None:
+    """The API server stores 0.5 CPU as 500m and 1024Mi as 1Gi: compared as text, every resync would patch the
+    proxy, runners, engine and learner again, for ever. Compared as amounts, nothing is written at rest."""
+    apply_pools(operator, "mini-swe-agent")
+    amounts = {"requests": {"cpu": "0.5", "memory": "1024Mi"}, "limits": {"cpu": "1000m", "memory": "2048Mi"}}
+    operator.apply(small_run(proxy={"resources": amounts}, engine={"gpus": 1, "resources": amounts},
+                             learner={"resources": amounts}))
+    proxy = operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS))
+    stored = proxy["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert stored == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    reconciled_after_a_spec_change(operator, "run-a")
+    workloads = ("/statefulsets/", "/deployments/", "/jobs/", "/services/", "/configmaps/", "/networkpolicies/")
+
+    def child_writes() -> list[str]:
+        return [w for w in writes_to(operator, "") if any(k in w for k in workloads)]
+
+    def reconciles() -> int:  # each reconcile starts by reading the run
+        return sum(1 for r in list(operator.emulator._requests)
+                   if getattr(r.method, "value", r.method) == "GET" and r.url.path.endswith("/trainingruns/run-a"))
+
+    writes, start = len(child_writes()), reconciles()
+    operator.wait_for(lambda: reconciles() >= start + 5, timeout=30)  # resyncs at rest
+    assert child_writes()[writes:] == []
+
+
+def test_an_object_another_owner_holds_is_never_adopted_or_changed(operator: Any) -> None:
+    """A child's name taken by another controller's object, or by an earlier run of the same name (another uid):
+    the operator writes nothing to it, says who holds it (ChildConflict), and retries until it is gone."""
+    apply_pools(operator, "mini-swe-agent")
+    holder = operator.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "someone-else", "namespace": NS}})[0]
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap", "name": "someone-else", "uid": holder["metadata"]["uid"],
+              "controller": True}
+    foreign = operator.apply({"apiVersion": "v1", "kind": "ConfigMap", "data": {"config.yaml": "theirs"},
+                              "metadata": {"name": "run-a-engine-config", "namespace": NS, "ownerReferences": [theirs]}})[0]
+    earlier_run = {"apiVersion": TR[0], "kind": TR[1], "name": "run-a", "uid": "0d4c1e8e-earlier", "controller": True,
+                   "blockOwnerDeletion": True}
+    old = {"app": "old"}
+    operator.apply({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": {"name": "run-a-proxy", "namespace": NS, "ownerReferences": [earlier_run]},
+                    "spec": {"serviceName": "x", "selector": {"matchLabels": old}, "template": {
+                        "metadata": {"labels": old}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
+    operator.apply(small_run())
+    cond = wait_condition(operator, "run-a", "Ready", "False", "ChildConflict")
+    assert "ConfigMap run-a-engine-config" in cond["message"] and f"ConfigMap someone-else uid {theirs['uid']}" in cond["message"]
+    reconciled_after_a_spec_change(operator, "run-a")
+    live = operator.get("v1", "ConfigMap", "run-a-engine-config", namespace=NS)
+    assert live["data"] == {"config.yaml": "theirs"} and live["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
+    assert writes_to(operator, "/configmaps/run-a-engine-config") == []
+    operator.delete("v1", "ConfigMap", "run-a-engine-config", namespace=NS)
+    cond = operator.wait_for(lambda: (c := condition(operator, "run-a", "Ready")) and "StatefulSet run-a-proxy" in c["message"] and c,
+                             timeout=30)
+    assert cond["reason"] == "ChildConflict" and "TrainingRun run-a uid 0d4c1e8e-earlier (an earlier object" in cond["message"]
+    assert writes_to(operator, "/statefulsets/run-a-proxy") == []  # not replaced either, though it selects other Pods
+    operator.delete("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)
+    uid = operator.get(*TR, "run-a", namespace=NS)["metadata"]["uid"]
+    operator.wait_for(lambda: ((o := operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)) is not None
+                               and o["metadata"]["ownerReferences"][0]["uid"] == uid), timeout=30)
+    operator.wait_for(lambda: condition(operator, "run-a", "Ready")["reason"] != "ChildConflict", timeout=15)
+    assert operator.get("v1", "ConfigMap", "run-a-engine-config", namespace=NS)["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert [e for e in operator.list_objects("v1", "Event", NS) if e["reason"] == "ChildConflict"]
+
+
+def test_checkpoints_are_retained_after_deletion_and_never_taken_over(operator: Any) -> None:
+    """checkpointRetention Retain (the default): the run's checkpoint claim outlives the run, labelled with its
+    name and uid; a new run of the same name does not take it over (ChildConflict) until it is deleted. With
+    Delete, the claim goes with the run."""
+    apply_pools(operator, "mini-swe-agent")
+    claim = ("v1", "PersistentVolumeClaim", "run-a-checkpoints")
+    first = operator.apply(small_run())[0]["metadata"]["uid"]
+    kept = operator.wait_for(lambda: operator.get(*claim, namespace=NS))
+    assert not kept["metadata"].get("ownerReferences")
+    assert kept["metadata"]["labels"]["harnessrl.io/run"] == "run-a" and kept["metadata"]["labels"]["harnessrl.io/run-uid"] == first
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+    operator.delete(*TR, "run-a", namespace=NS)
+    assert operator.get("batch/v1", "Job", "run-a-learner", namespace=NS) is None
+    assert operator.get(*claim, namespace=NS)["metadata"]["uid"] == kept["metadata"]["uid"]
+    # Same name, new uid: the retained claim is not this run's.
+    second = operator.apply(small_run())[0]["metadata"]["uid"]
+    cond = wait_condition(operator, "run-a", "Ready", "False", "ChildConflict")
+    assert f"PersistentVolumeClaim run-a-checkpoints already exists and belongs to the run run-a uid {first}" in cond["message"]
+    assert operator.get(*claim, namespace=NS)["metadata"]["labels"]["harnessrl.io/run-uid"] == first
+    operator.delete(*claim, namespace=NS)
+    fresh = operator.wait_for(lambda: (c := operator.get(*claim, namespace=NS)) and c, timeout=30)
+    assert fresh["metadata"]["labels"]["harnessrl.io/run-uid"] == second
+    # Delete: the claim converges on an ownerReference to the run, and goes with it.
+    operator.patch(*TR, "run-a", {"spec": {"learner": {"checkpointRetention": "Delete"}}}, namespace=NS)
+    operator.wait_for(lambda: [r["uid"] for r in operator.get(*claim, namespace=NS)["metadata"].get("ownerReferences") or []]
+                      == [second])
+    operator.delete(*TR, "run-a", namespace=NS)
+    assert operator.get(*claim, namespace=NS) is None
+
+
+def as_an_older_operator_made_it(live: dict[str, Any]) -> dict[str, Any]:
+    """The object as operator versions before harnessrl.io/run made it: selecting on app.kubernetes.io/instance
+    and app.kubernetes.io/component (the same ownerReference)."""
+    old_keys = {"harnessrl.io/run": "app.kubernetes.io/instance", "harnessrl.io/component": "app.kubernetes.io/component"}
+
+    def relabel(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {old_keys.get(k, k): relabel(v) for k, v in node.items()}
+        return [relabel(v) for v in node] if isinstance(node, list) else node
+
+    meta = {k: v for k, v in live["metadata"].items() if k in ("name", "namespace", "labels", "ownerReferences")}
+    return {"apiVersion": live["apiVersion"], "kind": live["kind"], "metadata": relabel(meta), "spec": relabel(live["spec"])}
+
+
+def test_workloads_an_older_operator_made_are_replaced_with_an_event(cluster: Any, learner_status: FakeLearnerStatus) -> None:
+    """Upgrading from an operator that selected on app.kubernetes.io/instance: a StatefulSet's or Deployment's
+    selector and a Job's Pod template cannot change, so each such workload is deleted and created again."""
+    apply_pools(cluster, "mini-swe-agent")
+    cluster.apply(small_run())
+    workloads = [("apps/v1", "StatefulSet", "run-a-proxy"), ("apps/v1", "Deployment", "run-a-mini-swe-agent-runner"),
+                 ("batch/v1", "Job", "run-a-learner")]
+    with running_operator(cluster, learner_status.url):
+        cluster.wait_for(lambda: cluster.get("networking.k8s.io/v1", "NetworkPolicy", "run-a-engine", namespace=NS))
+    legacy = {}
+    for api_version, kind, name in workloads:
+        old = as_an_older_operator_made_it(cluster.get(api_version, kind, name, namespace=NS))
+        cluster.delete(api_version, kind, name, namespace=NS)
+        legacy[name] = cluster.apply(old)[0]["metadata"]["uid"]
+    assert "harnessrl.io/run" not in cluster.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["spec"]["selector"]["matchLabels"]
+    with running_operator(cluster, learner_status.url):
+        for api_version, kind, name in workloads:
+            replaced = cluster.wait_for(lambda a=api_version, k=kind, n=name: (
+                (o := cluster.get(a, k, n, namespace=NS)) is not None and o["metadata"]["uid"] != legacy[n] and o))
+            labels = replaced["spec"]["template"]["metadata"]["labels"]
+            assert labels["harnessrl.io/run"] == "run-a" and "app.kubernetes.io/instance" not in labels, name
+            assert replaced["metadata"]["ownerReferences"][0]["name"] == "run-a"
+        def replaced_events() -> list[dict[str, Any]]:
+            return [e for e in cluster.list_objects("v1", "Event", NS) if e["reason"] == "ChildReplaced"]
+
+        events = cluster.wait_for(lambda: len(found := replaced_events()) == 3 and found)
+        assert {e["type"] for e in events} == {"Warning"}
+        assert any("StatefulSet run-a-proxy: its selector" in e["message"] for e in events)
+        reconciled_after_a_spec_change(cluster, "run-a")  # and nothing is replaced again
+        assert len(replaced_events()) == 3
 
 
 def _kind(kind: str) -> tuple[str, str]:

@@ -127,9 +127,24 @@ def test_property_names_are_camel_case(crds: dict[str, dict[str, Any]]) -> None:
                 )
 
 
+# Short names of kinds commonly installed next to harnessrl (kubectl resolves a clash to one of them, silently):
+# Kubernetes' own, Tekton, Argo Workflows/CD/Rollouts, Kubeflow, Kueue, KubeRay, cert-manager, Knative, Istio.
+WELL_KNOWN_SHORT_NAMES = {
+    "cm", "cs", "csr", "ds", "deploy", "ep", "ev", "hpa", "ing", "limits", "no", "ns", "netpol", "pc", "pdb",
+    "po", "psp", "pv", "pvc", "quota", "rc", "rs", "sa", "sc", "sts", "svc",
+    "tr", "pr", "t", "p", "ct", "tt", "tb", "el",  # Tekton: TaskRun, PipelineRun, Task, Pipeline, ...
+    "wf", "wftmpl", "cwf", "cwft", "app", "apps", "appproj", "ro", "ar", "at",  # Argo
+    "tj", "pytorchjob", "mpij", "ptj", "tfj",  # Kubeflow training
+    "cq", "lq", "wl", "rf",  # Kueue
+    "rayjob", "raycluster", "rayservice",  # KubeRay
+    "cert", "certs", "cr", "crs", "ksvc", "kcfg", "kroute", "rev", "vs", "gw", "dr", "se",
+}
+
+
 def test_crd_wiring(crds: dict[str, dict[str, Any]]) -> None:
     run, pool = crds["trainingruns.harnessrl.io.yaml"], crds["harnesspools.harnessrl.io.yaml"]
-    for crd, short in ((run, "tr"), (pool, "hp")):
+    for crd, short in ((run, "hrun"), (pool, "hp")):
+        assert short not in WELL_KNOWN_SHORT_NAMES
         assert crd["spec"]["group"] == "harnessrl.io" and crd["spec"]["scope"] == "Namespaced"
         assert (
             crd["spec"]["names"]["shortNames"] == [short]

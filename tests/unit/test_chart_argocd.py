@@ -44,7 +44,7 @@ def test_scripts_in_readme_are_the_tested_ones() -> None:
 
 def test_trainingrun_health() -> None:
     job_ready = {"status": {"ready": 1}}
-    crash = {"metadata": {"name": "r-engine-0", "labels": {"app.kubernetes.io/component": "engine"}},
+    crash = {"metadata": {"name": "r-engine-0", "labels": {"harnessrl.io/component": "engine"}},
              "status": {"containerStatuses": [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
     cases = {
         "Progressing": Observed(),

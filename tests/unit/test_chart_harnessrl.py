@@ -71,6 +71,32 @@ def test_operator_rbac_covers_what_it_grants_runners() -> None:
 
 
 @pytest.mark.parametrize("case", sorted(VALUES))
+def test_operator_may_block_owner_deletion_of_what_it_owns(case: str) -> None:
+    """OwnerReferencesPermissionEnforcement (OpenShift): an ownerReference with blockOwnerDeletion is accepted
+    only from a subject that may update the owner's finalizers and delete the owner. Every child the operator
+    renders carries such a reference, so each Role/ClusterRole it runs under must hold both for each owner kind."""
+    from harnessrl.operator.api.common import GROUP
+    from harnessrl.operator.handlers.apply import PLURALS
+
+    from tests.unit.test_operator_manifests import VARIANTS, manifests
+
+    owners = set()
+    for variant in VARIANTS.values():
+        for manifest in manifests(**variant).values():
+            for ref in manifest["metadata"].get("ownerReferences", []):
+                assert ref["controller"] is True and ref["blockOwnerDeletion"] is True
+                owners.add(PLURALS[(ref["apiVersion"], ref["kind"])])
+    assert owners == {"trainingruns"}
+    docs = render(VALUES[case])
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole") and not d["metadata"]["name"].endswith("-discovery")]
+    assert roles
+    for role in roles:
+        held = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        for plural in owners:
+            assert {(GROUP, f"{plural}/finalizers", "update"), (GROUP, plural, "delete")} <= held, role["metadata"]
+
+
+@pytest.mark.parametrize("case", sorted(VALUES))
 def test_chart_lints_clean(case: str) -> None:
     report = helm.lint(CHART, VALUES[case], strict=True, namespace="harnessrl-system")
     assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == [], report

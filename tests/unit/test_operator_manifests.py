@@ -4,6 +4,7 @@ labels, and holds what its component needs (GPUs, probes, volumes, RBAC, secrets
 from __future__ import annotations
 
 import base64
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.apply import drifted, patch_body
+from harnessrl.operator.handlers.apply import drifted, holder, patch_body, quantity_value, replacement_reason
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
@@ -32,8 +33,8 @@ POOLS = {
     for p in (ROOT / "examples" / "harnesspools").glob("*.yaml")
 }
 OWNER = Owner(name="run", uid="0b7e6a52-7d0e-4c59-9a43-2f0e8d0c1a11")
-LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
-          "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"}
+LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
+          "app.kubernetes.io/managed-by", "harnessrl.io/run", "harnessrl.io/component"}
 
 
 def manifests(**changes: Any) -> dict[tuple[str, str], dict[str, Any]]:
@@ -70,9 +71,44 @@ def test_every_manifest_is_valid_owned_and_labelled(variant: str) -> None:
         kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
         meta = manifest["metadata"]
         assert meta["namespace"] == "team" and name.startswith("run-"), (kind, name)
-        assert meta["ownerReferences"] == [OWNER.reference()], (kind, name)
+        if (kind, name) == ("PersistentVolumeClaim", "run-checkpoints"):  # retained (the default): outlives the run
+            assert "ownerReferences" not in meta and meta["labels"]["harnessrl.io/run-uid"] == OWNER.uid
+        else:
+            assert meta["ownerReferences"] == [OWNER.reference()], (kind, name)
         assert set(meta["labels"]) >= LABELS, (kind, name)
-        assert meta["labels"]["app.kubernetes.io/instance"] == "run"
+        assert meta["labels"]["harnessrl.io/run"] == "run"
+
+
+def selectors(manifest: dict[str, Any]) -> list[dict[str, str]]:
+    """Every label selector in a manifest (workloads, Services, NetworkPolicies and their peers)."""
+    found: list[dict[str, str]] = []
+
+    def walk(node: Any, key: str = "") -> None:
+        if isinstance(node, dict):
+            if key in ("selector", "podSelector"):
+                found.append(node.get("matchLabels", node))
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+
+    walk(manifest.get("spec") or {})
+    return found
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_selectors_use_only_the_operators_own_labels(variant: str) -> None:
+    """Helm and Argo CD track their applications by app.kubernetes.io/instance: the operator neither sets it
+    nor selects on app.kubernetes.io/* (immutable StatefulSet selectors must not depend on others' labels)."""
+    seen = 0
+    for (kind, name), manifest in manifests(**VARIANTS[variant]).items():
+        assert "app.kubernetes.io/instance" not in manifest["metadata"]["labels"], (kind, name)
+        for selector in selectors(manifest):
+            seen += 1
+            assert selector and all(k.startswith("harnessrl.io/") or k.startswith("batch.kubernetes.io/")
+                                    for k in selector), (kind, name, selector)
+    assert seen >= 8
 
 
 def test_engine_statefulset() -> None:
@@ -233,11 +269,11 @@ def test_runner_rbac_only_for_the_kubernetes_sandbox() -> None:
 
 def test_sandboxes_reach_only_the_proxy() -> None:
     policy = manifests()[("NetworkPolicy", "run-sandboxes")]["spec"]
-    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": "run", "app.kubernetes.io/component": "sandbox"}
+    assert policy["podSelector"]["matchLabels"] == {"harnessrl.io/run": "run", "harnessrl.io/component": "sandbox"}
     assert policy["ingress"] == [] and set(policy["policyTypes"]) == {"Ingress", "Egress"}
     to_proxy, dns = policy["egress"]
-    assert to_proxy["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "run",
-                                                               "app.kubernetes.io/component": "proxy"}}}]
+    assert to_proxy["to"] == [{"podSelector": {"matchLabels": {"harnessrl.io/run": "run",
+                                                               "harnessrl.io/component": "proxy"}}}]
     assert {p["port"] for p in dns["ports"]} == {53}
     # It selects the Pods the runners' kubernetes sandbox creates: the labels their config tells it to use.
     runner_cfg = RunnerConfig.model_validate(yaml.safe_load(
@@ -266,6 +302,61 @@ def test_patch_body_keeps_immutable_fields_out_and_drift_ignores_server_defaults
     # A Job Kueue admits: the operator never fights Kueue over `suspend`.
     queued = patch_body(manifests()[("Job", "run-learner")])
     assert "suspend" not in queued["spec"]
+
+
+def test_a_workload_selecting_by_other_labels_is_replaced_not_patched() -> None:
+    """Selectors of StatefulSets and Deployments, and a Job's Pod template, cannot change: a live one selecting
+    by other labels (an older operator's app.kubernetes.io/instance) must be recreated."""
+    m = manifests()
+    old = {"app.kubernetes.io/instance": "run", "app.kubernetes.io/component": "proxy"}
+    for kind, name in (("StatefulSet", "run-proxy"), ("Deployment", "run-codex-runner"), ("Job", "run-learner")):
+        desired = m[(kind, name)]
+        assert replacement_reason(desired, desired) is None, kind
+        live = {**desired, "spec": {**desired["spec"], "template": {"metadata": {"labels": old}}}}
+        if kind != "Job":
+            live["spec"]["selector"] = {"matchLabels": old}
+        assert replacement_reason(desired, live), kind
+    # Labels the Job controller adds to the template, and the operator's informative ones, are no reason.
+    job = m[("Job", "run-learner")]
+    template = job["spec"]["template"]
+    extra = {"batch.kubernetes.io/controller-uid": "u", "app.kubernetes.io/name": "other"}
+    live = {**job, "spec": {**job["spec"], "template": {**template, "metadata": {"labels": template["metadata"]["labels"] | extra}}}}
+    assert replacement_reason(job, live) is None
+    assert replacement_reason(m[("Service", "run-proxy")], {}) is None
+
+
+def test_checkpoints_outlive_the_run_unless_deleted_with_it_and_journals_never_do() -> None:
+    retained = manifests(learner={"gpus": 1})[("PersistentVolumeClaim", "run-checkpoints")]["metadata"]
+    assert "ownerReferences" not in retained
+    assert retained["labels"]["harnessrl.io/run"] == "run" and retained["labels"]["harnessrl.io/run-uid"] == OWNER.uid
+    deleted = manifests(learner={"gpus": 1, "checkpointRetention": "Delete"})[("PersistentVolumeClaim", "run-checkpoints")]["metadata"]
+    assert deleted["ownerReferences"] == [OWNER.reference()] and deleted["labels"]["harnessrl.io/run-uid"] == OWNER.uid
+    assert ("PersistentVolumeClaim", "run-checkpoints") not in manifests()  # the example names its own claim
+    # The proxy's journals: owned by its StatefulSet (so gone with the run), kept while it is scaled to zero.
+    sts = manifests()[("StatefulSet", "run-proxy")]["spec"]
+    assert sts["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    # Switching a live run between the two converges the claim's ownerReferences, never its spec.
+    body = patch_body(manifests(learner={"gpus": 1})[("PersistentVolumeClaim", "run-checkpoints")])
+    assert body == {"metadata": {"labels": retained["labels"], "ownerReferences": []}}
+    assert not drifted(body, {"metadata": {"labels": retained["labels"]}, "spec": {}})
+    assert drifted(body, {"metadata": {"labels": retained["labels"], "ownerReferences": [OWNER.reference()]}})
+
+
+def test_a_child_held_by_another_owner_is_named_with_its_holder() -> None:
+    desired = manifests()[("ConfigMap", "run-engine-config")]
+    live = {"metadata": {"ownerReferences": [OWNER.reference()]}}
+    assert holder(desired, live) is None
+    assert holder(desired, {"metadata": {"ownerReferences": [{"kind": "Thing", "name": "t", "uid": "u"}, OWNER.reference()]}}) is None
+    earlier = OWNER.reference() | {"uid": "earlier"}
+    assert holder(desired, {"metadata": {"ownerReferences": [earlier]}}) == "TrainingRun run uid earlier (an earlier object of that name)"
+    other = {"kind": "Deployment", "name": "d", "uid": "u1", "controller": True}
+    assert holder(desired, {"metadata": {"ownerReferences": [{"kind": "Thing", "name": "t", "uid": "u"}, other]}}) == "Deployment d uid u1"
+    assert holder(desired, {"metadata": {}}).startswith("no owner")  # type: ignore[union-attr]
+    claim = manifests(learner={"gpus": 1})[("PersistentVolumeClaim", "run-checkpoints")]
+    assert holder(claim, {"metadata": {"labels": claim["metadata"]["labels"]}}) is None
+    assert holder(claim, {"metadata": {"ownerReferences": [OWNER.reference()]}}) is None  # retention was Delete
+    kept = {"metadata": {"labels": claim["metadata"]["labels"] | {"harnessrl.io/run-uid": "earlier"}}}
+    assert holder(claim, kept) == "the run run uid earlier, which kept it when it was deleted (checkpointRetention Retain)"
 
 
 def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
@@ -325,7 +416,7 @@ def test_proxy_workers_get_their_own_ports_reachable_from_sandboxes() -> None:
 
 
 def test_user_labels_never_override_the_operators_own() -> None:
-    clash = {"app.kubernetes.io/instance": "other", "app.kubernetes.io/component": "oops", "team": "ml"}
+    clash = {"harnessrl.io/run": "other", "harnessrl.io/component": "oops", "team": "ml"}
     templates = 0
     for (kind, name), manifest in manifests(pod={"labels": clash}).items():
         template = (manifest.get("spec") or {}).get("template")
@@ -334,8 +425,8 @@ def test_user_labels_never_override_the_operators_own() -> None:
         templates += 1
         labels = template["metadata"]["labels"]
         assert labels["team"] == "ml", (kind, name)
-        assert labels["app.kubernetes.io/instance"] == "run", (kind, name)
-        assert labels["app.kubernetes.io/component"] != "oops", (kind, name)
+        assert labels["harnessrl.io/run"] == "run", (kind, name)
+        assert labels["harnessrl.io/component"] != "oops", (kind, name)
         selector = manifest["spec"].get("selector")
         if selector is not None:  # a StatefulSet or Deployment still selects its own Pods
             assert selector_matches(selector, labels), (kind, name)
@@ -362,3 +453,25 @@ def test_resource_amounts_compare_as_quantities() -> None:
     live["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "600m"
     assert drifted(desired, live)
     assert drifted({"requests": {"cpu": "1"}}, {"requests": {}}, "resources")
+
+
+@pytest.mark.parametrize(("text", "amount"), [
+    ("500m", "0.5"), (0.5, "0.5"), ("0.5", "0.5"), (".5", "0.5"), ("2", "2"), (2, "2"), ("1n", "1e-9"), ("1u", "1e-6"),
+    ("1k", "1000"), ("1M", "1000000"), ("1G", "1e9"), ("1T", "1e12"), ("1Ki", "1024"), ("1Mi", "1048576"),
+    ("1Gi", "1073741824"), ("1.5Gi", "1610612736"), ("1e3", "1000"), ("1E3", "1000"), ("1e-3", "0.001"), ("+1", "1"),
+    ("1E", "1e18"), ("2Ei", str(2 * 2**60)), ("1P", "1e15"),
+])
+def test_quantity_value(text: Any, amount: str) -> None:
+    assert quantity_value(text) == Decimal(amount)
+
+
+@pytest.mark.parametrize("same", [("0.5", "500m"), ("1024Mi", "1Gi"), ("1e3", "1k"), ("1000m", 1), ("2048Ki", "2Mi"),
+                                  ("1000M", "1G"), ("0", "0m")])
+def test_equal_amounts_are_one_quantity(same: tuple[Any, Any]) -> None:
+    assert quantity_value(same[0]) == quantity_value(same[1])
+    assert not drifted({"limits": {"memory": same[0]}}, {"limits": {"memory": same[1]}})
+
+
+@pytest.mark.parametrize("text", ["1K", "1ki", "1Gb", "abc", "", "1e", True, None, "1.2.3"])
+def test_not_a_quantity(text: Any) -> None:
+    assert quantity_value(text) is None

@@ -91,7 +91,7 @@ def test_runner_configs_follow_their_pools() -> None:
     assert isinstance(claude, RunnerConfig)
     assert isinstance(claude.sandbox, KubernetesSandboxConfig)
     assert claude.sandbox.runtime_class_name == "gvisor" and claude.sandbox.namespace == "team"
-    assert claude.sandbox.proxy_pod_labels == {"app.kubernetes.io/instance": "run", "app.kubernetes.io/component": "proxy"}
+    assert claude.sandbox.proxy_pod_labels == {"harnessrl.io/run": "run", "harnessrl.io/component": "proxy"}
     assert claude.concurrency == 32 and claude.step_budget == 50 and claude.model == "policy"
     assert isinstance(claude.tasks, HubTasks) and claude.tasks.repo_id == "harnessrl/swe-smith-harbor"
     assert runners["claude-code"].image == "reg.io/h/harness-claude-code:1.2"

@@ -24,7 +24,7 @@ def ready(replicas: int = 1) -> dict[str, Any]:
 
 
 def pod(component: str, status: dict[str, Any], name: str = "x-0") -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {"app.kubernetes.io/component": component}}, "status": status}
+    return {"metadata": {"name": name, "labels": {"harnessrl.io/component": component}}, "status": status}
 
 
 def learner_status(**fields: Any) -> CoordinatorStatus:
@@ -124,7 +124,7 @@ def test_pool_status() -> None:
     status = pool_status(1, None, "p", deployments, [crash], PoolRolloutCounts(completed=5), T0)
     assert status.phase == "Degraded" and status.replicas == 2 and status.ready_replicas == 1
     assert conds(status)["Ready"] == ("False", "CrashLoopBackOff") and status.rollouts.completed == 5
-    assert status.selector == "app.kubernetes.io/component=runner,harnessrl.io/pool=p"
+    assert status.selector == "harnessrl.io/component=runner,harnessrl.io/pool=p"
     assert pool_status(1, None, "p", [], [], PoolRolloutCounts(), T0).phase == "Pending"
 
 

@@ -45,6 +45,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [harnessrl.io]
   resources: [trainingruns/status, harnesspools/status, harnesspools/scale]
   verbs: [get, patch, update]
+# Every child's ownerReference to its run sets blockOwnerDeletion: where OwnerReferencesPermissionEnforcement
+# is on (OpenShift), that takes update on the owner's finalizers (and delete on the owner, above).
+- apiGroups: [harnessrl.io]
+  resources: [trainingruns/finalizers]
+  verbs: [update]
 - apiGroups: [""]
   resources: [configmaps, secrets, services, serviceaccounts, persistentvolumeclaims]
   verbs: [get, list, watch, create, patch, update, delete]
