@@ -22,6 +22,7 @@ from pathlib import Path
 from harnessrl.runtime.contracts.coordinator import PoolScore
 from harnessrl.runtime.evaluation.coordinator import EvalResults
 from harnessrl.runtime.evaluation.matrix import Matrix, Row, build_matrix, format_table, write_png
+from harnessrl.runtime.learner.checkpoint import step_dir_name
 from harnessrl.runtime.learner.metrics import StepMetrics
 from pydantic import BaseModel
 
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         for setup, file in SETUPS.items():
             run_dir = out / "runs" / label(setup, seed)
             checkpoints += ["--checkpoint", f"{label(setup, seed)}={run_dir / 'checkpoints'}"]
-            if (run_dir / "checkpoints" / f"step-{args.steps:07d}").is_dir():
+            if (run_dir / "checkpoints" / step_dir_name(args.steps)).is_dir():
                 print(f"transfer: {label(setup, seed)}: reusing {run_dir}", flush=True)
                 continue
             run([*harnessrl, "run", str(POOLS), str(file), "--run-dir", str(run_dir), "--seed", str(seed),
