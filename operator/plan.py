@@ -777,6 +777,7 @@ def _sandbox(
         namespace=namespace,
         image=kube.image or image,
         runtime_class_name=kube.runtime_class_name,
+        run_as_user=kube.run_as_user,
         resources=runner_cfg.Resources(
             requests={k: str(v) for k, v in kube.resources.requests.items()},
             limits={k: str(v) for k, v in kube.resources.limits.items()},

@@ -107,6 +107,11 @@ class KubernetesSandbox(ApiModel):
     image: Image | None = Field(
         default=None, description="Image sandbox Pods run; the harness image when empty."
     )
+    run_as_user: int = Field(
+        default=10001, ge=1, le=2_147_483_647,
+        description="Non-root uid sandbox Pods run as (they run under Pod Security restricted); the harness "
+        "images' user by default. The task's files and HOME are writable by it.",
+    )
 
 
 class E2BSandbox(ApiModel):

@@ -28,8 +28,22 @@ METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port 
 QUEUE = "kueue.x-k8s.io/queue-name"
 CONFIG_HASH = "harnessrl.io/config-hash"
 CONFIG_DIR = "/etc/harnessrl"
-# The harnessrl images' user: as the Pods' fsGroup it can read the Secret files (mode 0440) and own the volumes.
+# The harnessrl images' user. Every Pod runs as it, whatever the image's USER (vLLM's image is root), and as
+# fsGroup it reads the Secret files (mode 0440) and owns the volumes.
 RUN_AS = 10001
+# Pod Security "restricted" (a namespace enforcing it accepts every Pod the operator creates).
+POD_SECURITY: Manifest = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "fsGroup": RUN_AS,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY: Manifest = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# Servers that write only to their volumes run on a read-only root; /tmp is an emptyDir for them.
+READ_ONLY_ROOT: Manifest = {"readOnlyRootFilesystem": True}
+TMP_VOLUME: Manifest = {"name": "tmp", "emptyDir": {}}
+TMP_MOUNT: Manifest = {"name": "tmp", "mountPath": "/tmp"}
 # A ConfigMap is shared by all replicas; a replica that needs its own identity fills in its Pod name at start.
 POD_PLACEHOLDER = "__POD_NAME__"
 
@@ -166,14 +180,15 @@ def pod_template(
     config_digest: str,
     service_account: str | None = None,
 ) -> Manifest:
-    """A Pod template with the run's pod overrides applied (scheduling, labels, annotations, account)."""
+    """A Pod template under Pod Security `restricted`, with the run's pod overrides applied (scheduling,
+    labels, annotations, account)."""
     pod: PodOverrides = component.pod
     # The operator's labels win over the user's: its selectors (immutable on a StatefulSet) and its
     # watches find Pods by them.
     template_labels = dict(pod.labels) | labels(plan.run, component.kind, component.pool)
     if pod.queue_name:
         template_labels[QUEUE] = pod.queue_name
-    spec = dict(spec)
+    spec = restricted(spec)
     if pod.node_selector:
         spec["nodeSelector"] = dict(pod.node_selector)
     if pod.tolerations:
@@ -192,6 +207,17 @@ def pod_template(
         },
         "spec": spec,
     }
+
+
+def restricted(spec: Manifest) -> Manifest:
+    """The pod spec with the restricted profile's settings on the Pod and every container; a container's own
+    securityContext (e.g. READ_ONLY_ROOT) is kept."""
+    spec = dict(spec)
+    spec["securityContext"] = dict(POD_SECURITY)
+    for field in ("initContainers", "containers"):
+        if field in spec:
+            spec[field] = [c | {"securityContext": CONTAINER_SECURITY | c.get("securityContext", {})} for c in spec[field]]
+    return spec
 
 
 def http_probe(path: str, *, period: int, failures: int, initial_delay: int = 0) -> Manifest:

@@ -5,7 +5,7 @@ adapters to, on a volume vLLM loads them from (runtime/engine/adapter_store.py).
 from __future__ import annotations
 
 from harnessrl.operator.kube.common import (
-    RUN_AS,
+    READ_ONLY_ROOT,
     Manifest,
     Owner,
     component_metadata,
@@ -28,6 +28,8 @@ from harnessrl.runtime.engine.launch import engine_command
 
 SHM_SIZE = "16Gi"  # NCCL and vLLM's multi-process workers exchange tensors through /dev/shm
 ADAPTER_DIR = "/var/lib/harnessrl/adapters"  # the same path in both containers: the store answers with it
+# vLLM runs as RUN_AS, not as its image's root: its caches (Hugging Face, vLLM, Triton) go under this HOME.
+HOME = "/var/lib/harnessrl/home"
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
@@ -36,13 +38,14 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     launch = engine_command(engine.config, python="python3")
     volumes, mounts = volumes_and_mounts(engine)
     model_volumes, model_mounts = engine_model(plan)
-    volumes += [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}, *model_volumes]
-    mounts += [{"name": "shm", "mountPath": "/dev/shm"}, *model_mounts]
+    volumes += [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}, {"name": "home", "emptyDir": {}},
+                *model_volumes]
+    mounts += [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME}, *model_mounts]
     container = {
         "name": "vllm",
         "image": engine.image,
         "command": launch.argv,
-        "env": env_list(launch.env),
+        "env": env_list(launch.env | {"HOME": HOME}),
         "ports": container_ports(engine),
         "resources": resources(engine),
         "volumeMounts": mounts,
@@ -57,7 +60,6 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
         volumes += [{"name": "adapters", "emptyDir": {}}, token_volume]
         spec["containers"].append(adapter_store_container(plan.adapter_store, token_mount))
-        spec["securityContext"] = {"fsGroup": RUN_AS}  # the store's user reads the token Secret
     pod = pod_template(plan, engine, spec, config_digest=config_hash(launch.model_dump()))
     statefulset = {
         "apiVersion": "apps/v1",
@@ -87,4 +89,5 @@ def adapter_store_container(store: AdapterStorePlan, token_mount: Manifest) -> M
         "readinessProbe": probe,
         # An upload is held in memory while it is unpacked: room for a few hundred MB of adapter.
         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": READ_ONLY_ROOT,
     }

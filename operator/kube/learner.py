@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from harnessrl.operator.kube.common import (
     CONFIG_DIR,
-    RUN_AS,
     Manifest,
     Owner,
     component_metadata,
@@ -109,7 +108,6 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "initContainers": [*model_inits, *index_inits],
         "containers": [container],
         "volumes": volumes,
-        "securityContext": {"fsGroup": RUN_AS},
         # Nothing in the learner talks to the API server: the operator reads its status over HTTP.
         "automountServiceAccountToken": False,
     }

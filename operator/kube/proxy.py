@@ -6,7 +6,8 @@ from __future__ import annotations
 import yaml
 from harnessrl.operator.kube.common import (
     POD_PLACEHOLDER,
-    RUN_AS,
+    READ_ONLY_ROOT,
+    TMP_MOUNT,
     Manifest,
     Owner,
     component_metadata,
@@ -49,7 +50,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     proxy = plan.proxy
     config = proxy_config(plan)
     volumes, mounts = volumes_and_mounts(proxy)
-    mounts.append({"name": "journal", "mountPath": CLUSTER_PATHS["journal"]})
+    mounts += [{"name": "journal", "mountPath": CLUSTER_PATHS["journal"]}, TMP_MOUNT]
     container = {
         "name": "proxy",
         "image": proxy.image,
@@ -60,6 +61,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "volumeMounts": mounts,
         "readinessProbe": http_probe("/healthz", period=5, failures=3),
         "livenessProbe": http_probe("/healthz", period=20, failures=3, initial_delay=10),
+        "securityContext": READ_ONLY_ROOT,
     }
     pod = pod_template(
         plan,
@@ -67,8 +69,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         {
             "containers": [container],
             "volumes": volumes,
-            "securityContext": {"fsGroup": RUN_AS},
-            "automountServiceAccountToken": False,
+                "automountServiceAccountToken": False,
         },
         config_digest=config_hash(config),
     )

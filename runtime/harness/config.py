@@ -124,6 +124,8 @@ class KubernetesSandboxConfig(_Model):
     namespace: Name = "default"
     image: str = Field(min_length=1, max_length=512)
     runtime_class_name: str | None = Field(None, max_length=253)
+    # The non-root uid the sandbox Pod runs as (Pod Security "restricted" forbids root).
+    run_as_user: int = Field(10001, ge=1, le=2_147_483_647)
     resources: Resources = Resources()
     service_account_name: str | None = Field(None, max_length=253)
     node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)

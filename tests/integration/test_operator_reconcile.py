@@ -22,10 +22,13 @@ import yaml
 from harnessrl.operator.handlers import OperatorOptions, build_registry
 from harnessrl.runtime.contracts.coordinator import Completion, CoordinatorStatus, LeaseRequest
 from harnessrl.runtime.coordinator.ledger import PoolHarness
+from harnessrl.runtime.harness.config import KubernetesSandboxConfig
+from harnessrl.runtime.harness.sandboxes.kubernetes import pod_manifest as sandbox_pod
 from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
 from harnessrl.runtime.learner.coordinator import Coordinator
 from harnessrl.runtime.learner.schedule import GroupPlanner
 
+from tests.kube_emulator import pod_security
 from tests.kube_emulator.client import KubeApiError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -647,3 +650,49 @@ def test_workloads_an_older_operator_made_are_replaced_with_an_event(cluster: An
 
 def _kind(kind: str) -> tuple[str, str]:
     return next((a, k) for a, k in CHILD_KINDS if k == kind)
+
+
+def test_a_namespace_enforcing_restricted_accepts_every_pod_the_operator_creates(
+        cluster: Any, learner_status: FakeLearnerStatus) -> None:
+    """Every Pod the operator's workloads would make, and every sandbox Pod its runners would make, is admitted
+    by a namespace enforcing Pod Security `restricted` (the emulator evaluates it as the server does)."""
+    cluster.patch("v1", "Namespace", NS, {"metadata": {"labels": {pod_security.ENFORCE: "restricted",
+                                                                   pod_security.WARN: "restricted"}}})
+    cluster.apply(ROOT / "tests" / "fixtures" / "crds" / "jobsets.jobset.x-k8s.io.yaml")
+    pools = ("claude-code", "codex", "mini-swe-agent", "gemini-cli", "custom")
+    apply_pools(cluster, *pools)
+    cluster.apply(ROOT / "examples" / "trainingrun.yaml")  # Hub model (download init), LoRA (adapter store)
+    # A task image (copy init), a multi-node learner (JobSet), the custom harness.
+    cluster.apply(small_run("run-b", tasks={"image": {"image": "ghcr.io/org/tasks:v1"}}, learner={"gpus": 2, "nodes": 2},
+                            harnesses=[{"pool": "my-agent"}]))
+    workloads = [("apps/v1", "StatefulSet"), ("apps/v1", "Deployment"), ("batch/v1", "Job"),
+                 ("jobset.x-k8s.io/v1alpha2", "JobSet")]
+
+    def templates() -> dict[str, dict[str, Any]]:
+        found = {}
+        for api_version, kind in workloads:
+            for obj in cluster.list_objects(api_version, kind, NS):
+                spec = obj["spec"]
+                if kind == "JobSet":
+                    spec = spec["replicatedJobs"][0]["template"]["spec"]
+                found[f"{kind}/{obj['metadata']['name']}"] = spec["template"]
+        return found
+
+    with running_operator(cluster, learner_status.url):
+        # Each run's engine, proxy and learner, and its runners (4 pools, eval-only gemini-cli included; 1).
+        found = cluster.wait_for(lambda: t if len(t := templates()) == 3 + 4 + 3 + 1 else None, timeout=20)
+    assert any(t["spec"].get("initContainers") for t in found.values())
+    for n, (name, template) in enumerate(sorted(found.items())):
+        assert pod_security.violations("restricted", template["spec"]) == [], name
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{n}", "labels": template["metadata"]["labels"]},
+               "spec": template["spec"]}
+        cluster.apply(pod)  # as the workload's controller would; a refusal raises KubeApiError 403
+    # The sandbox Pods the kubernetes-sandbox runners create, from the config the operator rendered for them.
+    sandboxes = 0
+    for config_map in cluster.list_objects("v1", "ConfigMap", NS, label_selector="harnessrl.io/component=runner"):
+        sandbox = yaml.safe_load(config_map["data"]["config.yaml"])["sandbox"]
+        if sandbox["kind"] == "kubernetes":
+            config = KubernetesSandboxConfig.model_validate(sandbox)
+            cluster.apply(sandbox_pod(config, f"sandbox-{sandboxes}", {}, deadline_s=60))
+            sandboxes += 1
+    assert sandboxes == 3  # claude-code, codex, my-agent

@@ -22,6 +22,8 @@ from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.kubernetes import KubernetesProvider
 from harnessrl.runtime.harness.tasks import load_dir
 
+from tests.kube_emulator import pod_security
+
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 POOL_SANDBOX = KubernetesSandboxConfig(
     namespace="default",
@@ -48,6 +50,8 @@ def sandboxes(kube_api: Any) -> tuple[list[str], list[str]]:
 
 
 def test_pod_and_network_policy_are_what_the_pool_says(kube_api: Any) -> None:
+    # The namespace enforces Pod Security "restricted" (the emulator refuses a violating Pod with 403).
+    kube_api.patch("v1", "Namespace", "default", {"metadata": {"labels": {pod_security.ENFORCE: "restricted"}}})
     prov = provider(kube_api)
     name = prov.create("rollout-1")
     pod = kube_api.get("v1", "Pod", name, "default")
@@ -55,6 +59,7 @@ def test_pod_and_network_policy_are_what_the_pool_says(kube_api: Any) -> None:
     assert spec["runtimeClassName"] == "gvisor" and spec["nodeSelector"] == {"pool": "agents"}
     assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
     assert spec["activeDeadlineSeconds"] > 0 and "ownerReferences" not in pod["metadata"]
+    assert spec["securityContext"]["runAsUser"] == 10001 and spec["securityContext"]["runAsNonRoot"] is True
     (container,) = spec["containers"]
     assert container["image"] == POOL_SANDBOX.image
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from . import errors
+from . import errors, pod_security
 from .builtin_rules import object_meta_causes, semantic_causes
 from .builtin_schema import DecodeError, decode
 from .builtins import (
@@ -61,6 +61,7 @@ CRD_KEY: StorageKey = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY: StorageKey = ("", "namespaces")
 SERVICE_KEY: StorageKey = ("", "services")
 SECRET_KEY: StorageKey = ("", "secrets")
+POD_KEY: StorageKey = ("", "pods")
 # Metadata the server owns: clients cannot change it with an update or a patch.
 _SERVER_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                     "name", "namespace")
@@ -260,6 +261,7 @@ class Store:
         if rt.storage_key == SERVICE_KEY:
             allocate_cluster_ip(obj, {(o.get("spec") or {}).get("clusterIP", "") for o in self.objects[SERVICE_KEY].values()})
         obj = self._admit(rt, obj, None)
+        self._pod_security(rt, obj)
         created = self._commit(rt.storage_key, "ADDED", obj, None)
         if rt.storage_key == CRD_KEY:
             self._serve_crd(created)
@@ -321,6 +323,16 @@ class Store:
             return obj
         self._unknown_fields(rt, decoded.unknown)
         return decoded.obj
+
+    def _pod_security(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        """Pod Security admission by the namespace's labels: refuse a violating Pod (403), warn on templates."""
+        namespace = self.objects[NAMESPACE_KEY].get(("", obj["metadata"].get("namespace", "")))
+        if namespace is None:
+            return
+        refusal, warnings = pod_security.admit(rt.storage_key, obj, namespace["metadata"].get("labels") or {})
+        if refusal:
+            raise errors.forbidden(refusal)
+        self.warnings.extend(warnings)
 
     def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         """Server-side decoding, defaulting and validation (built-in kinds: their OpenAPI schema and semantic
@@ -451,6 +463,8 @@ class Store:
                 new["status"] = old["status"]
             else:
                 new.pop("status", None)
+        if rt.storage_key != POD_KEY:  # the server re-evaluates a Pod only on changes its spec cannot have here
+            self._pod_security(rt, new)
         return self.render(rt, self._replace(rt, old, new))
 
     def _replace(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

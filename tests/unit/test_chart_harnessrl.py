@@ -11,6 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.kube_emulator import pod_security
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "harnessrl"
 K8S_VERSION = "1.31"
@@ -47,6 +49,8 @@ def test_chart_renders_valid_manifests(case: str) -> None:
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"] and "--standalone" in container["args"]
+    # The operator runs under Pod Security "restricted", as every Pod it creates does.
+    assert pod_security.violations("restricted", deployment["spec"]["template"]["spec"]) == []
     if case == "default":
         assert ("ClusterRoleBinding", None) in kinds and "--all-namespaces" in container["args"]
         assert not any(d["kind"] == "Role" for d in docs)

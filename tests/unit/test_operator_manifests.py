@@ -141,7 +141,7 @@ def test_lora_engines_get_an_adapter_store_the_learner_uploads_to() -> None:
     assert {"name": "adapters", "mountPath": "/var/lib/harnessrl/adapters"} in store["volumeMounts"]
     assert not any(mount["name"] == "adapter-store-token" for mount in vllm["volumeMounts"])
     token = next(v for v in pod["volumes"] if v["name"] == "adapter-store-token")["secret"]
-    assert token["secretName"] == "run-proxy-admin" and pod["securityContext"] == {"fsGroup": 10001}
+    assert token["secretName"] == "run-proxy-admin" and pod["securityContext"]["fsGroup"] == 10001
     assert store["command"][:2] == ["harnessrl", "adapter-store"] and store["image"].split("/")[-1].startswith("proxy:")
     command = store["command"]
     assert command[command.index("--dir") + 1] == "/var/lib/harnessrl/adapters"
@@ -475,3 +475,19 @@ def test_equal_amounts_are_one_quantity(same: tuple[Any, Any]) -> None:
 @pytest.mark.parametrize("text", ["1K", "1ki", "1Gb", "abc", "", "1e", True, None, "1.2.3"])
 def test_not_a_quantity(text: Any) -> None:
     assert quantity_value(text) is None
+
+
+def test_pods_run_as_the_images_user_and_servers_on_a_read_only_root() -> None:
+    m = manifests()
+    engine = m[("StatefulSet", "run-engine")]["spec"]["template"]["spec"]
+    vllm, store = engine["containers"]
+    # vLLM's image runs as root; as the harnessrl user its caches go to a writable HOME on an emptyDir.
+    assert engine["securityContext"]["runAsUser"] == 10001 and engine["securityContext"]["runAsNonRoot"] is True
+    assert {"name": "HOME", "value": "/var/lib/harnessrl/home"} in vllm["env"]
+    assert {"name": "home", "mountPath": "/var/lib/harnessrl/home"} in vllm["volumeMounts"]
+    assert store["securityContext"]["readOnlyRootFilesystem"] is True
+    proxy = m[("StatefulSet", "run-proxy")]["spec"]["template"]["spec"]
+    # The proxy writes its per-replica config under /tmp, an emptyDir on its otherwise read-only root.
+    assert proxy["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
+    assert {"name": "tmp", "mountPath": "/tmp"} in proxy["containers"][0]["volumeMounts"]

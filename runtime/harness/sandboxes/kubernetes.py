@@ -71,6 +71,7 @@ def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, s
         "workingDir": config.workdir,
         "env": [{"name": "HOME", "value": HOME}, {"name": "LOGS_DIR", "value": LOGS}],
         "volumeMounts": [{"name": vol, "mountPath": path} for vol, path in mounts.items()],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     resources = {k: v for k, v in config.resources.model_dump().items() if v}
     if resources:
@@ -81,6 +82,14 @@ def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, s
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 0,
         "activeDeadlineSeconds": deadline_s,
+        # Pod Security "restricted": the sandbox runs the policy's commands, never as root.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": config.run_as_user,
+            "runAsGroup": config.run_as_user,
+            "fsGroup": config.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [container],
         "volumes": [{"name": vol, "emptyDir": {}} for vol in mounts],
     }
