@@ -144,10 +144,14 @@ def _pod_template_labels(manifest: Manifest) -> dict[str, str]:
 
 
 def replacement_reason(desired: Manifest, live: Manifest) -> str | None:
-    """Why the live workload must be deleted and recreated, when it selects its Pods by labels other than the
-    desired ones in a field Kubernetes will not update: a StatefulSet's or Deployment's selector, a Job's or
-    JobSet's Pod template (e.g. made by an operator version that selected on other labels). None: patch it."""
+    """Why the live object must be deleted and recreated, when it differs from the desired one in a field
+    Kubernetes will not update: a StatefulSet's or Deployment's selector, a Job's or JobSet's Pod template
+    labels (e.g. made by an operator version that selected on other labels), a RoleBinding's roleRef (one
+    bound to a per-pool Role, before the sandbox ClusterRole). None: patch it."""
     kind = desired["kind"]
+    if kind == "RoleBinding":
+        have = live.get("roleRef")
+        return None if desired["roleRef"] == have else f"its roleRef {json.dumps(have, sort_keys=True)} cannot change"
     if kind in ("StatefulSet", "Deployment"):
         want, have = desired["spec"].get("selector"), (live.get("spec") or {}).get("selector")
         return None if want == have else f"its selector {json.dumps(have, sort_keys=True)} cannot change"

@@ -50,10 +50,10 @@ log = logging.getLogger("harnessrl.operator.trainingrun")
 Manifest = dict[str, Any]
 S = TypeVar("S", bound=BaseModel)
 
-# Every kind of child a run has (all carry the run's instance label).
+# Every kind of child a run has (all carry the run's instance label) but its Secrets: the operator may read a
+# Secret only by name (no list or watch).
 CHILD_KINDS = [
     ("v1", "ConfigMap"),
-    ("v1", "Secret"),
     ("v1", "Service"),
     ("v1", "ServiceAccount"),
     ("v1", "PersistentVolumeClaim"),
@@ -61,7 +61,6 @@ CHILD_KINDS = [
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 ]
 
@@ -216,11 +215,10 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list
     child replaced (one an older operator made, selecting its Pods by other labels)."""
     kinds = child_kinds(plan)
     snapshot = kube.snapshot(plan.namespace, {RUN: plan.run}, kinds)
-    # Generated once and kept: the proxy admin token (proxy, learner, runners) and the runner token (learner checks,
-    # runners send).
-    for name, generated in ((plan.proxy_admin_secret, proxy.admin_secret), (plan.runner_token_secret, learner.runner_secret)):
-        if ("v1", "Secret", name) not in snapshot:
-            kube.ensure(generated(plan, owner, secrets.token_urlsafe(32)))
+    # Generated once and kept (a Secret's data is never patched): the proxy admin token (proxy, learner, runners)
+    # and the runner token (learner checks, runners send).
+    for generated in (proxy.admin_secret, learner.runner_secret):
+        kube.ensure(generated(plan, owner, secrets.token_urlsafe(32)))
     changed = False
     replaced: list[Event] = []
     for manifest in render(plan, owner):

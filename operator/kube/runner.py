@@ -1,5 +1,9 @@
 """The runners of one HarnessPool: a Deployment, its ServiceAccount, and only the RBAC its sandbox needs
-(the kubernetes sandbox creates, execs into and deletes one Pod and one NetworkPolicy per rollout). Pure."""
+(the kubernetes sandbox creates, execs into and deletes one Pod and one NetworkPolicy per rollout). Pure.
+
+The sandbox rules live in one ClusterRole the chart installs (SANDBOX_CLUSTER_ROLE); a kubernetes-sandbox
+pool's runners get it through a RoleBinding in their namespace. The operator holds `bind` on that ClusterRole
+only, never the rules themselves: it cannot create Pods or exec into them."""
 
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ from harnessrl.operator.plan import Component, Plan
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig, RunnerConfig
 
 # What a kubernetes-sandbox runner does in its namespace, and nothing more.
-SANDBOX_RULES: list[Manifest] = [
+SANDBOX_CLUSTER_ROLE = "harnessrl-sandbox"  # cluster-scoped like the CRDs: one per cluster, from the chart
+SANDBOX_RULES: list[Manifest] = [  # what the chart's ClusterRole holds (tests/unit/test_chart_harnessrl.py)
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
@@ -83,18 +88,12 @@ def manifests(plan: Plan, owner: Owner, runner: Component) -> list[Manifest]:
     }
     out = [config_map(plan, owner, runner, config), account]
     if kube_access:
-        role = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": metadata(plan, owner, runner.name, runner.kind, runner.pool),
-            "rules": SANDBOX_RULES,
-        }
         binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": metadata(plan, owner, runner.name, runner.kind, runner.pool),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": runner.name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SANDBOX_CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": runner.name, "namespace": plan.namespace}],
         }
-        out += [role, binding]
+        out.append(binding)
     return [*out, deployment]

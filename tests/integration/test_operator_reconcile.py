@@ -210,7 +210,7 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
         pool_spec = yaml.safe_load((ROOT / "examples" / "harnesspools" / f"{pool}.yaml").read_text())["spec"]
         if "kubernetes" in pool_spec.get("sandbox", {"kubernetes": {}}):
             # Only a kubernetes-sandbox pool gets RBAC (to create, exec into and delete sandbox Pods).
-            expected |= {("Role", name), ("RoleBinding", name)}
+            expected |= {("RoleBinding", name)}
     operator.wait_for(lambda: children(operator, run) == expected, timeout=15)
     obj = operator.get(*TR, run, namespace=NS)
     job = operator.get("batch/v1", "Job", f"{run}-learner", namespace=NS)
@@ -229,6 +229,14 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
         v.get("secret") for v in learner_pod["volumes"]
     ]
     assert obj["metadata"].get("finalizers") in (None, [])
+    # Runners get the chart's sandbox ClusterRole; the operator read its Secrets by name, never listed them.
+    binding = operator.get("rbac.authorization.k8s.io/v1", "RoleBinding", f"{run}-codex-runner", namespace=NS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "harnessrl-sandbox"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{run}-codex-runner", "namespace": NS}]
+    secret_lists = [r.url for r in list(operator.emulator._requests) if r.url.path.endswith("/secrets")
+                    and getattr(r.method, "value", r.method) == "GET"
+                    and not r.headers.get("User-Agent", "").startswith("python-httpx")]  # not this test's own
+    assert secret_lists == []
 
 
 def test_conditions_go_pending_training_complete(operator: Any, learner_status: FakeLearnerStatus) -> None:
@@ -646,6 +654,23 @@ def test_workloads_an_older_operator_made_are_replaced_with_an_event(cluster: An
         assert any("StatefulSet run-a-proxy: its selector" in e["message"] for e in events)
         reconciled_after_a_spec_change(cluster, "run-a")  # and nothing is replaced again
         assert len(replaced_events()) == 3
+
+
+def test_a_runner_binding_to_an_older_role_is_replaced(operator: Any) -> None:
+    """An older operator bound runners to a per-pool Role; roleRef cannot change, so the binding is recreated
+    bound to the sandbox ClusterRole."""
+    apply_pools(operator, "codex")
+    operator.apply(small_run(harnesses=[{"pool": "codex"}]))
+    rb = ("rbac.authorization.k8s.io/v1", "RoleBinding", "run-a-codex-runner")
+    current = operator.wait_for(lambda: operator.get(*rb, namespace=NS))
+    legacy = current | {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "run-a-codex-runner"}}
+    with pytest.raises(KubeApiError, match="cannot change roleRef"):  # as a real server refuses it
+        operator.apply(legacy)
+    operator.delete(*rb, namespace=NS)
+    old_uid = operator.apply({k: v for k, v in legacy.items() if k != "metadata"} | {"metadata": {
+        k: v for k, v in current["metadata"].items() if k in ("name", "namespace", "labels", "ownerReferences")}})[0]["metadata"]["uid"]
+    replaced = operator.wait_for(lambda: (o := operator.get(*rb, namespace=NS)) and o["metadata"]["uid"] != old_uid and o)
+    assert replaced["roleRef"]["kind"] == "ClusterRole"
 
 
 def _kind(kind: str) -> tuple[str, str]:

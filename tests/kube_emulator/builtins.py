@@ -119,6 +119,15 @@ def _immutable_data(old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
     return [{"field": "data", "reason": "FieldValueForbidden", "message": "Forbidden: field is immutable when `immutable` is set"}]
 
 
+def _role_ref(old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
+    """ValidateRoleBindingUpdate; Go prints the new RoleRef with %#v."""
+    ref = new.get("roleRef") or {}
+    if (old.get("roleRef") or {}) == ref:
+        return []
+    go = f'rbac.RoleRef{{APIGroup:"{ref.get("apiGroup", "")}", Kind:"{ref.get("kind", "")}", Name:"{ref.get("name", "")}"}}'
+    return [{"field": "roleRef", "reason": "FieldValueInvalid", "message": f"Invalid value: {go}: cannot change roleRef"}]
+
+
 _UPDATE_RULES: dict[tuple[str, str], Callable[[dict[str, Any], dict[str, Any]], list[Cause]]] = {
     ("apps", "statefulsets"): _statefulset,
     ("apps", "deployments"): _fixed_fields("selector"),
@@ -128,6 +137,8 @@ _UPDATE_RULES: dict[tuple[str, str], Callable[[dict[str, Any], dict[str, Any]], 
     ("", "pods"): _pod,
     ("", "configmaps"): _immutable_data,
     ("", "secrets"): _immutable_data,
+    ("rbac.authorization.k8s.io", "rolebindings"): _role_ref,
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): _role_ref,
 }
 
 

@@ -60,18 +60,33 @@ def test_chart_renders_valid_manifests(case: str) -> None:
         assert [a for a in container["args"] if a.startswith("--namespace=")] == [f"--namespace={n}" for n in namespaces]
         # Only discovery is cluster-wide in namespaced mode.
         cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
-        assert [r["metadata"]["name"] for r in cluster_roles] == ["harnessrl-discovery"]
+        assert sorted(r["metadata"]["name"] for r in cluster_roles) == ["harnessrl-discovery", "harnessrl-sandbox"]
     assert any(d["kind"] == "ServiceMonitor" for d in docs) == (case == "release-namespace-only")
 
 
-def test_operator_rbac_covers_what_it_grants_runners() -> None:
-    """RBAC lets a subject grant only what it holds: the operator must hold the runners' sandbox rules."""
-    from harnessrl.operator.kube.runner import SANDBOX_RULES
+def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
 
-    role = next(d for d in render({}) if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "harnessrl")
-    held = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    needed = {(g, r, v) for rule in SANDBOX_RULES for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    assert needed <= held
+
+@pytest.mark.parametrize("case", sorted(VALUES))
+def test_operator_binds_the_sandbox_role_without_holding_its_rights(case: str) -> None:
+    """Runners get the sandbox rules through the chart's ClusterRole, which the operator may bind (by name) but
+    not use: it creates no Pods, never execs, and reads Secrets only by name."""
+    from harnessrl.operator.kube.runner import SANDBOX_CLUSTER_ROLE, SANDBOX_RULES
+
+    docs = render(VALUES[case])
+    sandbox = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == SANDBOX_CLUSTER_ROLE)
+    assert sandbox["rules"] == SANDBOX_RULES
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole") and d["metadata"]["name"] == "harnessrl"]
+    assert roles
+    for role in roles:
+        held = grants(role)
+        assert not {("", "pods", "create"), ("", "pods/exec", "create"), ("", "pods", "delete")} & held
+        assert not {("", "secrets", "list"), ("", "secrets", "watch")} & held
+        assert not any(r == "roles" for _, r, _ in held)
+        bind = [rule for rule in role["rules"] if "bind" in rule["verbs"]]
+        assert bind == [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"],
+                         "resourceNames": [SANDBOX_CLUSTER_ROLE]}]
 
 
 @pytest.mark.parametrize("case", sorted(VALUES))
@@ -92,12 +107,11 @@ def test_operator_may_block_owner_deletion_of_what_it_owns(case: str) -> None:
                 owners.add(PLURALS[(ref["apiVersion"], ref["kind"])])
     assert owners == {"trainingruns"}
     docs = render(VALUES[case])
-    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole") and not d["metadata"]["name"].endswith("-discovery")]
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole") and d["metadata"]["name"] == "harnessrl"]
     assert roles
     for role in roles:
-        held = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
         for plural in owners:
-            assert {(GROUP, f"{plural}/finalizers", "update"), (GROUP, plural, "delete")} <= held, role["metadata"]
+            assert {(GROUP, f"{plural}/finalizers", "update"), (GROUP, plural, "delete")} <= grants(role), role["metadata"]
 
 
 @pytest.mark.parametrize("case", sorted(VALUES))

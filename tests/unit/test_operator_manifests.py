@@ -257,14 +257,12 @@ def test_runner_rbac_only_for_the_kubernetes_sandbox() -> None:
     for pool, spec in POOLS.items():
         name = f"run-{pool}-runner"
         kube_sandbox = spec.sandbox.kubernetes is not None
-        assert (("Role", name) in m) == kube_sandbox == (("RoleBinding", name) in m), pool
+        assert (("RoleBinding", name) in m) == kube_sandbox and ("Role", name) not in m, pool
         pod = m[("Deployment", name)]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == name and pod["automountServiceAccountToken"] == kube_sandbox
         assert m[("Deployment", name)]["spec"]["replicas"] == spec.replicas
-        if kube_sandbox:
-            rules = {(tuple(r["apiGroups"]), tuple(r["resources"])) for r in m[("Role", name)]["rules"]}
-            assert rules == {(("",), ("pods",)), (("",), ("pods/exec",)), (("",), ("pods/log",)),
-                             (("networking.k8s.io",), ("networkpolicies",))}
+        if kube_sandbox:  # the chart's ClusterRole holds the rules (tests/unit/test_chart_harnessrl.py)
+            assert m[("RoleBinding", name)]["roleRef"]["name"] == "harnessrl-sandbox"
 
 
 def test_sandboxes_reach_only_the_proxy() -> None:

@@ -51,19 +51,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [trainingruns/finalizers]
   verbs: [update]
 - apiGroups: [""]
-  resources: [configmaps, secrets, services, serviceaccounts, persistentvolumeclaims]
+  resources: [configmaps, services, serviceaccounts, persistentvolumeclaims]
   verbs: [get, list, watch, create, patch, update, delete]
-# Pods: read to surface image-pull / scheduling / crash-loop trouble; the rest because a runner's Role
-# (kubernetes sandbox) grants it and RBAC lets the operator grant only what it holds.
+# Secrets: only the run's generated tokens, read by name (no list or watch: that would read every Secret).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create, patch, delete]
+# Pods: read only, to surface image-pull / scheduling / crash-loop trouble.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, patch, delete]
-- apiGroups: [""]
-  resources: [pods/exec]
-  verbs: [create, get]
-- apiGroups: [""]
-  resources: [pods/log]
-  verbs: [get]
+  verbs: [get, list, watch]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
@@ -80,7 +77,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, watch, create, patch, update, delete]
+# Runners of a kubernetes-sandbox pool get the sandbox ClusterRole through a RoleBinding: the operator may bind
+# that one ClusterRole, without holding its rules (no Pod creation, no exec).
 - apiGroups: [rbac.authorization.k8s.io]
-  resources: [roles, rolebindings]
+  resources: [rolebindings]
   verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterroles]
+  verbs: [bind]
+  resourceNames: [harnessrl-sandbox]
 {{- end -}}
