@@ -1,6 +1,10 @@
 """NetworkPolicies of a run: sandboxes reach only the proxy (and DNS); only the proxy and the learner reach
-the engine. (The kubernetes sandbox also adds one per rollout; this run-wide one holds even if it fails to.)
-Pure."""
+the engine; only the run's own Pods reach its proxy and learner, besides the operator (learner status) and
+metrics scrapers. (The kubernetes sandbox also adds one per rollout; this run-wide one holds even if it fails to.)
+Pure.
+
+Defence in depth: every API is authenticated too. Scrapers are Pods in namespaces a cluster admin labels
+METRICS_SCRAPER=true (tenants cannot label namespaces); the operator by its Pod's label (the chart sets it)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,9 @@ from harnessrl.operator.plan import ComponentKind, Plan
 from harnessrl.runtime.harness.sandboxes.kubernetes import tcp_ports
 
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+METRICS_SCRAPER = "harnessrl.io/metrics-scraper"
+SCRAPERS: Manifest = {"namespaceSelector": {"matchLabels": {METRICS_SCRAPER: "true"}}}
+OPERATOR: Manifest = {"namespaceSelector": {}, "podSelector": {"matchLabels": {COMPONENT: "operator"}}}  # the chart's
 
 
 def sandbox_selector(plan: Plan) -> dict[str, str]:
@@ -46,7 +53,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             "policyTypes": ["Ingress"],
             "ingress": [
                 {
-                    "from": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.PROXY)}}],
+                    "from": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.PROXY)}}, SCRAPERS],
                     "ports": [{"protocol": "TCP", "port": engine_port}],
                 },
                 # The learner loads adapters over HTTP, and NCCL weight transfer connects on ephemeral ports.
@@ -54,4 +61,39 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             ],
         },
     }
-    return [sandboxes, engine]
+    return [sandboxes, engine, proxy_ingress(plan, owner), learner_ingress(plan, owner)]
+
+
+def _pods(plan: Plan, component: str) -> Manifest:
+    return {"podSelector": {"matchLabels": {RUN: plan.run, COMPONENT: str(component)}}}
+
+
+def _ingress(plan: Plan, owner: Owner, component: ComponentKind, rules: list[Manifest]) -> Manifest:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(plan, owner, f"{plan.run}-{component}", component),
+        "spec": {"podSelector": {"matchLabels": selector(plan.run, component)}, "policyTypes": ["Ingress"],
+                 "ingress": rules},
+    }
+
+
+def proxy_ingress(plan: Plan, owner: Owner) -> Manifest:
+    """The proxy takes sessions from runners and their harnesses (sandboxes), sequences and policy from the
+    learner, relays from its other replicas. E2B sandboxes call it from outside the cluster (through an Ingress
+    or LoadBalancer): then any source may reach its ports, as the pool's proxyUrl already exposes them."""
+    ports = [tcp_ports(min(p.port for p in plan.proxy.ports), max(p.port for p in plan.proxy.ports))]
+    peers = [_pods(plan, kind) for kind in ("sandbox", ComponentKind.RUNNER, ComponentKind.LEARNER, ComponentKind.PROXY)]
+    if any(pool.sandbox.e2b is not None for pool in plan.pools.values()):
+        return _ingress(plan, owner, ComponentKind.PROXY, [{"ports": ports}])
+    return _ingress(plan, owner, ComponentKind.PROXY, [{"from": [*peers, SCRAPERS], "ports": ports}])
+
+
+def learner_ingress(plan: Plan, owner: Owner) -> Manifest:
+    """The coordinator takes leases and completions from runners, status reads from the operator and scrapes;
+    the learner's other nodes (rendezvous, collectives) and the engines (NCCL weight transfer) reach any port."""
+    coordinator = [{"protocol": "TCP", "port": plan.learner.ports[0].port}]
+    return _ingress(plan, owner, ComponentKind.LEARNER, [
+        {"from": [_pods(plan, ComponentKind.RUNNER), OPERATOR, SCRAPERS], "ports": coordinator},
+        {"from": [_pods(plan, ComponentKind.LEARNER), _pods(plan, ComponentKind.ENGINE)]},
+    ])

@@ -202,7 +202,8 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
         ("ConfigMap", f"{run}-proxy-config"), ("Service", f"{run}-proxy-headless"), ("Service", f"{run}-proxy"),
         ("StatefulSet", f"{run}-proxy"), ("Secret", f"{run}-proxy-admin"), ("Secret", f"{run}-runner-token"),
         ("ConfigMap", f"{run}-learner-config"), ("Service", f"{run}-learner"), ("Job", f"{run}-learner"),
-        ("NetworkPolicy", f"{run}-sandboxes"), ("NetworkPolicy", f"{run}-engine"),
+        ("NetworkPolicy", f"{run}-sandboxes"), ("NetworkPolicy", f"{run}-engine"), ("NetworkPolicy", f"{run}-proxy"),
+        ("NetworkPolicy", f"{run}-learner"),
     }
     for pool in ("claude-code", "codex", "mini-swe-agent", "gemini-cli"):  # gemini-cli: evaluated under only
         name = f"{run}-{pool}-runner"

@@ -49,6 +49,8 @@ def test_chart_renders_valid_manifests(case: str) -> None:
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"] and "--standalone" in container["args"]
+    # Runs' NetworkPolicies let the operator reach their learners by this label.
+    assert deployment["spec"]["template"]["metadata"]["labels"]["harnessrl.io/component"] == "operator"
     # The operator runs under Pod Security "restricted", as every Pod it creates does.
     assert pod_security.violations("restricted", deployment["spec"]["template"]["spec"]) == []
     if case == "default":

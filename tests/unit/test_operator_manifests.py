@@ -4,6 +4,7 @@ labels, and holds what its component needs (GPUs, probes, volumes, RBAC, secrets
 from __future__ import annotations
 
 import base64
+import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,24 @@ def test_runner_rbac_only_for_the_kubernetes_sandbox() -> None:
         assert m[("Deployment", name)]["spec"]["replicas"] == spec.replicas
         if kube_sandbox:  # the chart's ClusterRole holds the rules (tests/unit/test_chart_harnessrl.py)
             assert m[("RoleBinding", name)]["roleRef"]["name"] == "harnessrl-sandbox"
+
+
+def test_only_the_runs_own_pods_reach_its_learner_and_proxy() -> None:
+    run = {"podSelector": {"matchLabels": {"harnessrl.io/run": "run", "harnessrl.io/component": "%s"}}}
+    scrapers = {"namespaceSelector": {"matchLabels": {"harnessrl.io/metrics-scraper": "true"}}}
+    learner = manifests()[("NetworkPolicy", "run-learner")]["spec"]
+    coordinator, peers = learner["ingress"]
+    assert coordinator["ports"] == [{"protocol": "TCP", "port": 8090}]
+    assert coordinator["from"][0] == json.loads(json.dumps(run) % "runner") and coordinator["from"][2] == scrapers
+    assert coordinator["from"][1] == {"namespaceSelector": {}, "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}
+    assert peers == {"from": [json.loads(json.dumps(run) % k) for k in ("learner", "engine")]}  # any port
+    # Without an E2B pool, the proxy takes calls only from the run's sandboxes, runners, learner and replicas.
+    m = manifests(harnesses=[{"pool": "codex"}], eval=None)
+    (rule,) = m[("NetworkPolicy", "run-proxy")]["spec"]["ingress"]
+    assert rule["from"] == [*(json.loads(json.dumps(run) % k) for k in ("sandbox", "runner", "learner", "proxy")), scrapers]
+    # E2B sandboxes call from outside the cluster, through the pool's proxyUrl: any source, the proxy's ports only.
+    (open_rule,) = manifests()[("NetworkPolicy", "run-proxy")]["spec"]["ingress"]
+    assert open_rule == {"ports": [{"protocol": "TCP", "port": 8080}]}
 
 
 def test_sandboxes_reach_only_the_proxy() -> None:
