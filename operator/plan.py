@@ -158,6 +158,8 @@ PATHS = (
     "proxy-admin-token",  # the proxy's admin bearer token (a Secret)
     "runner-token",  # the runners' credential at the coordinator (a Secret)
     "hub-token",  # the Hub token of the export (a Secret)
+    "base-model-token",  # a Hub token that reads a gated or private base model (a Secret)
+    "tasks-token",  # a Hub token that reads a gated or private task dataset (a Secret)
     "e2b-api-key",  # the E2B API key of an e2b-sandbox pool (a Secret)
     "wandb-api-key",  # the W&B API key of spec.tracking.wandb (a Secret)
     "mlflow-tracking-uri",  # the MLflow tracking URI of spec.tracking.mlflow (a Secret)
@@ -212,6 +214,8 @@ CLUSTER_PATHS: dict[str, str] = {
     "proxy-admin-token": "/var/run/secrets/harnessrl/proxy-admin/token",
     "runner-token": "/var/run/secrets/harnessrl/runner/token",
     "hub-token": "/var/run/secrets/harnessrl/hub/token",
+    "base-model-token": "/var/run/secrets/harnessrl/base-model-token/token",
+    "tasks-token": "/var/run/secrets/harnessrl/tasks-token/token",
     "e2b-api-key": "/var/run/secrets/harnessrl/e2b/api-key",
     "wandb-api-key": "/var/run/secrets/harnessrl/wandb/api-key",
     "mlflow-tracking-uri": "/var/run/secrets/harnessrl/mlflow-uri/uri",
@@ -355,6 +359,8 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
     engine, model = spec.engine, spec.model
     lora = model.adapter.lora
     nccl = engine.weight_sync == "nccl"
+    # vLLM downloads a Hub base model itself: a gated one needs the token.
+    model_token = next(iter(hub_read_tokens(spec, placement, "base-model-token")), None)
     if engine.weight_sync == "restart" and not placement.restarts_engines:
         # Engine Pods cannot read the learner's checkpoint volume, and nothing would restart them on new weights.
         raise PlanError("engine.weightSync restart runs only in `harnessrl run`; in a cluster use lora (with "
@@ -379,7 +385,7 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         host="0.0.0.0",
         port=placement.engine_port,
         extra_args=[*revision, *NCCL_ENGINE_ARGS, *engine.args] if nccl else [*revision, *engine.args],
-        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in engine.env},
+        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in engine.env} | hub_token_env(model_token),
         **({"max_model_len": engine.max_model_len} if engine.max_model_len else {}),
     )
     return Component(
@@ -391,6 +397,7 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         resources=engine.resources,
         ports=[Port(name="http", port=placement.engine_port)],
         config=config,
+        secrets=[model_token] if model_token else [],
         pod=spec.pod,
     )
 
@@ -472,7 +479,7 @@ def _learner(
         else learner_cfg.AdapterConfig(kind="full")
     )
     secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
-               runner_token_file(placement, run)]
+               runner_token_file(placement, run), *hub_read_tokens(spec, placement)]
     export = None
     if spec.export is not None:
         secrets.append(_secret(spec.export.token_secret, placement.path("hub-token")))
@@ -670,6 +677,19 @@ def _secret(ref: SecretKeyRef, path: str) -> SecretFile:
     return SecretFile(secret=ref.name, key=ref.key, path=path)
 
 
+def hub_read_tokens(spec: TrainingRunSpec, placement: Placement, *which: str) -> list[SecretFile]:
+    """The Hub tokens that read a gated base model ("base-model-token") and task dataset ("tasks-token"), as
+    files; `which` narrows to some of them."""
+    sources = {"base-model-token": spec.model.base.hub, "tasks-token": spec.tasks.hub}
+    return [_secret(hub.token_secret, placement.path(what)) for what, hub in sources.items()
+            if (not which or what in which) and hub is not None and hub.token_secret is not None]
+
+
+def hub_token_env(token: SecretFile | None) -> dict[str, str]:
+    """huggingface_hub (vLLM's and `hf download`'s) reads the token from the file HF_TOKEN_PATH names."""
+    return {"HF_TOKEN_PATH": token.path} if token else {}
+
+
 def sandbox_labels(run: str, pool: str) -> dict[str, str]:
     """Labels of a run's sandbox Pods: the NetworkPolicy that confines them selects on these."""
     return {RUN_LABEL: run, COMPONENT_LABEL: "sandbox", POOL_LABEL: pool}
@@ -714,8 +734,9 @@ def _runner(
             image=custom.image,
             env={e.name: e.value for e in custom.env},
         )
-    # The runner token only: it opens the coordinator's lease routes and the proxy's session routes.
-    secrets = [runner_token_file(placement, run)]
+    # The runner token (it opens the coordinator's lease routes and the proxy's session routes), and the Hub token
+    # of a gated task dataset.
+    secrets = [runner_token_file(placement, run), *hub_read_tokens(spec, placement, "tasks-token")]
     sandbox = _sandbox(run, namespace, name, pool, harness_cfg.image or image, placement, secrets,
                        spec.proxy.workers)
     config = RunnerConfig(
@@ -793,7 +814,8 @@ def _sandbox(
 def _runner_tasks(spec: TrainingRunSpec, placement: Placement) -> runner_cfg.DirTasks | runner_cfg.HubTasks:
     tasks = spec.tasks
     if tasks.hub is not None:
-        return runner_cfg.HubTasks(repo_id=tasks.hub.repo, revision=tasks.hub.revision)
+        token = placement.path("tasks-token") if tasks.hub.token_secret else None
+        return runner_cfg.HubTasks(repo_id=tasks.hub.repo, revision=tasks.hub.revision, token_file=token)
     # A PVC is mounted and an image's task directory copied (by an init container) at the tasks path.
     return runner_cfg.DirTasks(path=placement.path("tasks"))
 

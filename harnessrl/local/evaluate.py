@@ -179,14 +179,15 @@ def prepare(args: argparse.Namespace) -> Setup:
         update={"harnesses": [HarnessRef(pool=p) for p in dict.fromkeys(chosen)], "export": None, "eval": None}
     )
     volumes = parse_mapping(args.volume, "--volume")
+    secret_files = parse_mapping(args.secret, "--secret")
     out: Path = args.out.expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    placement = LocalPlacement(out, resolve_model(run, volumes), resolve_tasks(run, volumes), spec.engine.replicas,
-                               spec.proxy.workers)
+    placement = LocalPlacement(out, resolve_model(run, volumes, secret_files), resolve_tasks(run, volumes, secret_files),
+                               spec.engine.replicas, spec.proxy.workers)
     task_ids = select_tasks(placement.tasks_dir, split, limit)
     plan = build_plan(run.metadata.name, "local", spec, {n: p.spec for n, p in pools.items()}, placement)
     plan = with_lora_serving(plan, checkpoints)
-    prepare_secrets(plan, placement, parse_mapping(args.secret, "--secret"))
+    prepare_secrets(plan, placement, secret_files)
     return Setup(
         plan=plan,
         placement_out=out,

@@ -36,7 +36,7 @@ from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.common import VolumePath
 from harnessrl.operator.api.harnesspool import HarnessPool
 from harnessrl.operator.api.manifest import ManifestError, load_manifests
-from harnessrl.operator.api.trainingrun import TrainingRun, TrainingRunSpec
+from harnessrl.operator.api.trainingrun import HubSource, TrainingRun, TrainingRunSpec
 from harnessrl.operator.plan import (
     PATHS,
     Component,
@@ -92,6 +92,8 @@ class LocalPlacement(Placement):
             "proxy-admin-token": self.run_dir / "secrets" / "proxy-admin-token",
             "runner-token": self.run_dir / "secrets" / "runner-token",
             "hub-token": self.run_dir / "secrets" / "hub-token",
+            "base-model-token": self.run_dir / "secrets" / "base-model-token",
+            "tasks-token": self.run_dir / "secrets" / "tasks-token",
             "e2b-api-key": self.run_dir / "secrets" / "e2b-api-key",
             "wandb-api-key": self.run_dir / "secrets" / "wandb-api-key",
             "mlflow-tracking-uri": self.run_dir / "secrets" / "mlflow-tracking-uri",
@@ -135,18 +137,19 @@ def resolve_volume(ref: VolumePath, volumes: dict[str, Path], what: str) -> Path
     return path
 
 
-def resolve_model(run: TrainingRun, volumes: dict[str, Path]) -> Path:
+def resolve_model(run: TrainingRun, volumes: dict[str, Path], secret_files: dict[str, Path]) -> Path:
     base = run.spec.model.base
     if base.pvc is not None:
         return resolve_volume(base.pvc, volumes, "spec.model.base")
     assert base.hub is not None
     print(f"harnessrl: downloading {base.hub.repo}@{base.hub.revision} ...", flush=True)
-    return hub_snapshot(base.hub.repo, base.hub.revision, "model", "spec.model.base")
+    return hub_snapshot(base.hub, "model", "spec.model.base", secret_files)
 
 
-def hub_snapshot(repo: str, revision: str, repo_type: str, what: str) -> Path:
+def hub_snapshot(hub: HubSource, repo_type: str, what: str, secret_files: dict[str, Path]) -> Path:
     """A Hub repository's files (downloaded or cached), or a LocalRunError saying what is missing and how to
-    provide it: no network, no token, no such repository or revision."""
+    provide it: no network, no token, no such repository or revision. With a tokenSecret, the token is the
+    --secret file given for it (else HF_TOKEN or `hf auth login`, as huggingface_hub finds them)."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -156,15 +159,18 @@ def hub_snapshot(repo: str, revision: str, repo_type: str, what: str) -> Path:
         RevisionNotFoundError,
     )
 
+    repo, revision = hub.repo, hub.revision
+    token = secret_text(hub.token_secret.name, hub.token_secret.key, secret_files) if hub.token_secret else None
     where = f"{what}: the {repo_type} {repo}@{revision} on {constants.ENDPOINT}"
+    give_token = (f"check that Secret {hub.token_secret.name!r} holds a token that can read it" if hub.token_secret
+                  else f"name a Secret in {what}.hub.tokenSecret and pass --secret NAME=FILE (or set HF_TOKEN)")
     instead = "or use a pvc source and --volume CLAIM=DIR"
     try:
-        return Path(snapshot_download(repo_id=repo, repo_type=repo_type, revision=revision))
+        return Path(snapshot_download(repo_id=repo, repo_type=repo_type, revision=revision, token=token))
     except GatedRepoError:
-        raise LocalRunError(f"{where} is gated: accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`)") from None
+        raise LocalRunError(f"{where} is gated: accept its terms on the Hub and {give_token}") from None
     except RepositoryNotFoundError:
-        raise LocalRunError(f"{where} does not exist or is private: check the id, or set HF_TOKEN to a token that can "
-                            f"read it, {instead}") from None
+        raise LocalRunError(f"{where} does not exist or is private: check the id, or {give_token}, {instead}") from None
     except RevisionNotFoundError:
         raise LocalRunError(f"{where}: no such revision (a branch, tag or commit of the repository)") from None
     except LocalEntryNotFoundError:
@@ -173,20 +179,19 @@ def hub_snapshot(repo: str, revision: str, repo_type: str, what: str) -> Path:
                             f"{instead}") from None
     except HfHubHTTPError as exc:
         if exc.response is not None and exc.response.status_code in (401, 403):
-            raise LocalRunError(f"{where} needs a token that can read it: set HF_TOKEN (or run `hf auth login`), "
-                                f"{instead}") from None
+            raise LocalRunError(f"{where} needs a token that can read it: {give_token}, {instead}") from None
         raise LocalRunError(f"{where} cannot be downloaded: {str(exc).strip().splitlines()[0]}") from None
     except OSError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LocalRunError(f"{where} cannot be downloaded: {first}") from None
 
 
-def resolve_tasks(run: TrainingRun, volumes: dict[str, Path]) -> Path:
+def resolve_tasks(run: TrainingRun, volumes: dict[str, Path], secret_files: dict[str, Path]) -> Path:
     tasks = run.spec.tasks
     if tasks.pvc is not None:
         return resolve_volume(tasks.pvc, volumes, "spec.tasks")
     if tasks.hub is not None:
-        return hub_snapshot(tasks.hub.repo, tasks.hub.revision, "dataset", "spec.tasks")
+        return hub_snapshot(tasks.hub, "dataset", "spec.tasks", secret_files)
     raise LocalRunError("spec.tasks.image needs a cluster; on one machine use a pvc source with --volume CLAIM=DIR")
 
 
@@ -225,14 +230,18 @@ def prepare_secrets(plan: Plan, placement: LocalPlacement, secret_files: dict[st
     # Every file, not one per Secret: one Secret may serve several (the Hub token of the export and of trackio).
     needed = {s.path: s for c in plan.components() for s in c.secrets if s.secret not in generated}
     for ref in needed.values():
-        flag = next((f for f in (f"{ref.secret}/{ref.key}", ref.secret) if f in secret_files), None)
-        if flag is None:
-            raise LocalRunError(f"the run needs Secret {ref.secret!r} (key {ref.key!r}); pass --secret {ref.secret}=FILE")
-        try:
-            value = secret_files[flag].read_text().strip()
-        except OSError as exc:
-            raise LocalRunError(f"--secret {flag}={secret_files[flag]}: cannot read it ({exc.strerror})") from None
-        write_secret(Path(ref.path), value)
+        write_secret(Path(ref.path), secret_text(ref.secret, ref.key, secret_files))
+
+
+def secret_text(secret: str, key: str, secret_files: dict[str, Path]) -> str:
+    """One key of a Secret, from the file `--secret NAME/KEY=FILE` (or `--secret NAME=FILE`) names."""
+    flag = next((f for f in (f"{secret}/{key}", secret) if f in secret_files), None)
+    if flag is None:
+        raise LocalRunError(f"the run needs Secret {secret!r} (key {key!r}); pass --secret {secret}=FILE")
+    try:
+        return secret_files[flag].read_text().strip()
+    except OSError as exc:
+        raise LocalRunError(f"--secret {flag}={secret_files[flag]}: cannot read it ({exc.strerror})") from None
 
 
 def check_trackers(spec: TrainingRunSpec) -> None:
@@ -349,10 +358,11 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     check_learner_memory(spec)
     check_trackers(spec)
     volumes = parse_mapping(args.volume, "--volume")
+    secret_files = parse_mapping(args.secret, "--secret")
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    placement = LocalPlacement(run_dir, resolve_model(run, volumes), resolve_tasks(run, volumes), spec.engine.replicas,
-                               spec.proxy.workers)
+    placement = LocalPlacement(run_dir, resolve_model(run, volumes, secret_files), resolve_tasks(run, volumes, secret_files),
+                               spec.engine.replicas, spec.proxy.workers)
     plan = build_plan(
         run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement
     )
@@ -360,7 +370,7 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     if spec.eval is not None:  # the learner evaluates on this split during training (it applies the limit)
         eval_ids = Path(eval_task_ids_file(placement.path("task-ids")))
         write_task_ids(placement.tasks_dir, spec.eval.split, None, eval_ids, "spec.eval")
-    prepare_secrets(plan, placement, parse_mapping(args.secret, "--secret"))
+    prepare_secrets(plan, placement, secret_files)
     (run_dir / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
     print(
         f"harnessrl: run {plan.run}: {len(plan.runners)} harness pool(s) "

@@ -46,6 +46,11 @@ class HubSource(ApiModel):
         description='Repository id, "namespace/name": a model repository for weights, a dataset one for tasks.'
     )
     revision: Revision = Field(default="main", description="Branch, tag or commit to use.")
+    token_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a Hub token that can read the repository (a gated or private one); "
+        "none for a public repository. Mounted as a file where the repository is downloaded, never a literal.",
+    )
 
 
 class ImageSource(ApiModel):

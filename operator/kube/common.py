@@ -144,6 +144,12 @@ def volumes_and_mounts(component: Component) -> tuple[list[Manifest], list[Manif
     return volumes, mounts
 
 
+def secret_mounts(component: Component, path: str) -> list[Manifest]:
+    """For another container of the component's Pod (an init container): the mount of the component's Secret
+    file at `path` (a volume volumes_and_mounts made); none when the component has no such file."""
+    return [secret_file(f"secret-{i}", s)[1] for i, s in enumerate(component.secrets) if s.path == path]
+
+
 def secret_file(name: str, secret: SecretFile) -> tuple[Manifest, Manifest]:
     """A volume with one Secret key, and its read-only mount that puts the key at `secret.path`."""
     items = [{"key": secret.key, "path": posixpath.basename(secret.path)}]

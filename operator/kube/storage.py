@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harnessrl.operator.api.common import RUN_UID_LABEL
-from harnessrl.operator.kube.common import Manifest, Owner, metadata
+from harnessrl.operator.kube.common import Manifest, Owner, env_list, metadata, secret_mounts
 from harnessrl.operator.plan import CLUSTER_PATHS, Component, ComponentKind, Plan, eval_task_ids_file
 
 CHECKPOINT_SIZE = "50Gi"
@@ -43,12 +43,16 @@ def base_model(plan: Plan) -> tuple[list[Manifest], list[Manifest], list[Manifes
         mount = {"name": "base-model", "mountPath": path, "subPath": base.pvc.path, "readOnly": True}
         return [volume], [_drop_empty_subpath(mount)], []
     assert base.hub is not None
+    # A gated model's token: the learner mounts it (plan.hub_read_tokens), `hf download` reads HF_TOKEN_PATH.
+    token = secret_mounts(plan.learner, CLUSTER_PATHS["base-model-token"])
     init = {
         "name": "base-model",
         "image": plan.learner.image,
         "command": ["hf", "download", base.hub.repo, "--revision", base.hub.revision, "--local-dir", path],
-        "volumeMounts": [{"name": "base-model", "mountPath": path}],
+        "volumeMounts": [{"name": "base-model", "mountPath": path}, *token],
     }
+    if token:
+        init["env"] = env_list({"HF_TOKEN_PATH": CLUSTER_PATHS["base-model-token"]})
     return [{"name": "base-model", "emptyDir": {}}], [{"name": "base-model", "mountPath": path}], [init]
 
 
@@ -120,7 +124,9 @@ def task_index(plan: Plan, runner_source: Component | None) -> tuple[list[Manife
         "image": plan.learner.image,
         "command": ["python", "-c", TASK_INDEX],
         "env": [{"name": k, "value": v} for k, v in env.items()],
-        "volumeMounts": [*mounts, {"name": "task-ids", "mountPath": ids_dir}],
+        # A gated Hub dataset's token, at the file the task source names.
+        "volumeMounts": [*mounts, {"name": "task-ids", "mountPath": ids_dir},
+                         *secret_mounts(plan.learner, CLUSTER_PATHS["tasks-token"])],
     }
     volumes = [*volumes, {"name": "task-ids", "emptyDir": {}}]
     return volumes, [{"name": "task-ids", "mountPath": ids_dir, "readOnly": True}], [*inits, index]

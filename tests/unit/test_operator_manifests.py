@@ -508,3 +508,29 @@ def test_pods_run_as_the_images_user_and_servers_on_a_read_only_root() -> None:
     assert proxy["containers"][0]["securityContext"] == {
         "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
     assert {"name": "tmp", "mountPath": "/tmp"} in proxy["containers"][0]["volumeMounts"]
+
+
+def test_gated_hub_sources_read_their_token_from_a_mounted_secret() -> None:
+    """model.base.hub.tokenSecret and tasks.hub.tokenSecret: every container that downloads from the Hub gets
+    the Secret as a file (HF_TOKEN_PATH for huggingface_hub, token_file for the runners); never a literal."""
+    gated = {"name": "hf-read", "key": "token"}
+    m = manifests(model={"base": {"hub": {"repo": "org/gated", "tokenSecret": gated}}, "adapter": {"lora": {}}},
+                  tasks={"hub": {"repo": "org/gated-tasks", "tokenSecret": gated | {"name": "hf-tasks"}}})
+    model_token, tasks_token = "/var/run/secrets/harnessrl/base-model-token", "/var/run/secrets/harnessrl/tasks-token"
+
+    def mounted(pod: dict[str, Any], container: dict[str, Any], secret: str, directory: str) -> bool:
+        volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}
+        return any(volumes.get(mt["name"]) == secret and mt["mountPath"] == directory for mt in container["volumeMounts"])
+
+    learner = m[("Job", "run-learner")]["spec"]["template"]["spec"]
+    download, index = (c for c in learner["initContainers"] if c["name"] in ("base-model", "task-index"))
+    assert {"name": "HF_TOKEN_PATH", "value": f"{model_token}/token"} in download["env"]
+    assert mounted(learner, download, "hf-read", model_token) and mounted(learner, index, "hf-tasks", tasks_token)
+    engine = m[("StatefulSet", "run-engine")]["spec"]["template"]["spec"]
+    vllm = engine["containers"][0]
+    assert {"name": "HF_TOKEN_PATH", "value": f"{model_token}/token"} in vllm["env"] and mounted(engine, vllm, "hf-read", model_token)
+    runner = m[("Deployment", "run-codex-runner")]["spec"]["template"]["spec"]
+    assert mounted(runner, runner["containers"][0], "hf-tasks", tasks_token)
+    config = RunnerConfig.model_validate(yaml.safe_load(
+        m[("ConfigMap", "run-codex-runner-config")]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "p")))
+    assert str(config.tasks.token_file) == f"{tasks_token}/token"  # type: ignore[union-attr]
