@@ -357,6 +357,9 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     # Before any download: a run whose learner cannot fit its GPUs is refused as the operator refuses it.
     check_learner_memory(spec)
     check_trackers(spec)
+    if spec.active_deadline_seconds is not None:
+        print("harnessrl: spec.activeDeadlineSeconds applies in a cluster only; this run goes on until done or Ctrl-C",
+              flush=True)
     volumes = parse_mapping(args.volume, "--volume")
     secret_files = parse_mapping(args.secret, "--secret")
     run_dir: Path = args.run_dir.resolve()

@@ -553,6 +553,14 @@ class TrainingRunSpec(ApiModel):
         default=False,
         description="Stop the run's Pods, keeping its state; false resumes from the last checkpoint.",
     )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=31_536_000,
+        description="Fail the run (reason DeadlineExceeded) once its learner has run this long; the clock starts "
+        "again when a suspended run resumes, as a Job's does. A change applies to the running learner (raise it "
+        "rather than removing it). In a cluster only: `harnessrl run` runs until done.",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,

@@ -49,7 +49,7 @@ PLURALS: dict[tuple[str, str], str] = {
 MUTABLE_SPEC: dict[str, set[str] | None] = {
     "StatefulSet": {"replicas", "template", "updateStrategy", "minReadySeconds", "persistentVolumeClaimRetentionPolicy"},
     "Deployment": {"replicas", "template", "strategy", "minReadySeconds"},
-    "Job": {"suspend", "parallelism"},  # a Job's Pod template is fixed once created
+    "Job": {"suspend", "parallelism", "activeDeadlineSeconds"},  # a Job's Pod template is fixed once created
     "JobSet": {"suspend"},
     "Service": {"ports", "selector", "publishNotReadyAddresses", "type"},
     "PersistentVolumeClaim": set(),

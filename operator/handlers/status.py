@@ -152,7 +152,8 @@ def run_status(
         put(FAILED, "False", R.TRAINING_COMPLETE, "")
         finished = True
     elif not finished and failed:
-        reason = R.RESTART_BUDGET_EXHAUSTED if failed.get("reason") == "BackoffLimitExceeded" else R.LEARNER_FAILED
+        reason = {"BackoffLimitExceeded": R.RESTART_BUDGET_EXHAUSTED,
+                  "DeadlineExceeded": R.DEADLINE_EXCEEDED}.get(failed.get("reason") or "", R.LEARNER_FAILED)
         detail = failed.get("message") or "the learner failed"
         # A learner that ended itself with a reason (runtime/learner/failure.py) left it in its termination log.
         if (said := learner_termination(_pods_of(observed.pods, "learner"))) is not None:

@@ -126,9 +126,13 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "podFailurePolicy": {"rules": [
             {"action": "FailJob", "onExitCodes": {"containerName": "learner", "operator": "In",
                                                   "values": [EXIT_FAILED]}},
+            # A Pod evicted by a node drain or preemption is replaced without spending the restart budget.
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         ]},
         "template": pod,
     }
+    if plan.spec.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = plan.spec.active_deadline_seconds
     claim = checkpoint_claim(plan, owner)
     coordinator = service(plan, owner, learner, learner.name)
     common = [config_map(plan, owner, learner), *([claim] if claim else [])]
@@ -153,9 +157,11 @@ def jobset(plan: Plan, meta: Manifest, job_spec: Manifest) -> Manifest:
         "spec": {
             "suspend": job_suspended(plan),
             "network": {"enableDNSHostnames": True, "subdomain": nodes_subdomain(plan), "publishNotReadyAddresses": True},
-            # A Job failed by its podFailurePolicy (the learner's EXIT_FAILED) fails the JobSet without a restart.
+            # A Job failed by its podFailurePolicy (the learner's EXIT_FAILED) or past the run's deadline fails the
+            # JobSet without a restart.
             "failurePolicy": {"maxRestarts": plan.restart_budget, "rules": [
-                {"name": "learner-gave-up", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
+                {"name": "learner-gave-up", "action": "FailJobSet",
+                 "onJobFailureReasons": ["PodFailurePolicy", "DeadlineExceeded"]},
             ]},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [REPLICATED_JOB]},
             "replicatedJobs": [{

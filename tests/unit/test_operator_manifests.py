@@ -534,3 +534,14 @@ def test_gated_hub_sources_read_their_token_from_a_mounted_secret() -> None:
     config = RunnerConfig.model_validate(yaml.safe_load(
         m[("ConfigMap", "run-codex-runner-config")]["data"]["config.yaml"].replace(POD_PLACEHOLDER, "p")))
     assert str(config.tasks.token_file) == f"{tasks_token}/token"  # type: ignore[union-attr]
+
+
+def test_drains_spend_no_restart_budget_and_the_deadline_bounds_the_learner() -> None:
+    job = manifests()[("Job", "run-learner")]["spec"]
+    assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in (
+        job["podFailurePolicy"]["rules"])
+    assert "activeDeadlineSeconds" not in job
+    assert manifests(activeDeadlineSeconds=86400)[("Job", "run-learner")]["spec"]["activeDeadlineSeconds"] == 86400
+    jobset = manifests(activeDeadlineSeconds=600, learner={"gpus": 2, "nodes": 2})[("JobSet", "run-learner")]["spec"]
+    assert jobset["replicatedJobs"][0]["template"]["spec"]["activeDeadlineSeconds"] == 600
+    assert "DeadlineExceeded" in jobset["failurePolicy"]["rules"][0]["onJobFailureReasons"]

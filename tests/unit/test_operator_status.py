@@ -107,6 +107,10 @@ def test_complete_and_failed_are_terminal() -> None:
     failed = run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [
         {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff"}]}}), T0)
     assert conds(failed)["Failed"] == ("True", "RestartBudgetExhausted") and failed.phase == "Failed"
+    late = run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than "
+         "specified deadline"}]}}), T0)
+    assert conds(late)["Failed"] == ("True", "DeadlineExceeded") and late.phase == "Failed"
 
 
 def test_suspended() -> None:
