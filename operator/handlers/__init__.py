@@ -41,14 +41,18 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
     def stop(**_: Any) -> None:
         ctx.stop()
 
+    # The event of the operator's own status write is no news: reconciling again for it only kept the key busy
+    # and (through a pool's status) every run of the namespace (benchmarks/operator).
     @kopf.on.event(GROUP, VERSION, RUN_PLURAL, registry=registry)
-    def run_event(type: str | None, namespace: str, name: str, **_: Any) -> None:
-        ctx.seen(RUN_KIND, namespace, name, deleted=type == "DELETED")
+    def run_event(type: str | None, namespace: str, name: str, body: kopf.Body, **_: Any) -> None:
+        if not ctx.kube.is_own_status_write(RUN_KIND, namespace, name, body.metadata.get("resourceVersion")):
+            ctx.seen(RUN_KIND, namespace, name, deleted=type == "DELETED")
 
     @kopf.on.event(GROUP, VERSION, POOL_PLURAL, registry=registry)
-    def pool_event(type: str | None, namespace: str, name: str, **_: Any) -> None:
-        ctx.seen(POOL_KIND, namespace, name, deleted=type == "DELETED")
-        ctx.trigger_namespace(RUN_KIND, namespace)
+    def pool_event(type: str | None, namespace: str, name: str, body: kopf.Body, **_: Any) -> None:
+        if not ctx.kube.is_own_status_write(POOL_KIND, namespace, name, body.metadata.get("resourceVersion")):
+            ctx.seen(POOL_KIND, namespace, name, deleted=type == "DELETED")
+            ctx.trigger_namespace(RUN_KIND, namespace)
 
     for group, version, plural in WATCHED_CHILDREN:
 

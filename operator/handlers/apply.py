@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 import kubernetes.client
-from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
+from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
 from harnessrl.operator.kube.learner import KUEUE_ADMITTED
 from kubernetes.client.exceptions import ApiException
 
@@ -216,6 +217,20 @@ class Kube:
     def __init__(self, api: kubernetes.client.ApiClient, timeout: float = 10.0) -> None:
         self.api = api
         self.timeout = timeout
+        # The resourceVersion of each object's last status write by this operator: its watch event is no news.
+        self._own_status: dict[tuple[str, str, str], str] = {}
+        self._own_mu = threading.Lock()
+
+    def write_status(self, kind: str, namespace: str, name: str, status: Manifest) -> None:
+        written = self.request("PATCH", path(API_VERSION, kind, namespace, name) + "/status", {"status": status},
+                               content_type=MERGE_PATCH)
+        with self._own_mu:
+            self._own_status[(kind, namespace, name)] = str(written.get("metadata", {}).get("resourceVersion", ""))
+
+    def is_own_status_write(self, kind: str, namespace: str, name: str, resource_version: str | None) -> bool:
+        """Whether this version of the object is the one this operator's last status write made."""
+        with self._own_mu:
+            return bool(resource_version) and self._own_status.get((kind, namespace, name)) == resource_version
 
     def request(self, method: str, url: str, body: Any = None, *, content_type: str | None = None) -> Manifest:
         headers = {"Accept": "application/json"}

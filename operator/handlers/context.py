@@ -3,7 +3,8 @@
 Reconciliation is level-based and keyed by object: any event about a run (its own, a child's, a pool's)
 only *triggers* a reconcile of that run, which re-reads everything. Triggers for a run that is already
 being reconciled coalesce into one more pass, so a burst of events costs at most two passes and two
-passes of one run never overlap. A resync thread triggers every known object periodically, which is what
+passes of one run never overlap. That pass goes to the back of the queue: a key kept busy by its own
+children's events cannot hold a worker while other runs wait (fair queueing). A resync thread triggers every known object periodically, which is what
 restores a child deleted while nobody was watching and refreshes progress.
 """
 
@@ -139,19 +140,19 @@ class Context:
 
     def _run(self, key: Key) -> None:
         kind, namespace, name = key
-        while True:
-            try:
-                self._reconcilers[kind](self, namespace, name)
-            except ApiException as exc:  # the API is unreachable or busy (5xx, 409, 429): the resync retries it
-                log.warning("reconcile of %s %s/%s: API error %s %s; retrying", kind, namespace, name, exc.status, exc.reason)
-            except Exception:  # a bug: one object's failure must not stop the others; the resync retries it
-                log.exception("reconcile of %s %s/%s failed", kind, namespace, name)
-            with self._mu:
-                if key in self._dirty and not self._stop.is_set():
-                    self._dirty.discard(key)
-                    continue
-                self._running.discard(key)
+        try:
+            self._reconcilers[kind](self, namespace, name)
+        except ApiException as exc:  # the API is unreachable or busy (5xx, 409, 429): the resync retries it
+            log.warning("reconcile of %s %s/%s: API error %s %s; retrying", kind, namespace, name, exc.status, exc.reason)
+        except Exception:  # a bug: one object's failure must not stop the others; the resync retries it
+            log.exception("reconcile of %s %s/%s failed", kind, namespace, name)
+        with self._mu:
+            if key in self._dirty and not self._stop.is_set() and self._executor is not None:
+                self._dirty.discard(key)
+                self._executor.submit(self._run, key)  # still running (no overlap), queued behind the others
                 return
+            self._dirty.discard(key)
+            self._running.discard(key)
 
     def _resync_loop(self) -> None:
         while not self._stop.wait(self.options.resync_seconds):

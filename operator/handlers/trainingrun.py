@@ -20,7 +20,7 @@ from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.apply import MERGE_PATCH, ChildConflict, Kube, Snapshot, owner_uid, path
+from harnessrl.operator.handlers.apply import ChildConflict, Kube, Snapshot, owner_uid
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     Event,
@@ -103,8 +103,7 @@ def write_status(kube: Kube, kind: str, body: Manifest, old: BaseModel | None, n
     if old is not None and old.model_dump(mode="json", by_alias=True, exclude={"kopf"}, exclude_none=True) == dump:
         return False
     meta = body["metadata"]
-    url = path(API_VERSION, kind, meta["namespace"], meta["name"]) + "/status"
-    kube.request("PATCH", url, {"status": dump}, content_type=MERGE_PATCH)
+    kube.write_status(kind, meta["namespace"], meta["name"], dump)
     return True
 
 

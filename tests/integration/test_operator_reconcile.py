@@ -556,8 +556,10 @@ def test_an_object_another_owner_holds_is_never_adopted_or_changed(operator: Any
     earlier_run = {"apiVersion": TR[0], "kind": TR[1], "name": "run-a", "uid": "0d4c1e8e-earlier", "controller": True,
                    "blockOwnerDeletion": True}
     old = {"app": "old"}
+    # Its owner is gone, so the garbage collector deletes it, but a finalizer (someone's cleanup) holds it.
     operator.apply({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                    "metadata": {"name": "run-a-proxy", "namespace": NS, "ownerReferences": [earlier_run]},
+                    "metadata": {"name": "run-a-proxy", "namespace": NS, "ownerReferences": [earlier_run],
+                                 "finalizers": ["example.com/cleanup"]},
                     "spec": {"serviceName": "x", "selector": {"matchLabels": old}, "template": {
                         "metadata": {"labels": old}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
     operator.apply(small_run())
@@ -572,7 +574,7 @@ def test_an_object_another_owner_holds_is_never_adopted_or_changed(operator: Any
                              timeout=30)
     assert cond["reason"] == "ChildConflict" and "TrainingRun run-a uid 0d4c1e8e-earlier (an earlier object" in cond["message"]
     assert writes_to(operator, "/statefulsets/run-a-proxy") == []  # not replaced either, though it selects other Pods
-    operator.delete("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)
+    operator.patch("apps/v1", "StatefulSet", "run-a-proxy", {"metadata": {"finalizers": None}}, namespace=NS)
     uid = operator.get(*TR, "run-a", namespace=NS)["metadata"]["uid"]
     operator.wait_for(lambda: ((o := operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)) is not None
                                and o["metadata"]["ownerReferences"][0]["uid"] == uid), timeout=30)
@@ -601,7 +603,8 @@ def test_checkpoints_are_retained_after_deletion_and_never_taken_over(operator: 
     assert f"PersistentVolumeClaim run-a-checkpoints already exists and belongs to the run run-a uid {first}" in cond["message"]
     assert operator.get(*claim, namespace=NS)["metadata"]["labels"]["harnessrl.io/run-uid"] == first
     operator.delete(*claim, namespace=NS)
-    fresh = operator.wait_for(lambda: (c := operator.get(*claim, namespace=NS)) and c, timeout=30)
+    # The next try comes after the conflict's backoff (doubling from the resync period): long on a busy machine.
+    fresh = operator.wait_for(lambda: (c := operator.get(*claim, namespace=NS)) and c, timeout=60)
     assert fresh["metadata"]["labels"]["harnessrl.io/run-uid"] == second
     # Delete: the claim converges on an ownerReference to the run, and goes with it.
     operator.patch(*TR, "run-a", {"spec": {"learner": {"checkpointRetention": "Delete"}}}, namespace=NS)

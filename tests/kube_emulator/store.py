@@ -265,6 +265,11 @@ class Store:
         created = self._commit(rt.storage_key, "ADDED", obj, None)
         if rt.storage_key == CRD_KEY:
             self._serve_crd(created)
+        refs = meta.get("ownerReferences") or []
+        if refs and not self._any_live({ref.get("uid") for ref in refs}):
+            # Every owner is already gone (a controller raced its owner's deletion): the garbage collector
+            # deletes such a dangling dependent soon after; here at once, after answering its creation.
+            self._delete(rt.storage_key, clone(created), "Background")
         return self.render(rt, created)
 
     def _check_type_meta(self, rt: ResourceType, body: dict[str, Any]) -> None:
@@ -551,6 +556,9 @@ class Store:
     def _dependents(self, owner_uid: str) -> list[tuple[StorageKey, dict[str, Any]]]:
         return [(key, obj) for key, obj in self.all_objects()
                 if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
+
+    def _any_live(self, uids: set[str | None]) -> bool:
+        return any(obj["metadata"]["uid"] in uids for _, obj in self.all_objects())
 
     def _live_uids(self) -> set[str]:
         return {obj["metadata"]["uid"] for _, obj in self.all_objects()}

@@ -68,3 +68,32 @@ def test_failures_are_contained_and_resync_retries() -> None:
         ctx.stop()
     assert calls["bad"] >= 3 and calls["good"] >= 3
     assert ("Run", "ns", "bad") not in ctx.known and ("Run", "ns", "good") in ctx.known
+
+
+def test_a_key_its_own_passes_keep_dirty_does_not_starve_the_others() -> None:
+    """One worker; `busy` re-triggers itself during each of its passes (its own writes' events did so). Its extra
+    passes queue behind `quiet` instead of holding the worker: `quiet` runs second, not after every `busy` pass."""
+    ctx = Context(OperatorOptions(resync_seconds=3600, workers=1),
+                  kubernetes.client.ApiClient(kubernetes.client.Configuration()))
+    order: list[str] = []
+    first = threading.Event()
+
+    def reconcile(_: Context, namespace: str, name: str) -> None:
+        order.append(name)
+        if name == "busy" and order.count("busy") <= 5:
+            ctx.trigger(("Run", "ns", "busy"))
+        if len(order) == 1:
+            ctx.trigger(("Run", "ns", "quiet"))  # queued while `busy` holds the only worker
+            first.set()
+
+    ctx.register("Run", reconcile)
+    ctx.start()
+    try:
+        ctx.trigger(("Run", "ns", "busy"))
+        assert first.wait(5)
+        deadline = time.monotonic() + 5
+        while ctx.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        ctx.stop()
+    assert order[:2] == ["busy", "quiet"] and order.count("busy") == 6
