@@ -545,3 +545,32 @@ def test_drains_spend_no_restart_budget_and_the_deadline_bounds_the_learner() ->
     jobset = manifests(activeDeadlineSeconds=600, learner={"gpus": 2, "nodes": 2})[("JobSet", "run-learner")]["spec"]
     assert jobset["replicatedJobs"][0]["template"]["spec"]["activeDeadlineSeconds"] == 600
     assert "DeadlineExceeded" in jobset["failurePolicy"]["rules"][0]["onJobFailureReasons"]
+
+
+def test_two_tenants_runs_of_one_name_reach_only_their_own_namespace() -> None:
+    """Team A and team B each run `shared` (no E2B pool): every network peer, URL, Secret and RBAC subject of
+    A's run is A's own. Cross-namespace peers are only the operator's Pod, admin-labelled scraper namespaces
+    and DNS. (Tokens are generated per run by the operator; the coordinator and proxy refuse another's, see
+    tests/integration/test_learner_coordinator.py and test_proxy_bad_input.py.)"""
+    spec = TrainingRunSpec.model_validate(EXAMPLE["spec"] | {"harnesses": [{"pool": "codex"}], "eval": None})
+    for ns in ("tenant-a", "tenant-b"):
+        plan = build_plan("shared", ns, spec, POOLS, ClusterPlacement(ns))
+        children = render(plan, Owner(name="shared", uid=f"uid-{ns}"))
+        assert {m["metadata"]["namespace"] for m in children} == {ns}
+        cross = []
+        for policy in (m for m in children if m["kind"] == "NetworkPolicy"):
+            for rule in [*policy["spec"].get("ingress", []), *policy["spec"].get("egress", [])]:
+                for peer in [*rule.get("from", []), *rule.get("to", [])]:
+                    if "namespaceSelector" in peer:
+                        cross.append(peer)
+                    else:  # the same namespace, and the run's own Pods only
+                        assert peer["podSelector"]["matchLabels"]["harnessrl.io/run"] == "shared", peer
+        assert all(p.get("podSelector") == {"matchLabels": {"harnessrl.io/component": "operator"}}
+                   or p["namespaceSelector"] in ({"matchLabels": {"harnessrl.io/metrics-scraper": "true"}}, {})
+                   for p in cross), cross
+        rendered = yaml.safe_dump(children)
+        other = "tenant-b" if ns == "tenant-a" else "tenant-a"
+        assert other not in rendered  # no URL, subject or reference into the other team's namespace
+        assert f"shared-learner.{ns}.svc" in rendered and f"shared-proxy.{ns}.svc" in rendered
+        binding = next(m for m in children if m["kind"] == "RoleBinding")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "shared-codex-runner", "namespace": ns}]
