@@ -8,6 +8,7 @@ from harnessrl.operator.kube.common import (
     POD_PLACEHOLDER,
     READ_ONLY_ROOT,
     TMP_MOUNT,
+    TMP_VOLUME,
     Manifest,
     Owner,
     component_metadata,
@@ -68,8 +69,8 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         proxy,
         {
             "containers": [container],
-            "volumes": volumes,
-                "automountServiceAccountToken": False,
+            "volumes": [*volumes, TMP_VOLUME],
+            "automountServiceAccountToken": False,
         },
         config_digest=config_hash(config),
     )

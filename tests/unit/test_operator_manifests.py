@@ -574,3 +574,18 @@ def test_two_tenants_runs_of_one_name_reach_only_their_own_namespace() -> None:
         assert f"shared-learner.{ns}.svc" in rendered and f"shared-proxy.{ns}.svc" in rendered
         binding = next(m for m in children if m["kind"] == "RoleBinding")
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "shared-codex-runner", "namespace": ns}]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_volume_mount_names_a_volume_of_its_pod(variant: str) -> None:
+    """A real API server refuses a Pod template whose mount names no volume (the emulator does not check it)."""
+    for (kind, name), manifest in manifests(**VARIANTS[variant]).items():
+        spec = manifest.get("spec") or {}
+        template = spec.get("template") or ((spec.get("replicatedJobs") or [{}])[0].get("template") or {}).get("spec", {}).get("template")
+        if not template:
+            continue
+        pod = template["spec"]
+        volumes = {v["name"] for v in pod.get("volumes", [])} | {c["metadata"]["name"] for c in spec.get("volumeClaimTemplates", [])}
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            missing = {m["name"] for m in container.get("volumeMounts", [])} - volumes
+            assert not missing, (kind, name, container["name"], missing)
