@@ -385,7 +385,7 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         host="0.0.0.0",
         port=placement.engine_port,
         extra_args=[*revision, *NCCL_ENGINE_ARGS, *engine.args] if nccl else [*revision, *engine.args],
-        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in engine.env} | hub_token_env(model_token),
+        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in engine.env} | hub_token_env(model_token.path if model_token else None),
         **({"max_model_len": engine.max_model_len} if engine.max_model_len else {}),
     )
     return Component(
@@ -685,9 +685,9 @@ def hub_read_tokens(spec: TrainingRunSpec, placement: Placement, *which: str) ->
             if (not which or what in which) and hub is not None and hub.token_secret is not None]
 
 
-def hub_token_env(token: SecretFile | None) -> dict[str, str]:
+def hub_token_env(token_file: str | None) -> dict[str, str]:
     """huggingface_hub (vLLM's and `hf download`'s) reads the token from the file HF_TOKEN_PATH names."""
-    return {"HF_TOKEN_PATH": token.path} if token else {}
+    return {"HF_TOKEN_PATH": token_file} if token_file else {}
 
 
 def sandbox_labels(run: str, pool: str) -> dict[str, str]:

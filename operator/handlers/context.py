@@ -4,8 +4,9 @@ Reconciliation is level-based and keyed by object: any event about a run (its ow
 only *triggers* a reconcile of that run, which re-reads everything. Triggers for a run that is already
 being reconciled coalesce into one more pass, so a burst of events costs at most two passes and two
 passes of one run never overlap. That pass goes to the back of the queue: a key kept busy by its own
-children's events cannot hold a worker while other runs wait (fair queueing). A resync thread triggers every known object periodically, which is what
-restores a child deleted while nobody was watching and refreshes progress.
+children's events cannot hold a worker while other runs wait (fair queueing). A resync thread triggers
+every known object periodically, which is what restores a child deleted while nobody was watching and
+refreshes progress.
 """
 
 from __future__ import annotations

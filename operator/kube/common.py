@@ -12,6 +12,7 @@ import yaml
 from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, PodOverrides
 from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
 from harnessrl.operator.plan import Component, Plan, SecretFile
+from harnessrl.runtime.harness.sandboxes.kubernetes import RESTRICTED_CONTAINER, restricted_pod
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
@@ -31,15 +32,9 @@ CONFIG_DIR = "/etc/harnessrl"
 # The harnessrl images' user. Every Pod runs as it, whatever the image's USER (vLLM's image is root), and as
 # fsGroup it reads the Secret files (mode 0440) and owns the volumes.
 RUN_AS = 10001
-# Pod Security "restricted" (a namespace enforcing it accepts every Pod the operator creates).
-POD_SECURITY: Manifest = {
-    "runAsNonRoot": True,
-    "runAsUser": RUN_AS,
-    "runAsGroup": RUN_AS,
-    "fsGroup": RUN_AS,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-CONTAINER_SECURITY: Manifest = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# Pod Security "restricted" (a namespace enforcing it accepts every Pod the operator creates), as sandboxes have it.
+POD_SECURITY: Manifest = restricted_pod(RUN_AS)
+CONTAINER_SECURITY: Manifest = RESTRICTED_CONTAINER
 # Servers that write only to their volumes run on a read-only root; /tmp is an emptyDir for them.
 READ_ONLY_ROOT: Manifest = {"readOnlyRootFilesystem": True}
 TMP_VOLUME: Manifest = {"name": "tmp", "emptyDir": {}}

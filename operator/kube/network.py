@@ -36,7 +36,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             "ingress": [],
             "egress": [
                 {
-                    "to": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.PROXY)}}],
+                    "to": [_pods(plan, ComponentKind.PROXY)],
                     # The replica's port and its workers' own ports after it (a session is served at its worker's).
                     "ports": [tcp_ports(min(proxy_ports), max(proxy_ports))],
                 },
@@ -53,11 +53,11 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             "policyTypes": ["Ingress"],
             "ingress": [
                 {
-                    "from": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.PROXY)}}, SCRAPERS],
+                    "from": [_pods(plan, ComponentKind.PROXY), SCRAPERS],
                     "ports": [{"protocol": "TCP", "port": engine_port}],
                 },
                 # The learner loads adapters over HTTP, and NCCL weight transfer connects on ephemeral ports.
-                {"from": [{"podSelector": {"matchLabels": selector(plan.run, ComponentKind.LEARNER)}}]},
+                {"from": [_pods(plan, ComponentKind.LEARNER)]},
             ],
         },
     }
@@ -65,7 +65,8 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
 
 
 def _pods(plan: Plan, component: str) -> Manifest:
-    return {"podSelector": {"matchLabels": {RUN: plan.run, COMPONENT: str(component)}}}
+    """A peer: the run's Pods of one component (in the policy's own namespace)."""
+    return {"podSelector": {"matchLabels": selector(plan.run, component)}}
 
 
 def _ingress(plan: Plan, owner: Owner, component: ComponentKind, rules: list[Manifest]) -> Manifest:

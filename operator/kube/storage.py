@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from harnessrl.operator.api.common import RUN_UID_LABEL
 from harnessrl.operator.kube.common import Manifest, Owner, env_list, metadata, secret_mounts
-from harnessrl.operator.plan import CLUSTER_PATHS, Component, ComponentKind, Plan, eval_task_ids_file
+from harnessrl.operator.plan import (
+    CLUSTER_PATHS,
+    Component,
+    ComponentKind,
+    Plan,
+    eval_task_ids_file,
+    hub_token_env,
+)
 
 CHECKPOINT_SIZE = "50Gi"
 
@@ -52,7 +59,7 @@ def base_model(plan: Plan) -> tuple[list[Manifest], list[Manifest], list[Manifes
         "volumeMounts": [{"name": "base-model", "mountPath": path}, *token],
     }
     if token:
-        init["env"] = env_list({"HF_TOKEN_PATH": CLUSTER_PATHS["base-model-token"]})
+        init["env"] = env_list(hub_token_env(CLUSTER_PATHS["base-model-token"]))
     return [{"name": "base-model", "emptyDir": {}}], [{"name": "base-model", "mountPath": path}], [init]
 
 

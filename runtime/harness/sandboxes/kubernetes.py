@@ -62,6 +62,15 @@ def owner_selector(pool: str, runner_id: str) -> str:
     return f"{LABEL_MANAGED}=harnessrl,{LABEL_POOL}={label_value(pool)},{LABEL_RUNNER}={label_value(runner_id)}"
 
 
+# Pod Security "restricted": what every container, and every Pod running as `uid`, must set.
+RESTRICTED_CONTAINER: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def restricted_pod(uid: int) -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str], deadline_s: int) -> dict[str, Any]:
     mounts = {"workspace": config.workdir, "home": HOME, "tests": TESTS, "logs": LOGS}
     container: dict[str, Any] = {
@@ -71,7 +80,7 @@ def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, s
         "workingDir": config.workdir,
         "env": [{"name": "HOME", "value": HOME}, {"name": "LOGS_DIR", "value": LOGS}],
         "volumeMounts": [{"name": vol, "mountPath": path} for vol, path in mounts.items()],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": RESTRICTED_CONTAINER,
     }
     resources = {k: v for k, v in config.resources.model_dump().items() if v}
     if resources:
@@ -82,14 +91,7 @@ def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, s
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 0,
         "activeDeadlineSeconds": deadline_s,
-        # Pod Security "restricted": the sandbox runs the policy's commands, never as root.
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": config.run_as_user,
-            "runAsGroup": config.run_as_user,
-            "fsGroup": config.run_as_user,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod(config.run_as_user),  # it runs the policy's commands, never as root
         "containers": [container],
         "volumes": [{"name": vol, "emptyDir": {}} for vol in mounts],
     }
