@@ -66,12 +66,17 @@ NCCL_PORT = 29551
 # The longest sequence the memory plan assumes when engine.maxModelLen is empty (Qwen3's native context).
 DEFAULT_CONTEXT_TOKENS = 32768
 ADAPTER_STORE_PORT = 8001
+MAX_POD_SETS = 8  # Kueue's limit on a Workload's spec.podSets: learner, engine, proxy and one per pool
 
 
 class PlanError(ValueError):
     """The spec cannot be turned into components (a missing pool, a combination no component supports)."""
 
     reason = R.INVALID_SPEC
+
+
+class TooManyPodSets(PlanError):
+    reason = R.TOO_MANY_POD_SETS
 
 
 class ComponentKind(StrEnum):
@@ -318,6 +323,10 @@ def _build(
     too_long = sorted(name for name in used if len(name) > 63)
     if too_long:
         raise PlanError(f"HarnessPool name {', '.join(too_long)} is longer than 63 characters: it labels runner Pods")
+    if spec.queue_name and 3 + len(used) > MAX_POD_SETS:
+        raise TooManyPodSets(f"spec.queueName: a Kueue Workload holds at most {MAX_POD_SETS} pod sets, and this run has "
+                             f"{3 + len(used)} (learner, engine, proxy and {len(used)} pools): use at most "
+                             f"{MAX_POD_SETS - 3} pools in a queued run")
     admin_secret = child_name(run, ComponentKind.PROXY) + "-admin"
     adapter_store = _adapter_store(run, spec, placement, images, admin_secret)
     return Plan(
@@ -336,6 +345,12 @@ def _build(
         spec=spec,
         pools=used,
     )
+
+
+def stopped(plan: Plan) -> Plan:
+    """The plan with no Pod running (a suspended run, or one Kueue has not admitted): its workloads at zero
+    replicas and the learner's Job suspended (kube/common.py running_replicas). Configs stay as they are."""
+    return plan.model_copy(update={"suspended": True})
 
 
 def eval_pool_names(spec: TrainingRunSpec) -> list[str]:
@@ -392,7 +407,7 @@ def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
         kind=ComponentKind.ENGINE,
         name=child_name(run, ComponentKind.ENGINE),
         image=engine.image,
-        replicas=0 if spec.suspend else engine.replicas,
+        replicas=engine.replicas,
         gpus=engine.gpus,
         resources=engine.resources,
         ports=[Port(name="http", port=placement.engine_port)],
@@ -440,7 +455,7 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         kind=ComponentKind.PROXY,
         name=child_name(run, ComponentKind.PROXY),
         image=images.image("proxy"),
-        replicas=0 if spec.suspend else spec.proxy.replicas,
+        replicas=spec.proxy.replicas,
         gpus=0,
         resources=spec.proxy.resources,
         ports=[
@@ -756,7 +771,7 @@ def _runner(
         kind=ComponentKind.RUNNER,
         name=child_name(run, ComponentKind.RUNNER, name),
         image=image,
-        replicas=0 if spec.suspend else pool.replicas,
+        replicas=pool.replicas,
         gpus=0,
         resources=pool.resources,
         ports=[],

@@ -389,12 +389,6 @@ class PodOverrides(ApiModel):
         json_schema_extra=free_form(),
     )
     priority_class_name: ResourceName | None = Field(default=None, description="PriorityClass of the Pods.")
-    queue_name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=LABEL_VALUE)] | None = (
-        Field(
-            default=None,
-            description="Kueue LocalQueue to admit the workload through (sets the kueue.x-k8s.io/queue-name label).",
-        )
-    )
     labels: Annotated[dict[str, LabelValue], LABEL_KEYS] = Field(
         default_factory=dict,
         max_length=32,

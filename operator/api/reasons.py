@@ -75,6 +75,20 @@ HARNESS_POOL_NOT_FOUND = _reason("HarnessPoolNotFound", "a HarnessPool the run n
 JOBSET_NOT_INSTALLED = _reason(
     "JobSetNotInstalled", "spec.learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io), not installed", warning=True
 )
+KUEUE_NOT_INSTALLED = _reason(
+    "KueueNotInstalled", "spec.queueName needs Kueue's Workload API (kueue.x-k8s.io/v1beta1), not installed", warning=True
+)
+TOO_MANY_POD_SETS = _reason(
+    "TooManyPodSets", "a Kueue Workload holds at most 8 pod sets: the learner, engine, proxy and at most 5 pools",
+    warning=True,
+)
+AWAITING_ADMISSION = _reason(
+    "AwaitingAdmission", "the run's Kueue Workload waits for quota; nothing that holds a GPU runs until Kueue admits it"
+)
+EVICTED_BY_KUEUE = _reason(
+    "EvictedByKueue", "Kueue evicted the run's Workload (preemption, deactivation): its Pods stop, its checkpoints "
+    "stay, and it resumes from the last one when Kueue admits it again", warning=True,
+)
 INVALID_HARNESS_POOL = _reason(
     "InvalidHarnessPool", "a HarnessPool the run uses fails the current model (also a condition on the pool)", warning=True
 )

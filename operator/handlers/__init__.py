@@ -19,7 +19,8 @@ from harnessrl.operator.kube.common import MANAGED_BY, RUN
 __all__ = ["Context", "OperatorOptions", "build_registry"]
 
 # Children whose changes (status, deletion) are worth an immediate reconcile of their run.
-WATCHED_CHILDREN = [("apps", "v1", "statefulsets"), ("apps", "v1", "deployments"), ("batch", "v1", "jobs")]
+WATCHED_CHILDREN = [("apps", "v1", "statefulsets"), ("apps", "v1", "deployments"), ("batch", "v1", "jobs"),
+                    ("kueue.x-k8s.io", "v1beta1", "workloads")]  # Kueue admits or evicts a run
 
 
 def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -> tuple[kopf.OperatorRegistry, Context]:

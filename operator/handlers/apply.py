@@ -17,7 +17,6 @@ from urllib.parse import urlencode
 
 import kubernetes.client
 from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
-from harnessrl.operator.kube.learner import KUEUE_ADMITTED
 from kubernetes.client.exceptions import ApiException
 
 Manifest = dict[str, Any]
@@ -39,6 +38,8 @@ PLURALS: dict[tuple[str, str], str] = {
     ("apps/v1", "Deployment"): "deployments",
     ("batch/v1", "Job"): "jobs",
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobsets",
+    ("kueue.x-k8s.io/v1beta1", "Workload"): "workloads",
+    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): "resourceflavors",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
@@ -52,6 +53,7 @@ MUTABLE_SPEC: dict[str, set[str] | None] = {
     "Deployment": {"replicas", "template", "strategy", "minReadySeconds"},
     "Job": {"suspend", "parallelism", "activeDeadlineSeconds"},  # a Job's Pod template is fixed once created
     "JobSet": {"suspend"},
+    "Workload": {"active"},  # its pod sets are immutable: a change replaces it (handlers/admission.py)
     "Service": {"ports", "selector", "publishNotReadyAddresses", "type"},
     "PersistentVolumeClaim": set(),
     "NetworkPolicy": None,  # None = the whole spec
@@ -76,6 +78,22 @@ class ChildConflict(Exception):
     def __init__(self, kind: str, name: str, holder: str) -> None:
         super().__init__(f"{kind} {name} already exists and belongs to {holder}; the operator leaves it alone: "
                          f"delete or rename it (or the run)")
+
+
+class ChildRefused(Exception):
+    """The API server refused to create or update a child (400/403/422): the spec cannot be realised as is."""
+
+    def __init__(self, kind: str, name: str, exc: ApiException) -> None:
+        super().__init__(f"the API server refused {kind} {name}: {server_message(exc)}")
+
+
+def server_message(exc: ApiException) -> str:
+    """The message of the Status object an API error carries (its reason when the body is not one)."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or f"{exc.status} {exc.reason}")
 
 
 def owner_uid(manifest: Manifest) -> str | None:
@@ -126,8 +144,6 @@ def patch_body(desired: Manifest) -> Manifest:
         if key == "spec" and kind in MUTABLE_SPEC:
             allowed = MUTABLE_SPEC[kind]
             body["spec"] = value if allowed is None else {k: v for k, v in value.items() if k in allowed}
-            if (meta.get("annotations") or {}).get(KUEUE_ADMITTED):
-                body["spec"].pop("suspend", None)  # Kueue unsuspends the Job when it admits it
         elif key == "roleRef":
             continue
         else:
@@ -222,8 +238,7 @@ class Kube:
         self._own_mu = threading.Lock()
 
     def write_status(self, kind: str, namespace: str, name: str, status: Manifest) -> None:
-        written = self.request("PATCH", path(API_VERSION, kind, namespace, name) + "/status", {"status": status},
-                               content_type=MERGE_PATCH)
+        written = self.patch_status(API_VERSION, kind, namespace, name, status)
         with self._own_mu:
             self._own_status[(kind, namespace, name)] = str(written.get("metadata", {}).get("resourceVersion", ""))
 
@@ -275,6 +290,10 @@ class Kube:
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Manifest) -> Manifest:
         return self.request("PATCH", path(api_version, kind, namespace, name), body, content_type=MERGE_PATCH)
+
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest:
+        return self.request("PATCH", path(api_version, kind, namespace, name) + "/status", {"status": status},
+                            content_type=MERGE_PATCH)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         try:

@@ -47,6 +47,14 @@ class Trouble(BaseModel):
     message: str
 
 
+class QueueState(BaseModel):
+    """The run's Kueue Workload as last read: admitted, or why not (a reason of api/reasons.py)."""
+
+    admitted: bool
+    reason: str = ""
+    message: str = ""
+
+
 class Observed(BaseModel):
     """The children of a run as last read from the API (None = absent)."""
 
@@ -56,6 +64,7 @@ class Observed(BaseModel):
     runners: dict[str, Manifest | None] = {}  # pool -> Deployment
     pods: list[Manifest] = []
     progress: CoordinatorStatus | None = None
+    queue: QueueState | None = None  # None: the run has no spec.queueName
 
 
 class Event(BaseModel):
@@ -174,6 +183,10 @@ def run_status(
         for type_ in (ENGINE_READY, PROXY_READY, HARNESSES_READY, READY, TRAINING):
             put(type_, "False", R.SUSPENDED_REASON, "the run is suspended")
         put(SUSPENDED, "True", R.SUSPENDED_BY_USER, "Pods scaled to zero; checkpoints kept")
+    elif (queue := observed.queue) is not None and not queue.admitted:
+        for type_ in (ENGINE_READY, PROXY_READY, HARNESSES_READY, READY, TRAINING):
+            put(type_, "False", queue.reason, queue.message)
+        put(SUSPENDED, "False", queue.reason, queue.message)
     else:
         put(SUSPENDED, "False", R.NOT_SUSPENDED, "")
         put(ENGINE_READY, *workload_condition(observed.engine, _pods_of(pods, "engine"), "engine"))

@@ -7,7 +7,6 @@ No finalizer is ever added, so deleting a run never waits for the operator.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import socket
@@ -20,7 +19,8 @@ from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.apply import ChildConflict, Kube, Snapshot, owner_uid
+from harnessrl.operator.handlers import admission
+from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, Snapshot, owner_uid
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     Event,
@@ -30,7 +30,7 @@ from harnessrl.operator.handlers.status import (
     run_status,
     transitions,
 )
-from harnessrl.operator.kube import Owner, learner, proxy, render
+from harnessrl.operator.kube import Owner, kueue, learner, proxy, render
 from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
@@ -63,22 +63,6 @@ CHILD_KINDS = [
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 ]
-
-
-class ChildRefused(Exception):
-    """The API server refused to create or update a child (400/403/422): the spec cannot be realised as is."""
-
-    def __init__(self, kind: str, name: str, exc: ApiException) -> None:
-        super().__init__(f"the API server refused {kind} {name}: {server_message(exc)}")
-
-
-def server_message(exc: ApiException) -> str:
-    """The message of the Status object an API error carries (its reason when the body is not one)."""
-    try:
-        message = json.loads(exc.body or "{}").get("message")
-    except (ValueError, AttributeError):
-        message = None
-    return str(message or f"{exc.status} {exc.reason}")
 
 
 def spec_problems(exc: ValidationError, spec: Any) -> str:
@@ -180,13 +164,19 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
                    f"serve {JOBSET_API}: install JobSet (kubernetes-sigs/jobset) or set learner.nodes to 1")
         _finish(kube, body, old, blocked_status(generation, old, R.JOBSET_NOT_INSTALLED, message))
         return
+    if spec.queue_name and not kube.serves(kueue.WORKLOAD_GROUP_VERSION):
+        message = (f"spec.queueName {spec.queue_name} admits the run through Kueue, and this cluster does not serve "
+                   f"{kueue.WORKLOAD_API}: install Kueue or remove spec.queueName")
+        _finish(kube, body, old, blocked_status(generation, old, R.KUEUE_NOT_INSTALLED, message))
+        return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
     key = (namespace, name)
     version = (owner.uid, generation)
     if not ctx.refusals.due(key, version):
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
-        snapshot, replaced = apply_children(kube, plan, owner)
+        gate = admission.gate(kube, plan, owner) if spec.queue_name else None
+        snapshot, replaced = apply_children(kube, gate.plan if gate else plan, owner)
     except (ChildRefused, ChildConflict) as refused:
         # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
         delay = ctx.refusals.failed(key, version)
@@ -196,6 +186,9 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     ctx.refusals.succeeded(key)
     observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {RUN: name}))
+    if gate is not None:
+        observed = observed.model_copy(update={"queue": gate.queue})
+        admission.release(kube, gate, observed)
     if int(((observed.learner or {}).get("status") or {}).get("active") or 0) >= 1:
         url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
         progress = fetch(url)
@@ -207,6 +200,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     post_events(kube, body, replaced)
     if is_terminal(new):
         scale_to_zero(kube, namespace, name, owner.uid)
+        finish_workload(kube, body, spec, new)
 
 
 def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list[Event]]:
@@ -278,6 +272,16 @@ def scale_to_zero(kube: Kube, namespace: str, run: str, uid: str) -> None:
             kube.patch(api_version, kind, namespace, name, {"spec": {"replicas": 0}})
 
 
+def finish_workload(kube: Kube, body: Manifest, spec: TrainingRunSpec, status: TrainingRunStatus) -> None:
+    """A finished run's Workload is marked Finished, so Kueue gives its quota to others."""
+    if spec.queue_name:
+        complete = next((c for c in status.conditions if c.type == R.COMPLETE and c.status == "True"), None)
+        failed = next((c for c in status.conditions if c.type == R.FAILED and c.status == "True"), None)
+        said = complete or failed
+        admission.finish(kube, body["metadata"]["namespace"], body["metadata"]["name"], complete is not None,
+                         said.message if said else "")
+
+
 def _finished(ctx: Context, body: Manifest, spec: TrainingRunSpec, old: TrainingRunStatus | None) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -285,6 +289,7 @@ def _finished(ctx: Context, body: Manifest, spec: TrainingRunSpec, old: Training
     scale_to_zero(ctx.kube, namespace, name, meta["uid"])
     new = run_status(spec, generation, old, Observed())
     _finish(ctx.kube, body, old, new)
+    finish_workload(ctx.kube, body, spec, new)
     ttl, done = spec.ttl_seconds_after_finished, new.completion_time
     if ttl is not None and done is not None and datetime.now(UTC) >= done + timedelta(seconds=ttl):
         log.info("deleting TrainingRun %s/%s: finished %s, ttlSecondsAfterFinished %d", namespace, name, done, ttl)

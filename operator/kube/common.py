@@ -26,7 +26,6 @@ COMPONENT = COMPONENT_LABEL
 POOL = POOL_LABEL
 APP_COMPONENT = "app.kubernetes.io/component"
 METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port (the chart's ServiceMonitor)
-QUEUE = "kueue.x-k8s.io/queue-name"
 CONFIG_HASH = "harnessrl.io/config-hash"
 CONFIG_DIR = "/etc/harnessrl"
 # The harnessrl images' user. Every Pod runs as it, whatever the image's USER (vLLM's image is root), and as
@@ -98,11 +97,12 @@ def token_secret(plan: Plan, owner: Owner, name: str, component: str, token: str
 
 
 def component_metadata(plan: Plan, owner: Owner, component: Component, name: str | None = None) -> Manifest:
-    meta = metadata(plan, owner, name or component.name, component.kind, component.pool)
-    if component.pod.queue_name:
-        # Kueue admits the workload (StatefulSet, Deployment, Job) named by this label.
-        meta["labels"][QUEUE] = component.pod.queue_name
-    return meta
+    return metadata(plan, owner, name or component.name, component.kind, component.pool)
+
+
+def running_replicas(plan: Plan, component: Component) -> int:
+    """A suspended run's workloads (or one Kueue has not admitted) keep their Pod templates at zero replicas."""
+    return 0 if plan.suspended else component.replicas
 
 
 def config_map_name(component: Component) -> str:
@@ -187,8 +187,6 @@ def pod_template(
     # The operator's labels win over the user's: its selectors (immutable on a StatefulSet) and its
     # watches find Pods by them.
     template_labels = dict(pod.labels) | labels(plan.run, component.kind, component.pool)
-    if pod.queue_name:
-        template_labels[QUEUE] = pod.queue_name
     spec = restricted(spec)
     if pod.node_selector:
         spec["nodeSelector"] = dict(pod.node_selector)

@@ -16,6 +16,7 @@ from harnessrl.operator.kube.common import (
     http_probe,
     pod_template,
     resources,
+    running_replicas,
     secret_file,
     selector,
     service,
@@ -67,7 +68,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "metadata": component_metadata(plan, owner, engine),
         "spec": {
             "serviceName": engine.name,
-            "replicas": engine.replicas,
+            "replicas": running_replicas(plan, engine),
             # Replicas are independent servers: start them all at once.
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(plan.run, engine.kind)},

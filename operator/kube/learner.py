@@ -27,8 +27,6 @@ from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkp
 from harnessrl.operator.plan import CLUSTER_PATHS, Plan
 from harnessrl.runtime.learner.failure import EXIT_FAILED
 
-# On a Job whose admission Kueue manages: the operator leaves `spec.suspend` to Kueue.
-KUEUE_ADMITTED = "harnessrl.io/admitted-by-kueue"
 SHM_SIZE = "8Gi"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 JOBSET_GROUP_VERSION = "/apis/jobset.x-k8s.io/v1alpha2"
@@ -57,11 +55,6 @@ def command(plan: Plan) -> list[str]:
     else:
         run += ["--standalone"]
     return [*run, "--no-python", *LEARNER_ARGS]
-
-
-def job_suspended(plan: Plan) -> bool:
-    """Suspended when the run is; with a Kueue queue it starts suspended and Kueue admits it."""
-    return plan.suspended or bool(plan.learner.pod.queue_name)
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
@@ -113,8 +106,6 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     }
     pod = pod_template(plan, learner, spec, config_digest=config_hash(rendered_config(learner)))
     meta = component_metadata(plan, owner, learner)
-    if learner.pod.queue_name and not plan.suspended:
-        meta["annotations"] = {KUEUE_ADMITTED: "true"}
     job_spec = {
         "backoffLimit": plan.restart_budget,
         "completions": learner.replicas,
@@ -138,7 +129,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     common = [config_map(plan, owner, learner), *([claim] if claim else [])]
     if not multi_node:
         job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-               "spec": job_spec | {"suspend": job_suspended(plan)}}
+               "spec": job_spec | {"suspend": plan.suspended}}
         return [*common, coordinator, job]
     coordinator["spec"]["selector"] = coordinator["spec"]["selector"] | {COMPLETION_INDEX: "0"}
     rendezvous = service(plan, owner, learner, nodes_subdomain(plan), headless=True, metrics=False,
@@ -155,7 +146,7 @@ def jobset(plan: Plan, meta: Manifest, job_spec: Manifest) -> Manifest:
         "kind": "JobSet",
         "metadata": meta,
         "spec": {
-            "suspend": job_suspended(plan),
+            "suspend": plan.suspended,
             "network": {"enableDNSHostnames": True, "subdomain": nodes_subdomain(plan), "publishNotReadyAddresses": True},
             # A Job failed by its podFailurePolicy (the learner's EXIT_FAILED) or past the run's deadline fails the
             # JobSet without a restart.

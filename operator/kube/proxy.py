@@ -20,6 +20,7 @@ from harnessrl.operator.kube.common import (
     pod_env,
     pod_template,
     resources,
+    running_replicas,
     selector,
     service,
     token_secret,
@@ -80,7 +81,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "metadata": component_metadata(plan, owner, proxy),
         "spec": {
             "serviceName": headless_name(plan),
-            "replicas": proxy.replicas,
+            "replicas": running_replicas(plan, proxy),
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(plan.run, proxy.kind)},
             "template": pod,

@@ -20,6 +20,7 @@ from harnessrl.operator.kube.common import (
     pod_env,
     pod_template,
     resources,
+    running_replicas,
     selector,
     volumes_and_mounts,
 )
@@ -75,7 +76,7 @@ def manifests(plan: Plan, owner: Owner, runner: Component) -> list[Manifest]:
         "kind": "Deployment",
         "metadata": component_metadata(plan, owner, runner),
         "spec": {
-            "replicas": runner.replicas,
+            "replicas": running_replicas(plan, runner),
             "selector": {"matchLabels": selector(plan.run, runner.kind, runner.pool)},
             "template": pod,
         },

@@ -194,6 +194,7 @@ def make_pod(kube_api: Any, run: str, component: str, name: str, status: dict[st
 
 
 def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any) -> None:
+    operator.apply(ROOT / "tests" / "fixtures" / "crds" / "workloads.kueue.x-k8s.io.yaml")  # spec.queueName
     apply_pools(operator, "claude-code", "codex", "mini-swe-agent", "gemini-cli")
     run = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())["metadata"]["name"]
     operator.apply(ROOT / "examples" / "trainingrun.yaml")
@@ -217,10 +218,13 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
     job = operator.get("batch/v1", "Job", f"{run}-learner", namespace=NS)
     assert job["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
     assert job["spec"]["backoffLimit"] == 3
-    # queueName: Kueue admits the Job (created suspended, labelled with the queue).
-    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and job["spec"]["suspend"] is True
+    # queueName: Kueue admits the whole run as one Workload; until then nothing runs.
+    workload = operator.get("kueue.x-k8s.io/v1beta1", "Workload", run, namespace=NS)
+    assert workload["spec"]["queueName"] == "team-a" and len(workload["spec"]["podSets"]) == 3 + 4
+    assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"] and job["spec"]["suspend"] is True
     engine = operator.get("apps/v1", "StatefulSet", f"{run}-engine", namespace=NS)
-    assert engine["spec"]["replicas"] == 2
+    assert engine["spec"]["replicas"] == 0
+    assert next(s for s in workload["spec"]["podSets"] if s["name"] == "engine")["count"] == 2
     vllm = engine["spec"]["template"]["spec"]["containers"][0]
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert engine["spec"]["template"]["spec"]["priorityClassName"] == "training"
@@ -688,6 +692,7 @@ def test_a_namespace_enforcing_restricted_accepts_every_pod_the_operator_creates
     cluster.patch("v1", "Namespace", NS, {"metadata": {"labels": {pod_security.ENFORCE: "restricted",
                                                                    pod_security.WARN: "restricted"}}})
     cluster.apply(ROOT / "tests" / "fixtures" / "crds" / "jobsets.jobset.x-k8s.io.yaml")
+    cluster.apply(ROOT / "tests" / "fixtures" / "crds" / "workloads.kueue.x-k8s.io.yaml")  # the example is queued
     pools = ("claude-code", "codex", "mini-swe-agent", "gemini-cli", "custom")
     apply_pools(cluster, *pools)
     cluster.apply(ROOT / "examples" / "trainingrun.yaml")  # Hub model (download init), LoRA (adapter store)

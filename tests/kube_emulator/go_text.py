@@ -16,9 +16,14 @@ _CONFIG_KEY = "[-._a-zA-Z0-9]+"
 
 def go_regexp(pattern: str) -> re.Pattern[str]:
     r"""A Go (RE2) pattern as a Python one: `$` outside a class is the end of the text (Python's `\Z`), never
-    "before a trailing newline" as Python's `$` is."""
-    out, in_class, escaped = [], False, False
-    for ch in pattern:
+    "before a trailing newline" as Python's `$` is; a flag group `(?i)` anywhere (RE2 applies it to the rest of
+    its group; Python takes global flags only at the start) becomes a scoped `(?i:...)` up to that group's end."""
+    out: list[str] = []
+    closes = [0]  # per open group: scoped-flag groups to close with it
+    in_class, escaped, i = False, False, 0
+    while i < len(pattern):
+        ch = pattern[i]
+        flags = None if escaped or in_class or ch != "(" else re.match(r"\(\?([imsU]+)\)", pattern[i:])
         if escaped:
             out.append(ch)
             escaped = False
@@ -31,9 +36,20 @@ def go_regexp(pattern: str) -> re.Pattern[str]:
         elif ch == "[":
             out.append(ch)
             in_class = True
+        elif flags is not None:
+            out.append(f"(?{flags.group(1).replace('U', '')}:")
+            closes[-1] += 1
+            i += len(flags.group(0))
+            continue
+        elif ch == "(":
+            out.append(ch)
+            closes.append(0)
+        elif ch == ")":
+            out.append(")" * closes.pop() + ch)
         else:
             out.append(r"\Z" if ch == "$" else ch)
-    return re.compile("".join(out))
+        i += 1
+    return re.compile("".join(out) + ")" * closes[0])
 
 
 def _full(fmt: str) -> re.Pattern[str]:

@@ -191,6 +191,13 @@ def test_patterns_follow_go_regexp_not_python_dollar() -> None:
     assert go_regexp("^[$a]+$").search("$a")  # a `$` inside a class is a literal
 
 
+def test_a_flag_group_applies_to_the_rest_of_its_group_as_in_re2() -> None:
+    # Kueue's podSetAssignments[].name pattern: `(?i)` after `^`, which Python's own `re` refuses.
+    kueue_name = go_regexp("^(?i)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    assert kueue_name.search("Runner-0") and kueue_name.search("runner-0\n") is None
+    assert go_regexp("a(b(?i)c)d").search("abCd") and go_regexp("a(b(?i)c)d").search("abcD") is None
+
+
 def test_quantities_are_stored_in_canonical_form() -> None:
     sts = statefulset(container={"resources": {"requests": {"cpu": 0.5, "memory": "1536Mi"}, "limits": {"cpu": "1000m", "memory": 2147483648}}})
     decoded = decode("apps/v1", "StatefulSet", sts)

@@ -48,7 +48,7 @@ def manifests(**changes: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
 VARIANTS = {
     "example": {},
-    "all-pools": {"harnesses": [{"pool": p} for p in sorted(POOLS)]},
+    "all-pools": {"harnesses": [{"pool": p} for p in sorted(POOLS)], "queueName": None},  # > 8 pod sets: no Kueue
     "pvc-sources-cpu": {
         "model": {"base": {"pvc": {"claimName": "weights", "path": "qwen"}}, "adapter": {"lora": {}}},
         "tasks": {"image": {"image": "ghcr.io/org/tasks:v1"}},
@@ -125,12 +125,11 @@ def test_engine_statefulset() -> None:
     assert {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"} in vllm["env"]
     assert vllm["command"][:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--enable-lora" in vllm["command"] and vllm["command"][vllm["command"].index("--max-lora-rank") + 1] == "32"
-    # Pod overrides and the Kueue queue label.
+    # Pod overrides; no Kueue label: Kueue admits the whole run as one Workload, never a child on its own.
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert pod["priorityClassName"] == "training"
-    assert sts["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    assert sts["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert not any(k.startswith("kueue.x-k8s.io/") for m_ in m.values() for k in m_["metadata"].get("labels") or {})
 
 
 def test_lora_engines_get_an_adapter_store_the_learner_uploads_to() -> None:
@@ -254,7 +253,7 @@ def test_learner_job_secrets_are_files_never_literals() -> None:
 
 
 def test_runner_rbac_only_for_the_kubernetes_sandbox() -> None:
-    m = manifests(harnesses=[{"pool": p} for p in sorted(POOLS)])
+    m = manifests(harnesses=[{"pool": p} for p in sorted(POOLS)], queueName=None)
     for pool, spec in POOLS.items():
         name = f"run-{pool}-runner"
         kube_sandbox = spec.sandbox.kubernetes is not None
@@ -316,9 +315,6 @@ def test_patch_body_keeps_immutable_fields_out_and_drift_ignores_server_defaults
     assert not drifted(sts, live)
     live["spec"] = live["spec"] | {"replicas": 5}
     assert drifted(sts, live)
-    # A Job Kueue admits: the operator never fights Kueue over `suspend`.
-    queued = patch_body(manifests()[("Job", "run-learner")])
-    assert "suspend" not in queued["spec"]
 
 
 def test_a_workload_selecting_by_other_labels_is_replaced_not_patched() -> None:

@@ -129,10 +129,16 @@ def test_custom_and_e2b_pools() -> None:
     ]
 
 
-def test_suspend_scales_everything_but_the_learner_to_zero() -> None:
+def test_suspend_scales_every_workload_to_zero_and_suspends_the_learner() -> None:
+    from harnessrl.operator.kube import Owner, render
+
     plan = example_plan(suspend=True)
     assert plan.suspended
-    assert [c.replicas for c in plan.components()] == [0, 0, 1, 0, 0, 0, 0]
+    assert [c.replicas for c in plan.components()] == [c.replicas for c in example_plan().components()]  # as it runs
+    rendered = render(plan, Owner(name="run", uid="u"))
+    assert {m["metadata"]["name"]: m["spec"]["replicas"] for m in rendered if m["kind"] in ("StatefulSet", "Deployment")}
+    assert all(m["spec"]["replicas"] == 0 for m in rendered if m["kind"] in ("StatefulSet", "Deployment"))
+    assert [m["spec"]["suspend"] for m in rendered if m["kind"] == "Job"] == [True]
 
 
 def test_pvc_sources_and_cpu_engine() -> None:

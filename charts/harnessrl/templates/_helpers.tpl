@@ -74,6 +74,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [jobset.x-k8s.io]
   resources: [jobsets]
   verbs: [get, list, watch, create, patch, update, delete]
+# A run with spec.queueName is one Kueue Workload: the operator writes its status as Kueue's job framework does
+# (gives back an evicted run's quota once its Pods are gone; marks a finished run Finished).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [get, patch, update]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, watch, create, patch, update, delete]

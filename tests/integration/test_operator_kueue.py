@@ -1,0 +1,205 @@
+"""Whole-run admission through Kueue: the operator (kopf over HTTP) against the API emulator with Kueue's
+Workload and ResourceFlavor CRDs applied (tests/fixtures/crds). Kueue itself does not run here: each test plays
+its part, writing the Workload's status as Kueue's scheduler does (quota reserved and admitted with flavors,
+evicted on preemption), and checks what the operator does with each answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.test_operator_reconcile import (  # noqa: F401 (fixtures)
+    MINI_REPLICAS,
+    NS,
+    ROOT,
+    TR,
+    apply_pools,
+    cluster,
+    learner_status,
+    make_pod,
+    operator,
+    reconciled_after_a_spec_change,
+    small_run,
+    wait_condition,
+)
+
+pytestmark = pytest.mark.timeout(90)
+WL = ("kueue.x-k8s.io/v1beta1", "Workload")
+CRDS = ROOT / "tests" / "fixtures" / "crds"
+T0 = "2026-01-01T00:00:00Z"
+GPU_TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def kueue(operator: Any) -> Any:  # noqa: F811 (the imported fixture)
+    for crd in ("workloads.kueue.x-k8s.io.yaml", "resourceflavors.kueue.x-k8s.io.yaml"):
+        operator.apply(CRDS / crd)
+    operator.apply({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "h100"},
+                    "spec": {"nodeLabels": {"gpu": "h100"}, "tolerations": [GPU_TOLERATION]}})
+    operator.apply({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "cpu"},
+                    "spec": {"nodeLabels": {"pool": "cpu"}}})
+    apply_pools(operator, "mini-swe-agent")
+    return operator
+
+
+def cond(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": T0}
+
+
+def admit(kube: Any, run: str) -> None:
+    """What Kueue's scheduler writes when the ClusterQueue has quota: an admission with a flavor per pod set."""
+    wl = kube.get(*WL, run, namespace=NS)
+    assignments = [{"name": s["name"], "count": s["count"],
+                    "flavors": {"nvidia.com/gpu" if s["name"] in ("learner", "engine") else "cpu":
+                                "h100" if s["name"] in ("learner", "engine") else "cpu"}}
+                   for s in wl["spec"]["podSets"]]
+    kube.patch(*WL, run, {"status": {
+        "admission": {"clusterQueue": "gpu-cq", "podSetAssignments": assignments},
+        "conditions": [cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq"),
+                       cond("Admitted", "True", "Admitted", "The workload is admitted")],
+    }}, namespace=NS, subresource="status")
+
+
+def evict(kube: Any, run: str) -> None:
+    wl = kube.get(*WL, run, namespace=NS)
+    conditions = [*wl["status"]["conditions"], cond("Evicted", "True", "Preempted", "Preempted to accommodate a higher priority Workload")]
+    kube.patch(*WL, run, {"status": {"conditions": conditions}}, namespace=NS, subresource="status")
+
+
+def sts(kube: Any, name: str) -> dict[str, Any]:
+    return kube.get("apps/v1", "StatefulSet", name, namespace=NS)
+
+
+def job(kube: Any, run: str) -> dict[str, Any]:
+    return kube.get("batch/v1", "Job", f"{run}-learner", namespace=NS)
+
+
+def stopped(kube: Any, run: str) -> bool:
+    workloads = [sts(kube, f"{run}-engine"), sts(kube, f"{run}-proxy"),
+                 kube.get("apps/v1", "Deployment", f"{run}-mini-swe-agent-runner", namespace=NS)]
+    learner = job(kube, run)
+    return all(w is not None and w["spec"]["replicas"] == 0 for w in workloads) and learner is not None and learner["spec"]["suspend"]
+
+
+def running(kube: Any, run: str) -> bool:
+    engine = sts(kube, f"{run}-engine")
+    return engine is not None and engine["spec"]["replicas"] == 1 and job(kube, run)["spec"]["suspend"] is False
+
+
+def test_a_queued_run_holds_nothing_until_kueue_admits_its_workload(kueue: Any) -> None:
+    kueue.apply(small_run(queueName="team-a"))
+    wl = kueue.wait_for(lambda: kueue.get(*WL, "run-a", namespace=NS), timeout=15)
+    run = kueue.get(*TR, "run-a", namespace=NS)
+    assert wl["metadata"]["ownerReferences"][0]["uid"] == run["metadata"]["uid"]
+    assert wl["spec"]["queueName"] == "team-a" and wl["spec"]["active"] is True
+    sets = {s["name"]: s for s in wl["spec"]["podSets"]}
+    assert {n: s["count"] for n, s in sets.items()} == {"learner": 1, "engine": 1, "proxy": 1, "runner-0": MINI_REPLICAS}
+    assert sets["engine"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # Every child exists, none runs a Pod; none carries Kueue's queue label (Kueue would admit it on its own).
+    kueue.wait_for(lambda: stopped(kueue, "run-a"), timeout=15)
+    for kind in ("StatefulSet", "Deployment", "Job"):
+        api = "batch/v1" if kind == "Job" else "apps/v1"
+        for child in kueue.list_objects(api, kind, NS, label_selector="harnessrl.io/run=run-a"):
+            assert "kueue.x-k8s.io/queue-name" not in child["metadata"].get("labels", {})
+    ready = wait_condition(kueue, "run-a", "Ready", "False", "AwaitingAdmission")
+    assert "LocalQueue team-a" in ready["message"]
+    assert kueue.get(*TR, "run-a", namespace=NS)["status"]["phase"] == "Pending"
+
+    admit(kueue, "run-a")
+    kueue.wait_for(lambda: running(kueue, "run-a"), timeout=15)
+    engine = sts(kueue, "run-a-engine")["spec"]["template"]["spec"]
+    assert engine["nodeSelector"]["gpu"] == "h100" and GPU_TOLERATION in engine["tolerations"]
+    proxy = sts(kueue, "run-a-proxy")
+    assert proxy["spec"]["replicas"] == 1 and proxy["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
+    runner = kueue.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS)
+    assert runner["spec"]["replicas"] == MINI_REPLICAS
+    wait_condition(kueue, "run-a", "Ready", "False", "ReplicasNotReady")  # admitted: now the Pods' own progress
+
+
+def test_eviction_stops_the_run_then_gives_the_quota_back(kueue: Any) -> None:
+    kueue.apply(small_run(queueName="team-a"))
+    kueue.wait_for(lambda: kueue.get(*WL, "run-a", namespace=NS), timeout=15)
+    admit(kueue, "run-a")
+    kueue.wait_for(lambda: running(kueue, "run-a"), timeout=15)
+    make_pod(kueue, "run-a", "learner", "run-a-learner-x", {"phase": "Running"})
+
+    evict(kueue, "run-a")
+    kueue.wait_for(lambda: stopped(kueue, "run-a"), timeout=15)
+    ready = wait_condition(kueue, "run-a", "Ready", "False", "EvictedByKueue")
+    assert "Preempted" in ready["message"]
+    # A learner Pod still runs: the quota stays held until it is gone (no other run lands on its GPUs).
+    reconciled_after_a_spec_change(kueue, "run-a")
+    assert kueue.get(*WL, "run-a", namespace=NS)["status"].get("admission")
+
+    kueue.delete("v1", "Pod", "run-a-learner-x", NS)
+    kueue.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 0}}, namespace=NS, subresource="status")
+    released = kueue.wait_for(lambda: (w := kueue.get(*WL, "run-a", namespace=NS)) and not w["status"].get("admission") and w,
+                              timeout=15)
+    by_type = {c["type"]: c for c in released["status"]["conditions"]}
+    assert by_type["QuotaReserved"]["status"] == "False" and by_type["QuotaReserved"]["reason"] == "Pending"
+    assert by_type["Admitted"]["status"] == "False"
+    wait_condition(kueue, "run-a", "Ready", "False", "EvictedByKueue")  # waits to be admitted again
+
+    # Kueue admits it again (the Evicted condition goes): the run resumes.
+    kueue.patch(*WL, "run-a", {"status": {"conditions": []}}, namespace=NS, subresource="status")
+    admit(kueue, "run-a")
+    kueue.wait_for(lambda: running(kueue, "run-a"), timeout=15)
+
+
+def test_suspend_deactivates_the_workload_and_a_finished_run_releases_it(kueue: Any) -> None:
+    kueue.apply(small_run(queueName="team-a"))
+    kueue.wait_for(lambda: kueue.get(*WL, "run-a", namespace=NS), timeout=15)
+    admit(kueue, "run-a")
+    kueue.wait_for(lambda: running(kueue, "run-a"), timeout=15)
+
+    kueue.patch(*TR, "run-a", {"spec": {"suspend": True}}, namespace=NS)
+    kueue.wait_for(lambda: kueue.get(*WL, "run-a", namespace=NS)["spec"]["active"] is False, timeout=15)
+    kueue.wait_for(lambda: stopped(kueue, "run-a"), timeout=15)
+    # What Kueue does with an inactive Workload: evicts it; the operator gives the quota back (no Pods left).
+    evict(kueue, "run-a")
+    kueue.wait_for(lambda: not kueue.get(*WL, "run-a", namespace=NS)["status"].get("admission"), timeout=15)
+    wait_condition(kueue, "run-a", "Suspended", "True", "SuspendedByUser")
+
+    kueue.patch(*TR, "run-a", {"spec": {"suspend": False}}, namespace=NS)
+    kueue.wait_for(lambda: kueue.get(*WL, "run-a", namespace=NS)["spec"]["active"] is True, timeout=15)
+    kueue.patch(*WL, "run-a", {"status": {"conditions": []}}, namespace=NS, subresource="status")
+    admit(kueue, "run-a")
+    kueue.wait_for(lambda: running(kueue, "run-a"), timeout=15)
+
+    kueue.patch("batch/v1", "Job", "run-a-learner", {"status": {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True", "lastTransitionTime": T0}]}}, namespace=NS, subresource="status")
+    wait_condition(kueue, "run-a", "Complete", "True")
+    finished = kueue.wait_for(lambda: next((c for c in kueue.get(*WL, "run-a", namespace=NS)["status"]["conditions"]
+                                            if c["type"] == "Finished"), None), timeout=15)
+    assert finished["status"] == "True" and finished["reason"] == "Succeeded"
+
+
+def test_a_change_to_what_quota_counts_requeues_the_run_once_it_stopped(kueue: Any) -> None:
+    kueue.apply(small_run(queueName="team-a"))
+    first = kueue.wait_for(lambda: kueue.get(*WL, "run-a", namespace=NS), timeout=15)
+    admit(kueue, "run-a")
+    kueue.wait_for(lambda: running(kueue, "run-a"), timeout=15)
+    # A config change (steps) is not a quota change: the Workload stays, admitted.
+    kueue.patch(*TR, "run-a", {"spec": {"grpo": {"steps": 7}}}, namespace=NS)
+    reconciled_after_a_spec_change(kueue, "run-a")
+    assert kueue.get(*WL, "run-a", namespace=NS)["metadata"]["uid"] == first["metadata"]["uid"]
+    assert running(kueue, "run-a")
+
+    kueue.patch(*TR, "run-a", {"spec": {"engine": {"gpus": 2}}}, namespace=NS)
+    # Stopped, quota given back (no Pods), the old Workload replaced by one asking for 2 GPUs per engine.
+    second = kueue.wait_for(lambda: (w := kueue.get(*WL, "run-a", namespace=NS)) and w["metadata"]["uid"] != first["metadata"]["uid"] and w,
+                            timeout=20)
+    engine = next(s for s in second["spec"]["podSets"] if s["name"] == "engine")
+    assert engine["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert stopped(kueue, "run-a")
+    wait_condition(kueue, "run-a", "Ready", "False", "AwaitingAdmission")
+
+
+def test_a_queued_run_without_kueue_installed_says_so(operator: Any) -> None:  # noqa: F811
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run(queueName="team-a"))
+    ready = wait_condition(operator, "run-a", "Ready", "False", "KueueNotInstalled")
+    assert "kueue.x-k8s.io/v1beta1" in ready["message"]
+    assert operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS) is None
