@@ -13,7 +13,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     scope.add_argument("--namespace", "-n", action="append", default=[], help="watch this namespace (repeatable)")
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (the default)")
     parser.add_argument(
-        "--standalone", action="store_true", help="no peering with other operator replicas (one replica only)"
+        "--standalone", action="store_true", help="no kopf peering objects (replicas coordinate by --leader-elect)"
     )
     parser.add_argument("--liveness", default=None, help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--resync-seconds", type=float, default=10.0, help="level-based resync period")
@@ -21,6 +21,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--image-tag", default=None, help="tag of the component images")
     parser.add_argument("--learner-url-template", default="", help="learner status URL; {run} and {namespace} filled in")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file; default: in-cluster, then KUBECONFIG")
+    parser.add_argument("--leader-elect", action="store_true",
+                        help="run as one of several replicas: only the one holding the Lease reconciles")
+    parser.add_argument("--lease-name", default="harnessrl-operator", help="the leader-election Lease")
+    parser.add_argument("--lease-namespace", default=None, help="its namespace; default: the operator's own")
+    parser.add_argument("--lease-duration-seconds", type=float, default=15.0,
+                        help="a leader that stopped renewing is replaced after this long")
+    parser.add_argument("--renew-deadline-seconds", type=float, default=10.0,
+                        help="a leader that could not renew this long stops reconciling")
+    parser.add_argument("--retry-period-seconds", type=float, default=2.0, help="between tries to take or renew")
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--log-format", choices=["text", "json"], default=None,
+                        help="log lines as text or one JSON object each; default: $HARNESSRL_LOG_FORMAT, else text")
     parser.add_argument("--verbose", "-v", action="store_true")
     return parser.parse_args(argv)
 
@@ -43,21 +55,36 @@ def api_client(kubeconfig: str | None) -> Any:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from harnessrl.runtime import logs
+
+    logs.configure(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     import kopf
+    import prometheus_client
     from harnessrl.operator.handlers import OperatorOptions, build_registry
+    from harnessrl.operator.leader import LeaderElection, default_namespace
     from harnessrl.operator.plan import Images
 
     images = Images().model_copy(
         update={k: v for k, v in {"registry": args.image_registry, "tag": args.image_tag}.items() if v}
     )
+    election = None
+    if args.leader_elect:
+        try:
+            election = LeaderElection(
+                namespace=args.lease_namespace or default_namespace(), lease_name=args.lease_name,
+                lease_duration_s=args.lease_duration_seconds, renew_deadline_s=args.renew_deadline_seconds,
+                retry_period_s=args.retry_period_seconds,
+            )
+        except ValueError as exc:
+            raise SystemExit(f"harnessrl operator: {exc}") from None
     options = OperatorOptions(
-        resync_seconds=args.resync_seconds, images=images, learner_url_template=args.learner_url_template
+        resync_seconds=args.resync_seconds, images=images, learner_url_template=args.learner_url_template,
+        leader_election=election,
     )
     client = api_client(args.kubeconfig)
-    registry, _ = build_registry(options, client)
+    registry, ctx = build_registry(options, client)
+    if args.metrics_port is not None:
+        prometheus_client.start_http_server(args.metrics_port, registry=ctx.metrics.registry)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:

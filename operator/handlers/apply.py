@@ -43,6 +43,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("coordination.k8s.io/v1", "Lease"): "leases",
     ("harnessrl.io/v1alpha1", "TrainingRun"): "trainingruns",
     ("harnessrl.io/v1alpha1", "HarnessPool"): "harnesspools",
 }
@@ -287,6 +288,11 @@ class Kube:
     def create(self, manifest: Manifest) -> Manifest:
         meta = manifest["metadata"]
         return self.request("POST", path(manifest["apiVersion"], manifest["kind"], meta["namespace"]), manifest)
+
+    def replace(self, manifest: Manifest) -> Manifest:
+        """PUT: a compare-and-swap on the manifest's resourceVersion (409 when another writer came first)."""
+        meta = manifest["metadata"]
+        return self.request("PUT", path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"]), manifest)
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Manifest) -> Manifest:
         return self.request("PATCH", path(api_version, kind, namespace, name), body, content_type=MERGE_PATCH)

@@ -7,10 +7,15 @@ passes of one run never overlap. That pass goes to the back of the queue: a key 
 children's events cannot hold a worker while other runs wait (fair queueing). A resync thread triggers
 every known object periodically, which is what restores a child deleted while nobody was watching and
 refreshes progress.
+
+With leader election (operator/leader.py) every replica watches, and only the one holding the Lease
+reconciles: triggers on the others are dropped, and the replica that becomes leader reconciles everything it
+knows at once.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -19,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import kubernetes.client
 from harnessrl.operator.handlers.apply import Kube
+from harnessrl.operator.handlers.metrics import OperatorMetrics
+from harnessrl.operator.leader import Elector, LeaderElection
 from harnessrl.operator.plan import Images
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from kubernetes.client.exceptions import ApiException
@@ -38,6 +45,7 @@ class OperatorOptions(BaseModel):
     learner_url_template: str = ""
     workers: int = Field(4, ge=1, le=64, description="reconciles running at once (different objects)")
     request_timeout_s: float = Field(10.0, gt=0)
+    leader_election: LeaderElection | None = Field(None, description="None: this replica always reconciles")
 
 
 class Backoff:
@@ -86,6 +94,13 @@ class Context:
         self._executor: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
         self._resync: threading.Thread | None = None
+        self.metrics = OperatorMetrics()
+        self.metrics.observe_queue(lambda: float(len(self._running)))
+        for kind in ("TrainingRun", "HarnessPool"):
+            self.metrics.observe_known(kind, functools.partial(self._count, kind))
+        self._leading = threading.Event()
+        election = options.leader_election
+        self._elector = Elector(self.kube, election, self._lead, self._follow) if election else None
 
     def register(self, kind: str, reconcile: Callable[[Context, str, str], None]) -> None:
         self._reconcilers[kind] = reconcile
@@ -96,14 +111,38 @@ class Context:
         self._executor = ThreadPoolExecutor(self.options.workers, thread_name_prefix="harnessrl-reconcile")
         self._resync = threading.Thread(target=self._resync_loop, name="harnessrl-resync", daemon=True)
         self._resync.start()
+        if self._elector is None:
+            self._lead()
+        else:
+            self._elector.start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self._elector is not None:
+            self._elector.stop()
         if self._resync is not None:
             self._resync.join(timeout=5)
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+
+    def _lead(self) -> None:
+        self._leading.set()
+        self.metrics.leader.set(1)
+        with self._mu:
+            keys = sorted(self.known)
+        for key in keys:
+            self.trigger(key)
+
+    def _follow(self) -> None:
+        self._leading.clear()  # passes in flight finish; nothing new starts
+        self.metrics.leader.set(0)
+
+    def _count(self, kind: str) -> float:
+        return float(sum(1 for key in list(self.known) if key[0] == kind))
+
+    def leading(self) -> bool:
+        return self._leading.is_set()
 
     # -- triggers ---------------------------------------------------------------------------------------
     def seen(self, kind: str, namespace: str, name: str, *, deleted: bool = False) -> None:
@@ -123,7 +162,7 @@ class Context:
             if key in self._running:
                 self._dirty.add(key)
                 return
-            if self._executor is None:
+            if self._executor is None or not self._leading.is_set():
                 return
             self._running.add(key)
             self._executor.submit(self._run, key)
@@ -141,14 +180,19 @@ class Context:
 
     def _run(self, key: Key) -> None:
         kind, namespace, name = key
+        outcome, started = "ok", time.monotonic()
         try:
             self._reconcilers[kind](self, namespace, name)
         except ApiException as exc:  # the API is unreachable or busy (5xx, 409, 429): the resync retries it
+            outcome = "api_error"
             log.warning("reconcile of %s %s/%s: API error %s %s; retrying", kind, namespace, name, exc.status, exc.reason)
         except Exception:  # a bug: one object's failure must not stop the others; the resync retries it
+            outcome = "error"
             log.exception("reconcile of %s %s/%s failed", kind, namespace, name)
+        self.metrics.reconciles.labels(kind=kind, outcome=outcome).inc()
+        self.metrics.duration.labels(kind=kind).observe(time.monotonic() - started)
         with self._mu:
-            if key in self._dirty and not self._stop.is_set() and self._executor is not None:
+            if key in self._dirty and not self._stop.is_set() and self._executor is not None and self._leading.is_set():
                 self._dirty.discard(key)
                 self._executor.submit(self._run, key)  # still running (no overlap), queued behind the others
                 return

@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import httpx
+from harnessrl.runtime import logs
 from harnessrl.runtime.harness.adapters import adapter_for
 from harnessrl.runtime.harness.config import RunnerConfig, load_config
 from harnessrl.runtime.harness.runner import Runner
@@ -48,5 +49,5 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", type=Path, required=True, help="RunnerConfig YAML/JSON file")
     args = parser.parse_args(argv)
     config = load_config(args.config)
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(config.log_level)
     return asyncio.run(serve(config))

@@ -8,6 +8,7 @@ import logging
 import os
 from pathlib import Path
 
+from harnessrl.runtime import logs
 from harnessrl.runtime.learner.config import load_config
 from pydantic import ValidationError
 
@@ -21,7 +22,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValidationError, ValueError) as exc:
         print(f"harnessrl learner: bad config {args.config}: {exc}")
         return 2
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(cfg.log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxy call would drown the step lines
     from harnessrl.runtime.learner.distributed import init_world
     from harnessrl.runtime.learner.failure import LearnerFailure, write_termination_log

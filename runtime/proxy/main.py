@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--heartbeat-fd", type=int, help=argparse.SUPPRESS)  # the supervisor's pipe (workers.py)
     args = parser.parse_args(argv)
 
+    from harnessrl.runtime import logs
     from harnessrl.runtime.proxy.allocator import use_mimalloc
     from harnessrl.runtime.proxy.config import load_config
 
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError, ValidationError) as exc:
         print(f"harnessrl proxy: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(config.log_level)
     if config.allocator == "mimalloc":
         # Pays: −6% CPU per call, −5-7% RSS per session at 1,000 sessions @ 2 s (benchmarks/proxy/README.md, History).
         use_mimalloc()  # re-executes this process, before it has built anything, unless it runs on mimalloc already

@@ -25,6 +25,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the operator cleans up, as on a Pod's deletion), then SIGKILL after 20 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
 def test_operator_process_serves_liveness_and_reconciles(kube_api: Any, tmp_path: Path) -> None:
     for crd in sorted((ROOT / "crds").glob("*.yaml")):
         kube_api.apply(crd)
@@ -57,12 +67,7 @@ def test_operator_process_serves_liveness_and_reconciles(kube_api: Any, tmp_path
         kube_api.wait_for(lambda: (kube_api.get("harnessrl.io/v1alpha1", "TrainingRun", "proc-run", namespace="default")
                                    .get("status") or {}).get("phase") == "Pending", timeout=30)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
         log.close()
     output = (tmp_path / "operator.log").read_text()
     assert proc.returncode == 0, output[-3000:]

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "harnessrl"
 K8S_VERSION = "1.31"
 # Custom kinds kubernetes-validate has no schema for (it validates built-in kinds offline).
-CUSTOM_KINDS = {"ServiceMonitor"}
+CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor"}  # prometheus-operator kinds: no Kubernetes schema
 
 VALUES: dict[str, dict[str, Any]] = {
     "default": {},
@@ -45,25 +45,33 @@ def test_chart_renders_valid_manifests(case: str) -> None:
         if doc["kind"] not in CUSTOM_KINDS:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     deployment = next(d for d in docs if d["kind"] == "Deployment")
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # Two replicas, one reconciling: the Lease holder (operator/leader.py); a rolling update hands it over.
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"] and "--standalone" in container["args"]
+    assert {"--leader-elect", "--lease-name=harnessrl", "--metrics-port=9090", "--log-format=json"} <= set(container["args"])
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
+    lease_roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "harnessrl-leader-election"]
+    assert [(r["metadata"]["namespace"], r["rules"]) for r in lease_roles] == [
+        ("harnessrl-system", [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}])]
     # Runs' NetworkPolicies let the operator reach their learners by this label.
     assert deployment["spec"]["template"]["metadata"]["labels"]["harnessrl.io/component"] == "operator"
     # The operator runs under Pod Security "restricted", as every Pod it creates does.
     assert pod_security.violations("restricted", deployment["spec"]["template"]["spec"]) == []
+    roles = [d for d in docs if d["kind"] in ("Role", "RoleBinding") and d["metadata"]["name"] == "harnessrl"]
     if case == "default":
         assert ("ClusterRoleBinding", None) in kinds and "--all-namespaces" in container["args"]
-        assert not any(d["kind"] == "Role" for d in docs)
+        assert not roles
     else:
         namespaces = VALUES[case]["watch"]["namespaces"] or ["harnessrl-system"]
-        assert {d["metadata"]["namespace"] for d in docs if d["kind"] in ("Role", "RoleBinding")} == set(namespaces)
+        assert {d["metadata"]["namespace"] for d in roles} == set(namespaces)
         assert [a for a in container["args"] if a.startswith("--namespace=")] == [f"--namespace={n}" for n in namespaces]
         # Only discovery is cluster-wide in namespaced mode.
         cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
         assert sorted(r["metadata"]["name"] for r in cluster_roles) == ["harnessrl-discovery", "harnessrl-sandbox"]
     assert any(d["kind"] == "ServiceMonitor" for d in docs) == (case == "release-namespace-only")
+    assert any(d["kind"] == "PodMonitor" for d in docs) == (case == "release-namespace-only")
 
 
 def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
