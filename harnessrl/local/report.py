@@ -6,20 +6,24 @@ completion) and which `checkpoints/step-N/` dirs exist (it names the best of the
 `RUN_DIR/report/`: reward.png (mean reward per step, with a moving average), pass_at_1.png (pass@1 per harness
 pool at each evaluated step; without evaluations, the solved rate of the training rollouts per harness over
 steps), pass_at_1_matrix.png (the harness × step heatmap of `harnessrl eval`, with evaluations), tool_calls.png
-(tool calls per solved rollout, per harness) and report.md.
+(tool calls per solved rollout, per harness) and report.md (with the run's usage: GPU-seconds, rollouts,
+sandbox-seconds, tokens sampled and trained).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Collection
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
+from harnessrl.operator.api.trainingrun import RunUsage
 from harnessrl.runtime.contracts.coordinator import EvalRecord, OutcomeKind, eval_regressions
 from harnessrl.runtime.coordinator.journal import JournalEntry, read_entries
 from harnessrl.runtime.evaluation.matrix import build_matrix, write_png
@@ -56,6 +60,8 @@ class RunSummary(BaseModel):
     tool_mismatches: dict[str, tuple[int, int]] = {}
     # Per harness, over every rollout: calls that started one more training sequence, by cause (BreakCause).
     prefix_breaks: dict[str, dict[str, int]] = {}
+    # What the run consumed (the TrainingRun's status.usage in a cluster); GPU time over the steps' span here.
+    usage: RunUsage = RunUsage()
 
 
 def read_metrics(run_dir: Path) -> list[StepMetrics]:
@@ -105,6 +111,30 @@ def prefix_breaks_by_harness(entries: list[JournalEntry]) -> dict[str, dict[str,
     for entry in entries:
         counts[entry.harness].update({cause.value: n for cause, n in entry.completion.prefix_breaks.items()})
     return {h: dict(sorted(c.items())) for h, c in sorted(counts.items()) if c}
+
+
+def plan_gpus(run_dir: Path) -> dict[Literal["learner", "engine"], int]:
+    """GPUs of the learner and of all engines, from the plan `harnessrl run` wrote (none without one)."""
+    path = run_dir / "plan.json"
+    if not path.exists():
+        return {}
+    plan = json.loads(path.read_text())
+    return {"learner": int(plan["learner"]["gpus"]), "engine": int(plan["engine"]["gpus"]) * int(plan["engine"]["replicas"])}
+
+
+def usage_of(metrics: list[StepMetrics], entries: list[JournalEntry],
+             gpus: dict[Literal["learner", "engine"], int]) -> RunUsage:
+    """Rollouts, sandbox time and tokens as the learner counts them for status.usage; GPU-seconds as the GPUs
+    held over the steps' span (from the first step's start to the last step's end)."""
+    span = metrics[-1].time - metrics[0].time + metrics[0].step_s if metrics else 0.0
+    timed = [e.completion.timings for e in entries if e.completion.timings is not None]
+    return RunUsage(
+        gpu_seconds={c: round(n * span, 1) for c, n in gpus.items() if n},
+        rollouts=len(entries),
+        sandbox_seconds=round(sum(max(0.0, t.finished_at - t.started_at) for t in timed), 1),
+        tokens_sampled=sum(q.num_sampled for e in entries for q in e.sequences),
+        tokens_trained=sum(m.tokens for m in metrics),
+    )
 
 
 def read_evals(run_dir: Path) -> list[EvalRecord]:
@@ -228,6 +258,10 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
     rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} | "
                      f"{fmt(summary.sequences_per_rollout.get(h))} | {summary.trained_tokens.get(h, '-')} |"
                      for h, p in sorted(summary.pass_at_1.items()))
+    u = summary.usage
+    gpu = ", ".join(f"{c} {s:,.0f}" for c, s in sorted(u.gpu_seconds.items())) or "none (no GPU)"
+    usage = (f"GPU-seconds {gpu}; {u.rollouts} rollouts finished, {u.sandbox_seconds:,.0f} sandbox-seconds; "
+             f"{u.tokens_sampled:,} tokens sampled (scored rollouts), {u.tokens_trained:,} tokens trained")
     best = ("- (no evaluated checkpoint on disk)" if summary.best_step is None else
             f"step {summary.best_step} (held-out pass@1 {fmt(summary.best_pass_at_1)}, the mean over the eval pools)")
     if summary.pass_at_1_step is not None:
@@ -248,6 +282,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 {summary.rollouts_stale} stale
 - tool calls the harness could not run (unknown tool / arguments its schema refused): {mismatched}
 - calls that started one more training sequence (prefix breaks, by cause): {breaks}
+- usage: {usage}
 
 | harness | {column} | tool calls per solved rollout | training sequences per rollout | sampled tokens trained |
 |---|---|---|---|---|
@@ -273,6 +308,7 @@ def write_report(run_dir: Path) -> Path:
     plot(metrics, tool_calls, evals, out)
     summary = summarize(metrics, tool_calls, evals, tool_mismatches_by_harness(completions),
                         prefix_breaks_by_harness(completions), checkpoint_steps(run_dir))
+    summary.usage = usage_of(metrics, completions, plan_gpus(run_dir))
     (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     report = out / "report.md"
     report.write_text(markdown(run_dir, summary))

@@ -590,6 +590,26 @@ class RolloutCounts(ApiModel):
     )
 
 
+class RunUsage(ApiModel):
+    """What the run consumed so far, for chargeback (also Prometheus `harnessrl_run_*`, by namespace and run)."""
+
+    gpu_seconds: dict[Literal["learner", "engine"], Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        max_length=2,
+        description="GPUs requested by the component's running Pods times their running time, summed.",
+    )
+    rollouts: int = Field(default=0, ge=0, description="Rollouts finished (training and evaluation, any outcome).")
+    sandbox_seconds: float = Field(default=0.0, ge=0, description="Those rollouts' time from start to grade.")
+    tokens_sampled: int = Field(
+        default=0, ge=0, description="Sampled tokens of the scored training rollouts (what training used)."
+    )
+    tokens_trained: int = Field(default=0, ge=0, description="Tokens (prompt and sampled) of every optimiser step.")
+    # JSON carries times as strings; strict typing would refuse them.
+    observed_time: datetime | None = Field(
+        default=None, description="Until when gpuSeconds is counted.", strict=False
+    )
+
+
 class TrainingRunStatus(ApiModel):
     """Observed state of a TrainingRun, written by the operator."""
 
@@ -613,6 +633,7 @@ class TrainingRunStatus(ApiModel):
     hub_revision: Annotated[str, StringConstraints(max_length=256)] | None = Field(
         default=None, description="Hub commit of the latest export."
     )
+    usage: RunUsage = Field(default_factory=RunUsage, description="Resources consumed so far (chargeback).")
     # JSON carries times as strings; strict typing would refuse them.
     start_time: datetime | None = Field(default=None, description="When the first step started.", strict=False)
     completion_time: datetime | None = Field(default=None, description="When the run completed or failed.", strict=False)

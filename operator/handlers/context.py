@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import kubernetes.client
 from harnessrl.operator.handlers.apply import Kube
-from harnessrl.operator.handlers.metrics import OperatorMetrics
+from harnessrl.operator.handlers.metrics import OperatorMetrics, Usages
 from harnessrl.operator.leader import Elector, LeaderElection
 from harnessrl.operator.plan import Images
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
@@ -87,6 +87,7 @@ class Context:
         self.refusals = Backoff(options.resync_seconds)
         self.known: set[Key] = set()
         self.progress: dict[tuple[str, str], CoordinatorStatus] = {}  # (namespace, run) -> last learner status
+        self.usage: Usages = {}  # (namespace, run) -> its status.usage as last written
         self._reconcilers: dict[str, Callable[[Context, str, str], None]] = {}
         self._mu = threading.Lock()
         self._running: set[Key] = set()
@@ -96,6 +97,7 @@ class Context:
         self._resync: threading.Thread | None = None
         self.metrics = OperatorMetrics()
         self.metrics.observe_queue(lambda: float(len(self._running)))
+        self.metrics.observe_usage(lambda: dict(self.usage))
         for kind in ("TrainingRun", "HarnessPool"):
             self.metrics.observe_known(kind, functools.partial(self._count, kind))
         self._leading = threading.Event()
@@ -154,6 +156,7 @@ class Context:
                 self.known.add(key)
         if deleted:
             self.progress.pop((namespace, name), None)
+            self.usage.pop((namespace, name), None)
         else:
             self.trigger(key)
 

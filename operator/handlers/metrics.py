@@ -3,11 +3,41 @@ whether this replica leads. Served by `harnessrl operator --metrics-port`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from harnessrl.operator.api.trainingrun import RunUsage
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+Usages = dict[tuple[str, str], RunUsage]  # (namespace, run) -> its status.usage
 
 OUTCOMES = ("ok", "api_error", "error")
+
+
+class UsageCollector(Collector):
+    """Each run's status.usage as counters labelled by namespace and run (chargeback): read at scrape time from
+    what the leader last wrote, so a run's series go when the run does."""
+
+    def __init__(self, usages: Callable[[], Usages]) -> None:
+        self.usages = usages
+
+    def collect(self) -> Iterator[Metric]:
+        run = ["namespace", "run"]
+        gpu = CounterMetricFamily("harnessrl_run_gpu_seconds", "GPU-seconds of the run's Pods", labels=[*run, "component"])
+        rollouts = CounterMetricFamily("harnessrl_run_rollouts", "Rollouts finished", labels=run)
+        sandbox = CounterMetricFamily("harnessrl_run_sandbox_seconds", "Rollouts' time from start to grade", labels=run)
+        tokens = CounterMetricFamily("harnessrl_run_tokens", "Tokens sampled (scored rollouts) and trained",
+                                     labels=[*run, "kind"])
+        for (namespace, name), usage in sorted(self.usages().items()):
+            for component, seconds in sorted(usage.gpu_seconds.items()):
+                gpu.add_metric([namespace, name, component], seconds)
+            rollouts.add_metric([namespace, name], usage.rollouts)
+            sandbox.add_metric([namespace, name], usage.sandbox_seconds)
+            tokens.add_metric([namespace, name, "sampled"], usage.tokens_sampled)
+            tokens.add_metric([namespace, name, "trained"], usage.tokens_trained)
+        yield from (gpu, rollouts, sandbox, tokens)
 
 
 class OperatorMetrics:
@@ -24,6 +54,9 @@ class OperatorMetrics:
                             registry=self.registry)
         self._known = Gauge("harnessrl_operator_objects", "TrainingRuns and HarnessPools the operator knows",
                             ["kind"], registry=self.registry)
+
+    def observe_usage(self, usages: Callable[[], Usages]) -> None:
+        self.registry.register(UsageCollector(usages))
 
     def observe_queue(self, depth: Callable[[], float]) -> None:
         self._queue.set_function(depth)

@@ -28,7 +28,7 @@ from harnessrl.operator.api.reasons import (
     TRAINING,
 )
 from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition
-from harnessrl.operator.api.trainingrun import RolloutCounts, TrainingRunSpec, TrainingRunStatus
+from harnessrl.operator.api.trainingrun import RolloutCounts, RunUsage, TrainingRunSpec, TrainingRunStatus
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from harnessrl.runtime.learner.failure import parse_termination_message
 from pydantic import BaseModel, ConfigDict
@@ -38,6 +38,9 @@ Manifest = dict[str, Any]
 # Kubernetes's own container reasons, mapped onto ours (api/reasons.py).
 IMAGE_PULL = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+GPU = "nvidia.com/gpu"
+# GPU time is written at most once a minute per run: a status write on every reconcile would load the API server.
+USAGE_PERIOD_S = 60.0
 
 
 class Trouble(BaseModel):
@@ -209,6 +212,7 @@ def run_status(
             "phase": _phase(conds),
             "start_time": old.start_time or (now if training_now else None),
             "completion_time": old.completion_time or (now if finished else None),
+            "usage": run_usage(old.usage, observed, now),
         }
     )
     progress = observed.progress
@@ -227,6 +231,47 @@ def run_status(
             }
         )
     return status
+
+
+def pod_gpus(pod: Manifest) -> int:
+    """GPUs a Pod holds: its containers' nvidia.com/gpu limits (requests, where no limit is set)."""
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        res = container.get("resources") or {}
+        total += int((res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU) or 0)
+    return total
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def run_usage(old: RunUsage, observed: Observed, now: datetime) -> RunUsage:
+    """Usage with GPU time counted up to `now` (at most once per USAGE_PERIOD_S, and only while a GPU Pod runs,
+    so that a quiet run causes no status writes) and the learner's counters (never lower than already said)."""
+    gpu = dict(old.gpu_seconds)
+    observed_time = old.observed_time
+    running = [p for p in observed.pods if (p.get("status") or {}).get("phase") == "Running" and pod_gpus(p) > 0
+               and (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in ("learner", "engine")]
+    since = old.observed_time
+    if running and (since is None or (now - since).total_seconds() >= USAGE_PERIOD_S):
+        for pod in running:
+            started = _time((pod.get("status") or {}).get("startTime")) or now
+            begin = max(started, since) if since is not None else started
+            component = pod["metadata"]["labels"][COMPONENT_LABEL]
+            gpu[component] = round(gpu.get(component, 0.0) + pod_gpus(pod) * max(0.0, (now - begin).total_seconds()), 1)
+        observed_time = now
+    usage = old.model_copy(update={"gpu_seconds": gpu, "observed_time": observed_time})
+    progress = observed.progress
+    if progress is None:
+        return usage
+    pools = progress.pools.values()
+    return usage.model_copy(update={
+        "rollouts": max(old.rollouts, sum(p.completed + p.failed + p.timed_out for p in pools)),
+        "sandbox_seconds": max(old.sandbox_seconds, round(sum(p.sandbox_seconds for p in pools), 1)),
+        "tokens_sampled": max(old.tokens_sampled, sum(p.sampled_tokens for p in pools)),
+        "tokens_trained": max(old.tokens_trained, progress.tokens_trained),
+    })
 
 
 def learner_termination(pods: list[Manifest]) -> tuple[str, str] | None:

@@ -197,6 +197,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         observed = observed.model_copy(update={"progress": progress})
     new = run_status(spec, generation, old, observed)
     _finish(kube, body, old, new)
+    ctx.usage[(namespace, name)] = new.usage
     post_events(kube, body, replaced)
     if is_terminal(new):
         scale_to_zero(kube, namespace, name, owner.uid)
@@ -289,6 +290,7 @@ def _finished(ctx: Context, body: Manifest, spec: TrainingRunSpec, old: Training
     scale_to_zero(ctx.kube, namespace, name, meta["uid"])
     new = run_status(spec, generation, old, Observed())
     _finish(ctx.kube, body, old, new)
+    ctx.usage[(namespace, name)] = new.usage
     finish_workload(ctx.kube, body, spec, new)
     ttl, done = spec.ttl_seconds_after_finished, new.completion_time
     if ttl is not None and done is not None and datetime.now(UTC) >= done + timedelta(seconds=ttl):

@@ -276,6 +276,8 @@ class PoolRollouts(_Wire):
     captured_rollouts: int = Field(default=0, ge=0, description="scored training rollouts")
     sequences: int = Field(default=0, ge=0, description="training sequences of those rollouts")
     sampled_tokens: int = Field(default=0, ge=0, description="sampled tokens in those sequences (the loss's)")
+    sandbox_seconds: float = Field(default=0.0, ge=0, description="rollouts' time from start to grade (sandboxes "
+                                   "alive), training and evaluation: what a chargeback counts")
 
 
 class CoordinatorStatus(BaseModel):
@@ -307,6 +309,7 @@ class CoordinatorStatus(BaseModel):
     hub_revision: str | None = Field(default=None, description="Hub branch of the latest export")
     export_error: str | None = Field(default=None, description="why the last Hub export failed (None: it did not)")
     pools: dict[str, PoolRollouts] = Field(default_factory=dict, description="rollouts by pool")
+    tokens_trained: int = Field(default=0, ge=0, description="tokens (prompt and sampled) of every optimiser step")
 
 
 class CoordinatorClient:

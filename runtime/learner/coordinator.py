@@ -83,6 +83,7 @@ class Counters(BaseModel):
     groups_trained: int = 0
     groups_zero_variance: int = 0
     groups_too_small: int = 0
+    tokens_trained: int = 0
     pools: dict[str, PoolRollouts] = Field(default_factory=dict)  # `active` is filled in by status()
 
 
@@ -380,6 +381,8 @@ class Coordinator:
             counts.timed_out += 1
         else:
             counts.failed += 1
+        if c.timings is not None:
+            counts.sandbox_seconds += max(0.0, c.timings.finished_at - c.timings.started_at)
         counts.unknown_tool_calls += c.unknown_tool_calls
         counts.invalid_tool_calls += c.invalid_tool_calls
         for cause, n in c.prefix_breaks.items():
@@ -526,6 +529,7 @@ class Coordinator:
             eval_regressions=self.state.eval_regressions,
             evaluating=E.progress(self.state.eval_round) if self.state.eval_round is not None else None,
             pools=self._pool_rollouts(),
+            tokens_trained=c.tokens_trained,
             **self.artifacts.model_dump(),
         )
 

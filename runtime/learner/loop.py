@@ -225,6 +225,7 @@ class Learner:
         st.mean_reward = mean(all_rewards)
         self.coordinator.finish_step(version, policy.model, done=done)
         c = st.counters
+        c.tokens_trained += stats.tokens
         sequences_per_rollout, loss_tokens = captured_by_harness(batch.groups)
         metrics = StepMetrics(
             step=st.step,

@@ -160,6 +160,15 @@ def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, loca
         assert {p["pool"] for p in record["pools"]} == {"oneshot", "mini-swe-agent"}
         assert all(p["pending"] == 0 and p["scored"] + p["unscored"] == p["rollouts"] > 0 for p in record["pools"])
 
+    # The report says what the run used: every rollout, its sandbox time, the tokens sampled and trained; no GPU.
+    from harnessrl.local.report import RunSummary, write_report
+
+    write_report(run.run_dir)
+    usage = RunSummary.model_validate_json((run.run_dir / "report" / "summary.json").read_text()).usage
+    assert usage.rollouts == len(journal) and usage.gpu_seconds == {}
+    assert usage.tokens_trained == sum(m["tokens"] for m in metrics) > 0
+    assert usage.tokens_sampled == sum(sum(s["loss_mask"]) for s in sequences) > 0 and usage.sandbox_seconds > 0
+
     checkpoints = sorted(p.name for p in (run.run_dir / "checkpoints").glob("step-*"))
     assert "step-0000004" in checkpoints
     repo = hub_server.state.repos["harnessrl/e2e-quickstart"]

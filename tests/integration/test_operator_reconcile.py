@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from harnessrl.runtime.harness.sandboxes.kubernetes import pod_manifest as sandb
 from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
 from harnessrl.runtime.learner.coordinator import Coordinator
 from harnessrl.runtime.learner.schedule import GroupPlanner
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kube_emulator import pod_security
 from tests.kube_emulator.client import KubeApiError
@@ -183,13 +186,14 @@ def ready_workload(kube_api: Any, api_version: str, kind: str, name: str, replic
 
 
 def make_pod(kube_api: Any, run: str, component: str, name: str, status: dict[str, Any],
-             pool: str | None = None) -> None:
+             pool: str | None = None, gpus: int = 0) -> None:
     """A Pod as its controller would create it, with the status the kubelet/scheduler would write."""
     labels = {"harnessrl.io/run": run, "harnessrl.io/component": component,
               "app.kubernetes.io/managed-by": "harnessrl-operator"} | ({"harnessrl.io/pool": pool} if pool else {})
     kube_api.apply({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": NS, "labels": labels},
-                    "spec": {"containers": [{"name": "c", "image": "x"}]}})
+                    "spec": {"containers": [{"name": "c", "image": "x"} | (
+                        {"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}} if gpus else {})]}})
     kube_api.patch("v1", "Pod", name, {"status": status}, namespace=NS, subresource="status")
 
 
@@ -730,3 +734,31 @@ def test_a_namespace_enforcing_restricted_accepts_every_pod_the_operator_creates
             cluster.apply(sandbox_pod(config, f"sandbox-{sandboxes}", {}, deadline_s=60))
             sandboxes += 1
     assert sandboxes == 3  # claude-code, codex, my-agent
+
+
+def test_usage_lands_in_the_runs_status_and_in_prometheus(cluster: Any, learner_status: FakeLearnerStatus) -> None:
+    """GPU-seconds from the run's running Pods, rollouts, sandbox time and tokens from its learner: in
+    status.usage and as `harnessrl_run_*` counters labelled by namespace and run (chargeback)."""
+    options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_status.url, request_timeout_s=5)
+    registry, ctx = build_registry(options, cluster.client())
+    apply_pools(cluster, "mini-swe-agent")
+    cluster.apply(small_run(learner={"gpus": 4}))
+    started = (datetime.now(UTC) - timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with cluster.kopf_runner(registry, namespace=NS):
+        cluster.wait_for(lambda: cluster.get("batch/v1", "Job", "run-a-learner", namespace=NS), timeout=15)
+        make_pod(cluster, "run-a", "learner", "run-a-learner-0", {"phase": "Running", "startTime": started}, gpus=4)
+        learner_status.report(step=1, policy_version=1, tokens_trained=5000,
+                              pools={"mini-swe-agent": {"completed": 7, "failed": 1, "sampled_tokens": 900,
+                                                        "sandbox_seconds": 420.0}})
+        cluster.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 1, "ready": 1}}, namespace=NS,
+                      subresource="status")
+        usage = cluster.wait_for(lambda: (u := (cluster.get(*TR, "run-a", namespace=NS).get("status") or {})
+                                          .get("usage") or {}).get("tokensTrained") and u, timeout=15)
+    assert usage["gpuSeconds"]["learner"] >= 4 * 120
+    assert (usage["rollouts"], usage["sandboxSeconds"], usage["tokensSampled"]) == (8, 420.0, 900)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(generate_latest(ctx.metrics.registry).decode()) for s in f.samples}
+    run = (("namespace", NS), ("run", "run-a"))
+    assert samples[("harnessrl_run_gpu_seconds_total", (("component", "learner"), *run))] == usage["gpuSeconds"]["learner"]
+    assert samples[("harnessrl_run_tokens_total", (("kind", "trained"), *run))] == 5000
+    assert samples[("harnessrl_run_sandbox_seconds_total", run)] == 420.0

@@ -244,16 +244,21 @@ def test_status_counts_rollouts_by_pool_for_the_harness_pool_status() -> None:
         sequences = [TrainingSequence(session_id="s", node_ids=[0], token_ids=[1, 2, 3], loss_mask=mask,
                                       logprobs=[0.0, -0.1, -0.1], policy_versions=[0, 0, 0])
                      for mask in ([0, 1, 1], [0, 0, 1])] if outcome == "wrong" else []
+        # Each ran 30 s from start to grade but the infra error, which reported no timings.
+        timings = None if outcome == "infra_error" else {"started_at": 1000.0, "finished_at": 1030.0}
         c.complete(finish(rollout_id=lease.rollout_id, lease_id=lease.lease_id, outcome=outcome,
-                          tool_calls=3, unknown_tool_calls=1, invalid_tool_calls=invalid, prefix_breaks=breaks),
+                          tool_calls=3, unknown_tool_calls=1, invalid_tool_calls=invalid, prefix_breaks=breaks,
+                          timings=timings),
                    sequences)
     pools = c.status().pools
     # pa: eval solved + timeout, training wrong + infra_error; pe: one harness_error, one still leased.
     assert pools["pa"].model_dump() == {"active": 0, "completed": 2, "failed": 1, "timed_out": 1,
                                         "unknown_tool_calls": 4, "invalid_tool_calls": 2,
                                         "prefix_breaks": {"retry": 4, "reply_changed": 2},
-                                        "captured_rollouts": 1, "sequences": 2, "sampled_tokens": 3}
+                                        "captured_rollouts": 1, "sequences": 2, "sampled_tokens": 3,
+                                        "sandbox_seconds": 90.0}
     assert pools["pe"].model_dump() == {"active": 1, "completed": 0, "failed": 1, "timed_out": 0,
                                         "unknown_tool_calls": 1, "invalid_tool_calls": 0,
                                         "prefix_breaks": {"retry": 1},
-                                        "captured_rollouts": 0, "sequences": 0, "sampled_tokens": 0}
+                                        "captured_rollouts": 0, "sequences": 0, "sampled_tokens": 0,
+                                        "sandbox_seconds": 30.0}

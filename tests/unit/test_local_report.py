@@ -236,3 +236,24 @@ def test_live_view_without_terminal_prints_a_waiting_line_when_quiet(
     view.refresh()
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith("  … waiting: step 0  policy m  in flight 3 [mini-swe-agent=1 oneshot=2]")
+
+
+def test_report_says_what_the_run_used(tmp_path: Path) -> None:
+    from harnessrl.runtime.contracts.coordinator import Timings
+    from harnessrl.runtime.trajectory.models import TrainingSequence
+
+    timed = [entry(1, "oneshot", OutcomeKind.solved, 1), entry(2, "oneshot", OutcomeKind.wrong, 2)]
+    for e, seconds in zip(timed, (30.0, 45.0), strict=True):
+        e.completion.timings = Timings(started_at=1000.0, finished_at=1000.0 + seconds)
+    timed[0].sequences = [TrainingSequence(session_id="s", node_ids=[0], token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 1, 1],
+                                           logprobs=[0.0, -0.1, -0.1, -0.1], policy_versions=[0, 0, 0, 0])]
+    write_run(tmp_path, [0.1, 0.2, 0.4], [*timed, entry(3, "oneshot", OutcomeKind.infra_error, 0)])
+    (tmp_path / "plan.json").write_text('{"learner": {"gpus": 2}, "engine": {"gpus": 1, "replicas": 2}}')
+    assert main([str(tmp_path)]) == 0
+    usage = RunSummary.model_validate_json((tmp_path / "report" / "summary.json").read_text()).usage
+    # Steps at t = 1, 2, 3 s, the first taking 1 s: a 3 s span; 2 learner GPUs, 2 engines of 1 GPU.
+    assert usage.gpu_seconds == {"learner": 6.0, "engine": 6.0}
+    assert (usage.rollouts, usage.sandbox_seconds, usage.tokens_sampled, usage.tokens_trained) == (3, 75.0, 3, 300)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert ("- usage: GPU-seconds engine 6, learner 6; 3 rollouts finished, 75 sandbox-seconds; 3 tokens sampled "
+            "(scored rollouts), 300 tokens trained") in text

@@ -207,3 +207,33 @@ def test_a_learner_that_failed_with_a_reason_fails_the_run_with_it() -> None:
     failed = failed_with_reason_state()
     assert conds(failed)["Failed"] == ("True", "WeightSyncUnsupported") and failed.phase == "Failed"
     assert "no weight-transfer API" in next(c.message for c in failed.conditions if c.type == "Failed")
+
+
+def gpu_pod(component: str, gpus: int, started: datetime, phase: str = "Running", name: str = "x-0") -> dict[str, Any]:
+    return pod(component, {"phase": phase, "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ")}, name) | {
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
+def test_usage_counts_gpu_seconds_of_running_pods_once_a_minute_and_the_learners_counters() -> None:
+    pods = [gpu_pod("engine", 2, T0, name="e-0"), gpu_pod("engine", 2, T0 + timedelta(seconds=60), name="e-1"),
+            gpu_pod("learner", 4, T0), gpu_pod("proxy", 0, T0, name="p-0"),
+            gpu_pod("engine", 2, T0, phase="Pending", name="e-2")]
+    progress = learner_status(step=1, policy_version=1, tokens_trained=5000, pools={
+        "p": {"completed": 6, "failed": 1, "timed_out": 1, "sampled_tokens": 1200, "sandbox_seconds": 240.0},
+        "q": {"completed": 2, "sandbox_seconds": 60.0}})
+    first = run_status(SPEC, 1, None, Observed(pods=pods, progress=progress), now=T0 + timedelta(seconds=120))
+    usage = first.usage
+    # engines: 2 GPUs x 120 s + 2 GPUs x 60 s; the learner: 4 x 120 s; the proxy and a Pending Pod hold none.
+    assert usage.gpu_seconds == {"engine": 360.0, "learner": 480.0}
+    assert (usage.rollouts, usage.sandbox_seconds, usage.tokens_sampled, usage.tokens_trained) == (10, 300.0, 1200, 5000)
+    # 30 s later: not yet a minute since the last count, so nothing moves (no status write for it).
+    assert run_status(SPEC, 1, first, Observed(pods=pods), now=T0 + timedelta(seconds=150)).usage == usage
+    # 90 s later: counted from the last count on, not from the Pods' start. The learner's counters never go down
+    # (a learner resumed from an older checkpoint reports less).
+    later = run_status(SPEC, 1, first, Observed(pods=pods, progress=learner_status(step=1, policy_version=1)),
+                       now=T0 + timedelta(seconds=210)).usage
+    assert later.gpu_seconds == {"engine": 360.0 + 2 * 2 * 90, "learner": 480.0 + 4 * 90}
+    assert (later.rollouts, later.tokens_trained) == (10, 5000)
+    # No GPU Pod running: the count stays, and so does its time (a suspended run writes nothing).
+    idle = run_status(SPEC, 1, first, Observed(pods=[]), now=T0 + timedelta(hours=1)).usage
+    assert idle == usage
