@@ -353,6 +353,14 @@ def stopped(plan: Plan) -> Plan:
     return plan.model_copy(update={"suspended": True})
 
 
+def pool_share(total: int, users: set[str], run: str) -> int:
+    """The runner replicas `run` gets of a pool's `total`, split evenly among the runs using it (the first runs by
+    name get one more where it does not divide), so that the pool's replicas, its scale subresource and an HPA on
+    it count runners across all of them instead of multiplying by the number of runs."""
+    ordered = sorted(users | {run})
+    return total // len(ordered) + (1 if ordered.index(run) < total % len(ordered) else 0)
+
+
 def eval_pool_names(spec: TrainingRunSpec) -> list[str]:
     """The pools evaluated under: spec.eval.harnesses, else every trained pool; none without spec.eval."""
     if spec.eval is None:

@@ -176,7 +176,11 @@ class HarnessPoolSpec(ApiModel):
         default_factory=lambda: SandboxSpec(kubernetes=KubernetesSandbox()),
         description="Where rollouts run; a Pod per rollout by default.",
     )
-    replicas: int = Field(default=1, ge=0, le=256, description="Runner Pods (the scale subresource).")
+    replicas: int = Field(
+        default=1, ge=0, le=256,
+        description="Runner Pods across every active TrainingRun using the pool, split evenly among them (the scale "
+        "subresource: kubectl scale and an HPA size the pool, not each run).",
+    )
     concurrency: int = Field(default=8, ge=1, le=1024, description="Rollouts each runner runs at once.")
     timeouts: Timeouts = Field(default_factory=Timeouts, description="Per-rollout time limits.")
     step_budget: int = Field(

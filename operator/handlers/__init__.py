@@ -46,6 +46,11 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
     # and (through a pool's status) every run of the namespace (benchmarks/operator).
     @kopf.on.event(GROUP, VERSION, RUN_PLURAL, registry=registry)
     def run_event(type: str | None, namespace: str, name: str, body: kopf.Body, **_: Any) -> None:
+        # Which pools the run takes runners from (its own status write may end that): the others sharing a pool
+        # resize their runners.
+        pools = set() if type == "DELETED" else trainingrun.active_pools(dict(body))
+        for other in ctx.use_pools(namespace, name, pools):
+            ctx.trigger((RUN_KIND, namespace, other))
         if not ctx.kube.is_own_status_write(RUN_KIND, namespace, name, body.metadata.get("resourceVersion")):
             ctx.seen(RUN_KIND, namespace, name, deleted=type == "DELETED")
 

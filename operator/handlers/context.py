@@ -88,6 +88,7 @@ class Context:
         self.known: set[Key] = set()
         self.progress: dict[tuple[str, str], CoordinatorStatus] = {}  # (namespace, run) -> last learner status
         self.usage: Usages = {}  # (namespace, run) -> its status.usage as last written
+        self._pool_users: dict[tuple[str, str], set[str]] = {}  # (namespace, pool) -> active runs using it
         self._reconcilers: dict[str, Callable[[Context, str, str], None]] = {}
         self._mu = threading.Lock()
         self._running: set[Key] = set()
@@ -139,6 +140,26 @@ class Context:
     def _follow(self) -> None:
         self._leading.clear()  # passes in flight finish; nothing new starts
         self.metrics.leader.set(0)
+
+    def use_pools(self, namespace: str, run: str, pools: set[str]) -> set[str]:
+        """Record the pools an active run uses; returns the other runs whose share of a pool changed."""
+        with self._mu:
+            changed = set()
+            for (ns, pool), users in self._pool_users.items():
+                if ns == namespace and (run in users) != (pool in pools):
+                    changed.add(pool)
+            changed |= {p for p in pools if (namespace, p) not in self._pool_users}
+            for pool in changed:
+                users = self._pool_users.setdefault((namespace, pool), set())
+                if pool in pools:
+                    users.add(run)
+                else:
+                    users.discard(run)
+            return {r for pool in changed for r in self._pool_users[(namespace, pool)]} - {run}
+
+    def pool_users(self, namespace: str, pool: str) -> set[str]:
+        with self._mu:
+            return set(self._pool_users.get((namespace, pool), ()))
 
     def _count(self, kind: str) -> float:
         return float(sum(1 for key in list(self.known) if key[0] == kind))

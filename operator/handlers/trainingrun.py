@@ -41,6 +41,7 @@ from harnessrl.operator.plan import (
     build_plan,
     child_name,
     pool_names,
+    pool_share,
 )
 from harnessrl.runtime.contracts.status import fetch
 from kubernetes.client.exceptions import ApiException
@@ -152,6 +153,9 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     if invalid:
         _finish(kube, body, old, blocked_status(generation, old, R.INVALID_HARNESS_POOL, "; ".join(invalid)))
         return
+    # A pool's replicas are its runners across every run using it: this run runs its share.
+    pools = {n: p.model_copy(update={"replicas": pool_share(p.replicas, ctx.pool_users(namespace, n), name)})
+             for n, p in pools.items()}
     placement = ClusterPlacement(namespace)
     try:
         plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
@@ -202,6 +206,17 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     if is_terminal(new):
         scale_to_zero(kube, namespace, name, owner.uid)
         finish_workload(kube, body, spec, new)
+
+
+def active_pools(body: Manifest) -> set[str]:
+    """The pools a run takes runners from: none once it is suspended or finished (or its spec is unreadable)."""
+    try:
+        spec = TrainingRunSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return set()
+    if spec.suspend or is_terminal(read_status(TrainingRunStatus, body)):
+        return set()
+    return set(pool_names(spec))
 
 
 def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list[Event]]:

@@ -492,6 +492,33 @@ def test_scaling_a_pool_resizes_its_runners(operator: Any) -> None:
     assert scale["spec"]["replicas"] == 3
 
 
+def test_runs_sharing_a_pool_split_its_replicas_so_scale_and_hpa_count_the_pool(operator: Any) -> None:
+    """A pool's replicas are its runners across the runs using it: two runs get 2 + 1 of 3, a scale to 5 gives
+    3 + 2, and the pool's status (the scale subresource an HPA reads) counts 5; a suspended run gives its share
+    back."""
+    apply_pools(operator, "mini-swe-agent")
+    operator.patch(*HP, "mini-swe-agent", {"spec": {"replicas": 3}}, namespace=NS, subresource="scale")
+    operator.apply(small_run("run-a"))
+    operator.apply(small_run("run-b"))
+
+    def runners() -> dict[str, int]:
+        found = {}
+        for run in ("run-a", "run-b"):
+            d = operator.get("apps/v1", "Deployment", f"{run}-mini-swe-agent-runner", namespace=NS)
+            found[run] = d["spec"]["replicas"] if d else None
+        return found
+
+    operator.wait_for(lambda: runners() == {"run-a": 2, "run-b": 1}, timeout=15)
+    operator.patch(*HP, "mini-swe-agent", {"spec": {"replicas": 5}}, namespace=NS, subresource="scale")
+    operator.wait_for(lambda: runners() == {"run-a": 3, "run-b": 2}, timeout=15)
+    ready_workload(operator, "apps/v1", "Deployment", "run-a-mini-swe-agent-runner", 3)
+    ready_workload(operator, "apps/v1", "Deployment", "run-b-mini-swe-agent-runner", 2)
+    operator.wait_for(lambda: (operator.get(*HP, "mini-swe-agent", namespace=NS).get("status") or {}).get("replicas") == 5,
+                      timeout=15)
+    operator.patch(*TR, "run-b", {"spec": {"suspend": True}}, namespace=NS)
+    operator.wait_for(lambda: runners() == {"run-a": 5, "run-b": 0}, timeout=15)
+
+
 def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: FakeLearnerStatus) -> None:
     apply_pools(cluster, "mini-swe-agent")
     cluster.apply(small_run())

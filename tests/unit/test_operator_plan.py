@@ -259,3 +259,13 @@ def test_tracking_reaches_the_learner_with_each_credential_a_secret_file() -> No
     # Each Secret file is mounted as its own directory: no two share one.
     dirs = [posixpath.dirname(s.path) for s in plan.learner.secrets]
     assert len(set(dirs)) == len(dirs)
+
+
+def test_a_pools_replicas_are_split_among_the_runs_using_it() -> None:
+    from harnessrl.operator.plan import pool_share
+
+    assert [pool_share(5, {"a", "b"}, r) for r in ("a", "b")] == [3, 2]
+    assert [pool_share(5, {"a", "b", "c"}, r) for r in ("a", "b", "c")] == [2, 2, 1]
+    assert pool_share(4, set(), "a") == 4  # the only run (not yet indexed) gets the whole pool
+    assert [pool_share(1, {"a", "b"}, r) for r in ("a", "b")] == [1, 0]  # fewer runners than runs
+    assert sum(pool_share(7, {"x", "y", "z"}, r) for r in ("x", "y", "z")) == 7
