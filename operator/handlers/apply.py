@@ -152,6 +152,50 @@ def patch_body(desired: Manifest) -> Manifest:
     return body
 
 
+# A suspended Job's (or JobSet's) Pod template may change where its Pods go, as long as it has not started since
+# (Kubernetes resets a suspended Job's startTime): that is how a run Kueue admits gets its flavor's nodes
+# (kube/kueue.py place()), and how an evicted one gives them back.
+SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+
+
+def _with_removals(want: Manifest, have: Manifest) -> Manifest:
+    """A merge patch of a map: `want`, and null for each key only `have` holds (a merge patch keeps those)."""
+    return want | {key: None for key in have if key not in want}
+
+
+def _scheduling(want: Manifest, have: Manifest) -> Manifest:
+    """The mutable part of a suspended workload's Pod template, as a merge patch from `have` to `want`."""
+    meta = {k: _with_removals(want["metadata"].get(k) or {}, have.get("metadata", {}).get(k) or {})
+            for k in ("labels", "annotations")}
+    spec = {f: want["spec"].get(f) for f in SCHEDULING_DIRECTIVES}  # None removes a field
+    spec["nodeSelector"] = _with_removals(want["spec"].get("nodeSelector") or {}, have.get("spec", {}).get("nodeSelector") or {})
+    return {"metadata": meta, "spec": spec}
+
+
+def suspended_template_patch(desired: Manifest, live: Manifest) -> Manifest | None:
+    """The spec patch that moves a suspended, not started Job's or JobSet's Pod template to where `desired`
+    schedules it; None for other kinds and for a running workload (its template is fixed)."""
+    live_spec = live.get("spec") or {}
+    if not live_spec.get("suspend") or (live.get("status") or {}).get("startTime"):
+        return None
+    if desired["kind"] == "Job":
+        return {"template": _scheduling(desired["spec"]["template"], live_spec.get("template") or {})}
+    if desired["kind"] == "JobSet":
+        # replicatedJobs is a list, which a merge patch replaces whole: the live entries, with only their Pod
+        # templates' scheduling directives (and labels, annotations) taken from the desired ones.
+        jobs = []
+        for want, have in zip(desired["spec"]["replicatedJobs"], live_spec.get("replicatedJobs") or [], strict=False):
+            want_pod, have_pod = want["template"]["spec"]["template"], have["template"]["spec"]["template"]
+            pod_spec = {k: v for k, v in have_pod["spec"].items() if k not in SCHEDULING_DIRECTIVES}
+            pod_spec |= {k: want_pod["spec"][k] for k in SCHEDULING_DIRECTIVES if k in want_pod["spec"]}
+            pod = {**have_pod, "metadata": {**have_pod.get("metadata", {}), **{k: want_pod["metadata"].get(k, {})
+                                                                              for k in ("labels", "annotations")}},
+                   "spec": pod_spec}
+            jobs.append({**have, "template": {**have["template"], "spec": {**have["template"]["spec"], "template": pod}}})
+        return {"replicatedJobs": jobs}
+    return None
+
+
 def _pod_template_labels(manifest: Manifest) -> dict[str, str]:
     spec = manifest.get("spec") or {}
     if manifest["kind"] == "JobSet":
@@ -359,6 +403,8 @@ class Kube:
             log.info("replaced %s %s/%s: %s", kind, namespace, name, why)
             return Outcome("replaced", why)
         body = patch_body(desired)
+        if (template := suspended_template_patch(desired, live)) is not None:
+            body["spec"] = body.get("spec", {}) | template
         if not drifted(body, live):
             return Outcome("unchanged")
         self.patch(api_version, kind, namespace, name, body)

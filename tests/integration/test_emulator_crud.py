@@ -269,6 +269,24 @@ def test_builtin_kinds_get_server_side_status_defaults_and_immutability(kube_api
     with pytest.raises(ApiException) as immutable:
         batch.patch_namespaced_job("j", "default", {"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}})
     assert _status(immutable.value)["message"] == 'Job.batch "j" is invalid: spec.template: Invalid value: "object": field is immutable'
+    # A suspended Job that has not started may change where its Pods go (Kueue's admission), nothing else.
+    batch.create_namespaced_job("default", {"metadata": {"name": "queued"}, "spec": {"suspend": True, "template": {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "a"}]}}}})
+    batch.patch_namespaced_job("queued", "default", {"spec": {"suspend": False, "template": {
+        "metadata": {"labels": {"flavor": "h100"}}, "spec": {"nodeSelector": {"gpu": "h100"},
+                                                             "tolerations": [{"key": "gpu", "operator": "Exists"}]}}}})
+    with pytest.raises(ApiException) as started:  # running now: fixed again
+        batch.patch_namespaced_job("queued", "default", {"spec": {"template": {"spec": {"nodeSelector": {"gpu": "a100"}}}}})
+    assert started.value.status == 422
+    batch.patch_namespaced_job("queued", "default", {"spec": {"suspend": True}})
+    batch.patch_namespaced_job_status("queued", "default", {"status": {"startTime": "2026-01-01T00:00:00Z"}})
+    with pytest.raises(ApiException) as ran:  # suspended, but started (the controller has not reset startTime)
+        batch.patch_namespaced_job("queued", "default", {"spec": {"template": {"spec": {"nodeSelector": {"gpu": "a100"}}}}})
+    assert ran.value.status == 422
+    with pytest.raises(ApiException) as image:
+        batch.patch_namespaced_job("j", "default", {"spec": {"suspend": True}})
+        batch.patch_namespaced_job("j", "default", {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "b"}]}}}})
+    assert "spec.template" in _status(image.value)["message"]
 
 
 def test_server_side_apply_creates_then_merges(kube_api: KubeApi) -> None:

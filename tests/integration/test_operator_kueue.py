@@ -111,6 +111,9 @@ def test_a_queued_run_holds_nothing_until_kueue_admits_its_workload(kueue: Any) 
     kueue.wait_for(lambda: running(kueue, "run-a"), timeout=15)
     engine = sts(kueue, "run-a-engine")["spec"]["template"]["spec"]
     assert engine["nodeSelector"]["gpu"] == "h100" and GPU_TOLERATION in engine["tolerations"]
+    # The learner's Job, suspended until now, was moved to its flavor's nodes as it was started.
+    learner = job(kueue, "run-a")["spec"]["template"]["spec"]
+    assert learner["nodeSelector"]["gpu"] == "h100" and GPU_TOLERATION in learner["tolerations"]
     proxy = sts(kueue, "run-a-proxy")
     assert proxy["spec"]["replicas"] == 1 and proxy["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
     runner = kueue.get("apps/v1", "Deployment", "run-a-mini-swe-agent-runner", namespace=NS)
@@ -128,6 +131,9 @@ def test_eviction_stops_the_run_then_gives_the_quota_back(kueue: Any) -> None:
     evict(kueue, "run-a")
     kueue.wait_for(lambda: stopped(kueue, "run-a"), timeout=15)
     ready = wait_condition(kueue, "run-a", "Ready", "False", "EvictedByKueue")
+    # Suspended, the Job's controller resets its startTime: the flavor's nodes are given back from its template.
+    kueue.wait_for(lambda: "gpu" not in (job(kueue, "run-a")["spec"]["template"]["spec"].get("nodeSelector") or {}),
+                   timeout=15)
     assert "Preempted" in ready["message"]
     # A learner Pod still runs: the quota stays held until it is gone (no other run lands on its GPUs).
     reconciled_after_a_spec_change(kueue, "run-a")

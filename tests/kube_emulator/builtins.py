@@ -82,6 +82,23 @@ def _fixed_fields(*fields: str) -> Callable[[dict[str, Any], dict[str, Any]], li
     return check
 
 
+_JOB_SCHEDULING = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+
+
+def _job(old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
+    """ValidateJobSpecUpdate: selector, completionMode and the Pod template are fixed, except that a suspended Job
+    that has not started (startTime unset: the Job controller clears it on suspension) may change where its Pods
+    go: the template's labels, annotations, nodeSelector, tolerations, affinity and schedulingGates."""
+    causes = _fixed_fields("selector", "completionMode")(old, new)
+    before, after = (old.get("spec") or {}).get("template") or {}, (new.get("spec") or {}).get("template") or {}
+    if (old.get("spec") or {}).get("suspend") and not (old.get("status") or {}).get("startTime"):
+        def fixed(template: dict[str, Any]) -> dict[str, Any]:
+            meta = _without(template.get("metadata") or {}, ("labels", "annotations"))
+            return {**template, "metadata": meta, "spec": _without(template.get("spec") or {}, _JOB_SCHEDULING)}
+        before, after = fixed(before), fixed(after)
+    return causes + ([_immutable("spec.template")] if before != after else [])
+
+
 def _service(old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
     before, after = (old.get("spec") or {}).get("clusterIP"), (new.get("spec") or {}).get("clusterIP")
     if not before or before == after:
@@ -131,7 +148,7 @@ def _role_ref(old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
 _UPDATE_RULES: dict[tuple[str, str], Callable[[dict[str, Any], dict[str, Any]], list[Cause]]] = {
     ("apps", "statefulsets"): _statefulset,
     ("apps", "deployments"): _fixed_fields("selector"),
-    ("batch", "jobs"): _fixed_fields("selector", "template", "completionMode"),
+    ("batch", "jobs"): _job,
     ("", "services"): _service,
     ("", "persistentvolumeclaims"): _claim,
     ("", "pods"): _pod,

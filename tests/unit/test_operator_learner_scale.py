@@ -116,3 +116,24 @@ def test_nccl_sync_needs_an_unsharded_learner() -> None:
     assert ("Job", "run-learner") in manifests(**full, learner={"gpus": 1})
     with pytest.raises(PlanError, match="weightSync nccl needs a learner on one GPU"):
         manifests(**full, learner={"gpus": 2})
+
+
+def test_a_suspended_jobset_moves_to_its_admitted_nodes_and_keeps_everything_else() -> None:
+    """Kueue's admission of a multi-node run: the live JobSet (suspended, with the server's defaults) gets the
+    desired Pod template's nodeSelector and tolerations; the rest of each replicated Job stays as it is live."""
+    from harnessrl.operator.handlers.apply import suspended_template_patch
+
+    live = copy.deepcopy(manifests(learner={"gpus": 4, "nodes": 2}, suspend=True)[("JobSet", "run-learner")])
+    live_pod = live["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    live_pod["spec"]["dnsPolicy"] = "ClusterFirst"  # a server default the operator never sends
+    desired = manifests(learner={"gpus": 4, "nodes": 2},
+                        pod={"nodeSelector": {"gpu": "h100"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]})
+    patch = suspended_template_patch(desired[("JobSet", "run-learner")], live)
+    assert patch is not None
+    pod = patch["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod["spec"]["nodeSelector"] == {"gpu": "h100"} and pod["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert pod["spec"]["dnsPolicy"] == "ClusterFirst" and pod["spec"]["containers"] == live_pod["spec"]["containers"]
+    assert patch["replicatedJobs"][0]["replicas"] == live["spec"]["replicatedJobs"][0]["replicas"]
+    # Running (not suspended), the template is fixed: no patch.
+    live["spec"]["suspend"] = False
+    assert suspended_template_patch(desired[("JobSet", "run-learner")], live) is None
