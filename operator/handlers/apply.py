@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import kubernetes.client
 from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
+from harnessrl.operator.kube.common import SCHEDULING_DIRECTIVES, TEMPLATE_HASH
 from kubernetes.client.exceptions import ApiException
 
 Manifest = dict[str, Any]
@@ -152,11 +153,9 @@ def patch_body(desired: Manifest) -> Manifest:
     return body
 
 
-# A suspended Job's (or JobSet's) Pod template may change where its Pods go, as long as it has not started since
-# (Kubernetes resets a suspended Job's startTime): that is how a run Kueue admits gets its flavor's nodes
-# (kube/kueue.py place()), and how an evicted one gives them back.
-SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
-
+# A suspended Job's (or JobSet's) Pod template may change where its Pods go (SCHEDULING_DIRECTIVES), as long as
+# it has not started since (Kubernetes resets a suspended Job's startTime): that is how a run Kueue admits gets its
+# flavor's nodes (kube/kueue.py place()), and how an evicted one gives them back.
 
 def _with_removals(want: Manifest, have: Manifest) -> Manifest:
     """A merge patch of a map: `want`, and null for each key only `have` holds (a merge patch keeps those)."""
@@ -221,7 +220,14 @@ def replacement_reason(desired: Manifest, live: Manifest) -> str | None:
         want = {k: v for k, v in _pod_template_labels(desired).items() if k in SELECTOR_KEYS}
         have = _pod_template_labels(live)
         missing = sorted(f"{k}={v}" for k, v in want.items() if have.get(k) != v)
-        return f"its Pod template (which cannot change) lacks the labels {', '.join(missing)}" if missing else None
+        if missing:
+            return f"its Pod template (which cannot change) lacks the labels {', '.join(missing)}"
+        # A Job made before the digest existed has none: it is kept, not restarted by an operator upgrade.
+        digest = (live["metadata"].get("annotations") or {}).get(TEMPLATE_HASH)
+        if digest is not None and digest != desired["metadata"]["annotations"][TEMPLATE_HASH]:
+            return ("its Pod template changed (the learner's config, image, resources or command), which a Job "
+                    "cannot take: the learner restarts from its latest checkpoint")
+        return None
     return None
 
 

@@ -27,6 +27,10 @@ POOL = POOL_LABEL
 APP_COMPONENT = "app.kubernetes.io/component"
 METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port (the chart's ServiceMonitor)
 CONFIG_HASH = "harnessrl.io/config-hash"
+# On a Job or JobSet: a digest of its Pod template but the scheduling directives (which a suspended Job may change):
+# a live one with another digest cannot take the change and is replaced (handlers/apply.py replacement_reason).
+TEMPLATE_HASH = "harnessrl.io/template-hash"
+SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
 CONFIG_DIR = "/etc/harnessrl"
 # The harnessrl images' user. Every Pod runs as it, whatever the image's USER (vLLM's image is root), and as
 # fsGroup it reads the Secret files (mode 0440) and owns the volumes.
@@ -121,6 +125,11 @@ def config_map(plan: Plan, owner: Owner, component: Component, config: str | Non
         "metadata": metadata(plan, owner, config_map_name(component), component.kind, component.pool),
         "data": {"config.yaml": config if config is not None else rendered_config(component)},
     }
+
+
+def template_hash(template: Manifest) -> str:
+    fixed = {k: v for k, v in template["spec"].items() if k not in SCHEDULING_DIRECTIVES}
+    return config_hash(template["metadata"], fixed)
 
 
 def config_hash(*parts: Any) -> str:

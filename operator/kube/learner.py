@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from harnessrl.operator.kube.common import (
     CONFIG_DIR,
+    TEMPLATE_HASH,
     Manifest,
     Owner,
     component_metadata,
@@ -20,6 +21,7 @@ from harnessrl.operator.kube.common import (
     rendered_config,
     resources,
     service,
+    template_hash,
     token_secret,
     volumes_and_mounts,
 )
@@ -106,6 +108,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     }
     pod = pod_template(plan, learner, spec, config_digest=config_hash(rendered_config(learner)))
     meta = component_metadata(plan, owner, learner)
+    meta["annotations"] = {TEMPLATE_HASH: template_hash(pod)}
     job_spec = {
         "backoffLimit": plan.restart_budget,
         "completions": learner.replicas,

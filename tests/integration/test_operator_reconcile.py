@@ -519,6 +519,29 @@ def test_runs_sharing_a_pool_split_its_replicas_so_scale_and_hpa_count_the_pool(
     operator.wait_for(lambda: runners() == {"run-a": 5, "run-b": 0}, timeout=15)
 
 
+def test_a_learner_config_edit_restarts_the_learner_and_says_so(operator: Any) -> None:
+    """A Job cannot take a new Pod template: an edit that changes the learner's config replaces its Job (the
+    learner resumes from its latest checkpoint), with a ChildReplaced Event; an edit that changes nothing the
+    learner reads keeps it running."""
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    first = operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS), timeout=15)
+    reconciled_after_a_spec_change(operator, "run-a")  # a TTL: nothing the learner reads
+    assert operator.get("batch/v1", "Job", "run-a-learner", namespace=NS)["metadata"]["uid"] == first["metadata"]["uid"]
+
+    operator.patch(*TR, "run-a", {"spec": {"grpo": {"steps": 30}}}, namespace=NS)
+    second = operator.wait_for(lambda: (j := operator.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+                               and j["metadata"]["uid"] != first["metadata"]["uid"] and j, timeout=15)
+    config = operator.get("v1", "ConfigMap", "run-a-learner-config", namespace=NS)["data"]["config.yaml"]
+    assert yaml.safe_load(config)["grpo"]["steps"] == 30
+    assert second["spec"]["template"]["metadata"]["annotations"] != first["spec"]["template"]["metadata"]["annotations"]
+    event = operator.wait_for(lambda: next((e for e in operator.list_objects("v1", "Event", NS)
+                                            if e["reason"] == "ChildReplaced" and "Job run-a-learner" in e["message"]), None))
+    assert "restarts from its latest checkpoint" in event["message"]
+    reconciled_after_a_spec_change(operator, "run-a")
+    assert operator.get("batch/v1", "Job", "run-a-learner", namespace=NS)["metadata"]["uid"] == second["metadata"]["uid"]
+
+
 def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: FakeLearnerStatus) -> None:
     apply_pools(cluster, "mini-swe-agent")
     cluster.apply(small_run())
