@@ -128,6 +128,7 @@ class Placement(ABC):
     engine_port: int = 8000
     proxy_port: int = 8080
     learner_port: int = 8090
+    runner_metrics_port: int | None = None  # where runners serve /metrics; None: they do not
     # Whether whoever runs the engines here restarts them on each policy the learner publishes (weightSync restart).
     restarts_engines: bool = False
 
@@ -185,6 +186,8 @@ def eval_task_ids_file(task_ids_file: str) -> str:
 
 class ClusterPlacement(Placement):
     """Components in Pods: Services by DNS, files at fixed paths in the containers."""
+
+    runner_metrics_port = 9102  # scraped by the chart's PodMonitor
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
@@ -774,6 +777,7 @@ def _runner(
         proxy_url=placement.proxy_url(run),
         runner_token_file=placement.path("runner-token"),
         model=spec.model.served_name,
+        metrics_port=placement.runner_metrics_port,
     )
     return Component(
         kind=ComponentKind.RUNNER,
@@ -782,7 +786,7 @@ def _runner(
         replicas=pool.replicas,
         gpus=0,
         resources=pool.resources,
-        ports=[],
+        ports=[Port(name="metrics", port=config.metrics_port)] if config.metrics_port else [],
         config=config,
         secrets=secrets,
         pod=_merge_pod(spec.pod, pool.pod),

@@ -15,6 +15,7 @@ from harnessrl.operator.kube.common import (
     component_metadata,
     config_hash,
     config_map,
+    container_ports,
     metadata,
     per_pod_start,
     pod_env,
@@ -63,6 +64,8 @@ def manifests(plan: Plan, owner: Owner, runner: Component) -> list[Manifest]:
         "resources": resources(runner),
         "volumeMounts": [*mounts, *task_mounts],
     }
+    if runner.ports:  # its /metrics
+        container["ports"] = container_ports(runner)
     spec = {
         "initContainers": task_inits,
         "containers": [container],

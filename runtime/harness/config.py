@@ -218,6 +218,7 @@ class RunnerConfig(_Model):
     # An infra error is retried this many times in place before the rollout is completed as infra_error.
     infra_retries: int = Field(1, ge=0, le=10)
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
+    metrics_port: int | None = Field(None, ge=1, le=65535, description="serve Prometheus /metrics here")
 
     @model_validator(mode="after")
     def _image_tasks_need_kubernetes(self) -> RunnerConfig:

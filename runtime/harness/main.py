@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import httpx
+import prometheus_client
 from harnessrl.runtime import logs
 from harnessrl.runtime.harness.adapters import adapter_for
 from harnessrl.runtime.harness.config import RunnerConfig, load_config
@@ -35,6 +36,8 @@ async def serve(config: RunnerConfig) -> int:
     timeout = httpx.Timeout(config.timeouts.session_s)
     async with httpx.AsyncClient(timeout=timeout) as http:
         runner = Runner(config, adapter, provider, tasks, http)
+        if config.metrics_port is not None:
+            prometheus_client.start_http_server(config.metrics_port, registry=runner.metrics.registry)
         try:
             await runner.serve(stop)
         except SandboxError as exc:  # the sandbox cannot be had here: say why and stop, nothing was leased

@@ -44,6 +44,7 @@ from harnessrl.runtime.contracts.proxy import (
 )
 from harnessrl.runtime.harness.adapters.base import Adapter, HarnessStatus, RunContext, RunOutput
 from harnessrl.runtime.harness.config import Dialect, RunnerConfig
+from harnessrl.runtime.harness.metrics import RunnerMetrics
 from harnessrl.runtime.harness.sandboxes.base import Sandbox, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task
 from harnessrl.runtime.trajectory.models import BreakCause
@@ -103,6 +104,8 @@ class Runner:
         self.lease_after = 0.0  # monotonic time before which no new rollout is leased
         self.held: set[str] = set()  # lease ids of the rollouts running now
         self.renew_every_s = LeaseResponse().renew_every_s  # the coordinator's word replaces it on each lease
+        self.metrics = RunnerMetrics(config.pool, self.harness_name)
+        self.metrics.observe_active(lambda: float(len(self.held)))
 
     # ------------------------------------------------------------------ one rollout
 
@@ -314,6 +317,7 @@ class Runner:
     async def run_to_ack(self, lease: Lease) -> None:
         completion = await self.rollout(lease)
         self.completed.append(completion)
+        self.metrics.completed(completion)
         self.note_outcome(completion.outcome)
         t = completion.timings
         log.info(
@@ -327,7 +331,9 @@ class Runner:
             f" ({completion.error[:200]})" if completion.error else "",
         )
         ack = await self.complete(completion)
-        if ack is not None:
+        if ack is None:
+            self.metrics.unacked.inc()
+        else:
             # The coordinator has what it needs of the session (it fetched the sequences before acking).
             await self.close(completion.session_id, completion.session_base_url, lease)
             reward = "unscored" if ack.reward is None else f"reward {ack.reward:.3f}"
@@ -360,7 +366,9 @@ class Runner:
                         leased = await self.lease(free)
                     except (httpx.HTTPError, ValueError) as exc:
                         log.warning("lease failed: %s", exc)
+                        self.metrics.lease_errors.inc()
                         leased = LeaseResponse(retry_after_s=2.0)
+                    self.metrics.leases.inc(len(leased.leases))
                     if leased.done and not active:
                         log.info("coordinator says training is done")
                         break

@@ -71,7 +71,8 @@ def test_chart_renders_valid_manifests(case: str) -> None:
         cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
         assert sorted(r["metadata"]["name"] for r in cluster_roles) == ["harnessrl-discovery", "harnessrl-sandbox"]
     assert any(d["kind"] == "ServiceMonitor" for d in docs) == (case == "release-namespace-only")
-    assert any(d["kind"] == "PodMonitor" for d in docs) == (case == "release-namespace-only")
+    monitors = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "PodMonitor")
+    assert monitors == (["harnessrl-operator", "harnessrl-runners"] if case == "release-namespace-only" else [])
 
 
 def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:

@@ -261,6 +261,9 @@ def test_runner_rbac_only_for_the_kubernetes_sandbox() -> None:
         pod = m[("Deployment", name)]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == name and pod["automountServiceAccountToken"] == kube_sandbox
         assert m[("Deployment", name)]["spec"]["replicas"] == spec.replicas
+        # Each runner serves its /metrics where the chart's PodMonitor scrapes it.
+        assert pod["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9102, "protocol": "TCP"}]
+        assert yaml.safe_load(m[("ConfigMap", f"{name}-config")]["data"]["config.yaml"])["metrics_port"] == 9102
         if kube_sandbox:  # the chart's ClusterRole holds the rules (tests/unit/test_chart_harnessrl.py)
             assert m[("RoleBinding", name)]["roleRef"]["name"] == "harnessrl-sandbox"
 

@@ -31,6 +31,8 @@ from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.runner import Runner
 from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task, load_dir
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 ALL_TASKS = load_dir(TASKS)
@@ -229,6 +231,15 @@ async def test_serve_runs_leases_concurrently_and_stops_when_the_coordinator_is_
     # Each session is closed at the proxy once the coordinator has acked its completion (it fetched the
     # sequences first), so a long run never fills the proxy's session table.
     assert sorted(closed) == ["sess1", "sess2", "sess3"]
+    # Its /metrics counts them: three solved, three leased, none running now.
+    samples = {(m.name, tuple(sorted(m.labels.items()))): m.value for f in
+               text_string_to_metric_families(generate_latest(r.metrics.registry).decode()) for m in f.samples}
+    labels = (("harness", "qwen-code"), ("pool", "p"))
+    assert samples[("harnessrl_runner_rollouts_total", (("harness", "qwen-code"), ("outcome", "solved"), ("pool", "p")))] == 3
+    assert samples[("harnessrl_runner_leases_total", labels)] == 3
+    assert samples[("harnessrl_runner_active_rollouts", labels)] == 0
+    assert samples[("harnessrl_runner_rollout_seconds_count", labels)] == 3
+    assert samples[("harnessrl_runner_lease_errors_total", labels)] == 0
 
 
 async def test_serve_backs_off_leasing_while_rollouts_fail_on_the_infrastructure(tmp_path: Path) -> None:
