@@ -293,6 +293,11 @@ class Kube:
         with self._own_mu:
             self._own_status[(kind, namespace, name)] = str(written.get("metadata", {}).get("resourceVersion", ""))
 
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        """The object is gone: drop the record of its last status write (it would grow with every run ever seen)."""
+        with self._own_mu:
+            self._own_status.pop((kind, namespace, name), None)
+
     def is_own_status_write(self, kind: str, namespace: str, name: str, resource_version: str | None) -> bool:
         """Whether this version of the object is the one this operator's last status write made."""
         with self._own_mu:

@@ -178,6 +178,7 @@ class Context:
         if deleted:
             self.progress.pop((namespace, name), None)
             self.usage.pop((namespace, name), None)
+            self.kube.forget(kind, namespace, name)
         else:
             self.trigger(key)
 

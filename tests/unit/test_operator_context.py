@@ -7,6 +7,7 @@ import threading
 import time
 
 import kubernetes.client
+from harnessrl.operator.api.trainingrun import RunUsage
 from harnessrl.operator.handlers.context import Context, OperatorOptions
 
 
@@ -97,3 +98,16 @@ def test_a_key_its_own_passes_keep_dirty_does_not_starve_the_others() -> None:
     finally:
         ctx.stop()
     assert order[:2] == ["busy", "quiet"] and order.count("busy") == 6
+
+
+def test_what_the_context_keeps_of_an_object_goes_with_it() -> None:
+    """The records kept per object (its last status write, its usage, the pools it runs on) are dropped when it is
+    deleted: they do not grow with every run the operator ever saw."""
+    ctx = make_context()
+    ctx.kube._own_status[("Run", "ns", "a")] = "41"
+    ctx.usage[("ns", "a")] = RunUsage(rollouts=3)
+    assert ctx.use_pools("ns", "a", {"p"}) == set() and ctx.use_pools("ns", "b", {"p"}) == {"a"}
+    ctx.seen("Run", "ns", "a", deleted=True)
+    assert ctx.use_pools("ns", "a", set()) == {"b"}  # b's share of p grows
+    assert ("Run", "ns", "a") not in ctx.kube._own_status and ("ns", "a") not in ctx.usage
+    assert ctx.pool_users("ns", "p") == {"b"}
