@@ -359,9 +359,11 @@ def stopped(plan: Plan) -> Plan:
 def pool_share(total: int, users: set[str], run: str) -> int:
     """The runner replicas `run` gets of a pool's `total`, split evenly among the runs using it (the first runs by
     name get one more where it does not divide), so that the pool's replicas, its scale subresource and an HPA on
-    it count runners across all of them instead of multiplying by the number of runs."""
+    it count runners across all of them instead of multiplying by the number of runs. A pool with fewer replicas
+    than runs still gives each run one (none starves); a pool scaled to zero gives none."""
     ordered = sorted(users | {run})
-    return total // len(ordered) + (1 if ordered.index(run) < total % len(ordered) else 0)
+    share = total // len(ordered) + (1 if ordered.index(run) < total % len(ordered) else 0)
+    return max(share, 1) if total > 0 else 0
 
 
 def eval_pool_names(spec: TrainingRunSpec) -> list[str]:

@@ -178,8 +178,8 @@ class HarnessPoolSpec(ApiModel):
     )
     replicas: int = Field(
         default=1, ge=0, le=256,
-        description="Runner Pods across every active TrainingRun using the pool, split evenly among them (the scale "
-        "subresource: kubectl scale and an HPA size the pool, not each run).",
+        description="Runner Pods across every active TrainingRun using the pool, split evenly among them, at least "
+        "one each unless 0 (the scale subresource: kubectl scale and an HPA size the pool, not each run).",
     )
     concurrency: int = Field(default=8, ge=1, le=1024, description="Rollouts each runner runs at once.")
     timeouts: Timeouts = Field(default_factory=Timeouts, description="Per-rollout time limits.")

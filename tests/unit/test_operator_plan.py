@@ -267,5 +267,6 @@ def test_a_pools_replicas_are_split_among_the_runs_using_it() -> None:
     assert [pool_share(5, {"a", "b"}, r) for r in ("a", "b")] == [3, 2]
     assert [pool_share(5, {"a", "b", "c"}, r) for r in ("a", "b", "c")] == [2, 2, 1]
     assert pool_share(4, set(), "a") == 4  # the only run (not yet indexed) gets the whole pool
-    assert [pool_share(1, {"a", "b"}, r) for r in ("a", "b")] == [1, 0]  # fewer runners than runs
+    assert [pool_share(1, {"a", "b"}, r) for r in ("a", "b")] == [1, 1]  # fewer runners than runs: none starves
+    assert pool_share(0, {"a", "b"}, "a") == 0  # a pool scaled to zero
     assert sum(pool_share(7, {"x", "y", "z"}, r) for r in ("x", "y", "z")) == 7
