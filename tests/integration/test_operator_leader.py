@@ -17,7 +17,8 @@ from harnessrl.operator.handlers.apply import Kube
 from harnessrl.operator.leader import LEASE_API, Elector, LeaderElection
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.test_operator_main import free_port, stop_process
+from tests.integration.test_operator_main import stop_process
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "default"
