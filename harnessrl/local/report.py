@@ -131,7 +131,7 @@ def usage_of(metrics: list[StepMetrics], entries: list[JournalEntry],
     return RunUsage(
         gpu_seconds={c: round(n * span, 1) for c, n in gpus.items() if n},
         rollouts=len(entries),
-        sandbox_seconds=round(sum(max(0.0, t.finished_at - t.started_at) for t in timed), 1),
+        sandbox_seconds=round(sum(t.seconds for t in timed), 1),
         tokens_sampled=sum(q.num_sampled for e in entries for q in e.sequences),
         tokens_trained=sum(m.tokens for m in metrics),
     )

@@ -164,9 +164,6 @@ class Context:
     def _count(self, kind: str) -> float:
         return float(sum(1 for key in list(self.known) if key[0] == kind))
 
-    def leading(self) -> bool:
-        return self._leading.is_set()
-
     # -- triggers ---------------------------------------------------------------------------------------
     def seen(self, kind: str, namespace: str, name: str, *, deleted: bool = False) -> None:
         key = (kind, namespace, name)

@@ -13,8 +13,6 @@ from prometheus_client.registry import Collector
 
 Usages = dict[tuple[str, str], RunUsage]  # (namespace, run) -> its status.usage
 
-OUTCOMES = ("ok", "api_error", "error")
-
 
 class UsageCollector(Collector):
     """Each run's status.usage as counters labelled by namespace and run (chargeback): read at scrape time from

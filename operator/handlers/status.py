@@ -86,7 +86,7 @@ def pod_trouble(pods: list[Manifest]) -> Trouble | None:
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
                 message = cond.get("message", "")
-                reason = R.INSUFFICIENT_GPU if "nvidia.com/gpu" in message else R.UNSCHEDULABLE
+                reason = R.INSUFFICIENT_GPU if GPU in message else R.UNSCHEDULABLE
                 return Trouble(reason=reason, message=f"pod {name}: {message}")
         for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
             waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -250,10 +250,9 @@ def run_usage(old: RunUsage, observed: Observed, now: datetime) -> RunUsage:
     """Usage with GPU time counted up to `now` (at most once per USAGE_PERIOD_S, and only while a GPU Pod runs,
     so that a quiet run causes no status writes) and the learner's counters (never lower than already said)."""
     gpu = dict(old.gpu_seconds)
-    observed_time = old.observed_time
+    since = observed_time = old.observed_time
     running = [p for p in observed.pods if (p.get("status") or {}).get("phase") == "Running" and pod_gpus(p) > 0
                and (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in ("learner", "engine")]
-    since = old.observed_time
     if running and (since is None or (now - since).total_seconds() >= USAGE_PERIOD_S):
         for pod in running:
             started = _time((pod.get("status") or {}).get("startTime")) or now

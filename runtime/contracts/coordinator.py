@@ -134,6 +134,11 @@ class Timings(_Wire):
     harness_s: float = Field(default=0.0, ge=0)
     grade_s: float = Field(default=0.0, ge=0)
 
+    @property
+    def seconds(self) -> float:
+        """The rollout's time from start to grade (its sandbox's life): what usage and the runner's metrics count."""
+        return max(0.0, self.finished_at - self.started_at)
+
 
 class Completion(_Wire):
     rollout_id: str

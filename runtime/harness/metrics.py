@@ -34,7 +34,7 @@ class RunnerMetrics:
     def completed(self, completion: Completion) -> None:
         self._rollouts.labels(**self.labels, outcome=completion.outcome.value).inc()
         if (t := completion.timings) is not None:
-            self._seconds.observe(max(0.0, t.finished_at - t.started_at))
+            self._seconds.observe(t.seconds)
 
     def observe_active(self, count: Callable[[], float]) -> None:
         self._active.set_function(count)

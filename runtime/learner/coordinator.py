@@ -382,7 +382,7 @@ class Coordinator:
         else:
             counts.failed += 1
         if c.timings is not None:
-            counts.sandbox_seconds += max(0.0, c.timings.finished_at - c.timings.started_at)
+            counts.sandbox_seconds += c.timings.seconds
         counts.unknown_tool_calls += c.unknown_tool_calls
         counts.invalid_tool_calls += c.invalid_tool_calls
         for cause, n in c.prefix_breaks.items():

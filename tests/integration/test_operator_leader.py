@@ -51,12 +51,18 @@ class Unreachable:
         return fail
 
 
-def test_one_candidate_leads_and_another_takes_over_only_once_the_lease_expired(kube_api: Any) -> None:
+def a_leads_b_waits(kube_api: Any) -> tuple[Clock, Candidate, Candidate]:
+    """Two candidates on one clock, each tried once: a took the free Lease, b found it held."""
     clock = Clock()
     kube = Kube(kube_api.client())
     a, b = Candidate(kube, "a", clock), Candidate(kube, "b", clock)
     a.elector.tick()
     b.elector.tick()
+    return clock, a, b
+
+
+def test_one_candidate_leads_and_another_takes_over_only_once_the_lease_expired(kube_api: Any) -> None:
+    clock, a, b = a_leads_b_waits(kube_api)
     assert (a.elector.leading, b.elector.leading) == (True, False) and a.events == ["started"]
     lease = kube_api.get(LEASE_API, "Lease", "harnessrl-operator", namespace=NS)
     assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["leaseDurationSeconds"] == 15
@@ -84,11 +90,7 @@ def test_one_candidate_leads_and_another_takes_over_only_once_the_lease_expired(
 
 
 def test_a_leader_that_shuts_down_hands_the_lease_over_at_once(kube_api: Any) -> None:
-    clock = Clock()
-    kube = Kube(kube_api.client())
-    a, b = Candidate(kube, "a", clock), Candidate(kube, "b", clock)
-    a.elector.tick()
-    b.elector.tick()
+    _, a, b = a_leads_b_waits(kube_api)
     a.elector.stop()  # never started its thread: stop() steps down and releases
     assert a.events == ["started", "stopped"]
     b.elector.tick()  # no time passed: the released Lease is free
