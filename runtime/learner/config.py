@@ -28,6 +28,13 @@ class ModelConfig(_Cfg):
     path: Path = Field(description="local directory of the base weights (HF format); the operator downloads hub ids")
     # Name the engines serve the base model under (vLLM --served-model-name); LoRA adapters get `<name>-v<N>`.
     served_name: str = Field(min_length=1, max_length=256)
+    # Runs sharing one engine pool publish under distinct prefixes, so no run loads, replaces or unloads another's.
+    adapter_prefix: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
+
+    @property
+    def adapter_name_prefix(self) -> str:
+        """What this run's LoRA adapters are named after: `<prefix>-v<N>`."""
+        return self.adapter_prefix or self.served_name
     # Precision of forward and backward: auto = bf16 on GPU, fp32 on CPU. Weights and optimizer state are fp32.
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"

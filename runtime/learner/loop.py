@@ -116,7 +116,7 @@ class Learner:
         self.coordinator.artifacts.latest_checkpoint = str(latest) if latest is not None else None
         self.journal = Journal(ck.dir / "journal.jsonl")
         replay(self.coordinator, self.journal, self.coordinator.state.journal_seq)
-        self.sync = make_sync(cfg.engine, cfg.model.served_name, sync_dir(ck.dir))
+        self.sync = make_sync(cfg.engine, cfg.model, sync_dir(ck.dir))
         self.proxy = ProxyControl(cfg.proxy)
         self.exporter = (HubExporter(cfg.export, cfg.run_name, str(cfg.model.path), cfg.eval_file())
                          if cfg.export is not None else None)
@@ -147,6 +147,15 @@ class Learner:
 
         policy = await with_retries(attempt, f"publishing policy v{version}", PUBLISH_RETRY_S)
         return policy, time.perf_counter() - t0
+
+    async def retire(self) -> None:
+        """The run is done: unload its policies, so an engine shared with other runs has room for theirs. Best
+        effort: an engine already gone has nothing to unload, and the run's result stands either way."""
+        try:
+            async with self.weights:
+                await asyncio.to_thread(self.sync.retire, self.coordinator.state.policy_version)
+        except Exception as exc:
+            log.warning("unloading this run's policies from the engines: %s", exc)
 
     async def watch_engines(self) -> None:
         """Serve the current policy again on engines that restarted without it (a LoRA load, or a rebuilt NCCL
@@ -311,6 +320,8 @@ class Learner:
                     watching.result()
                 training.result()
                 await asyncio.sleep(DONE_GRACE_S)
+                watching.cancel()  # it would serve the retired policy again
+                await self.retire()
             finally:
                 training.cancel()
                 watching.cancel()

@@ -30,7 +30,7 @@ from harnessrl.runtime.engine.lora import (
     unload_lora_adapter,
 )
 from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
-from harnessrl.runtime.learner.config import EngineLink, ProxyLink, SyncMode
+from harnessrl.runtime.learner.config import EngineLink, ModelConfig, ProxyLink, SyncMode
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,10 @@ class WeightSync(Protocol):
 
     def restore(self, version: int) -> list[str]:
         """Serve `version` again on engines that lost it (restarted); the URLs that needed it."""
+        ...
+
+    def retire(self, version: int) -> None:
+        """The run is over: stop serving its policies (an engine it shares serves other runs on)."""
         ...
 
 
@@ -109,6 +113,16 @@ class LoraSync:
         if old < 1:
             return
         name = adapter_name(self.served, old)
+        self._unload(name)
+        shutil.rmtree(self.sync_dir / name, ignore_errors=True)
+
+    def retire(self, version: int) -> None:
+        # Every version publish kept loaded; the files stay (checkpoints do not need them, but nothing is lost).
+        for kept in range(max(1, version - self.keep + 1), version + 1):
+            self._unload(adapter_name(self.served, kept))
+
+    def _unload(self, name: str) -> None:
+        """Unload `name` from every engine and its adapter store; one already gone is not an error."""
         for url in self.engine.urls:
             try:
                 unload_lora_adapter(url, name, client=self.client)
@@ -119,7 +133,6 @@ class LoraSync:
                 self.client.delete(f"{store}/adapters/{name}", headers=self._store_headers())
             except httpx.HTTPError as exc:  # a store that restarted lost it anyway (its volume is an emptyDir)
                 log.info("deleting %s from %s: %s", name, store, exc)
-        shutil.rmtree(self.sync_dir / name, ignore_errors=True)
 
 
 class RestartSync:
@@ -146,21 +159,24 @@ class RestartSync:
     def restore(self, version: int) -> list[str]:
         return []  # engines are restarted on policy.json by whoever runs them
 
+    def retire(self, version: int) -> None:
+        pass  # whoever runs the engines stops them with the run
+
 
 def sync_dir(checkpoint_dir: Path) -> Path:
     """Where published policies live (the LoRA adapters the engines load, or restart sync's `policy.json`)."""
     return checkpoint_dir / "sync"
 
 
-def make_sync(engine: EngineLink, served_name: str, sync_dir: Path) -> WeightSync:
+def make_sync(engine: EngineLink, model: ModelConfig, sync_dir: Path) -> WeightSync:
     sync_dir.mkdir(parents=True, exist_ok=True)
     if engine.sync == SyncMode.lora:
-        return LoraSync(engine, served_name, sync_dir)
+        return LoraSync(engine, model.adapter_name_prefix, sync_dir)
     if engine.sync == SyncMode.nccl:
         from harnessrl.runtime.learner.weight_transfer import NcclSync
 
-        return NcclSync(engine, served_name)
-    return RestartSync(served_name, sync_dir)
+        return NcclSync(engine, model.served_name)
+    return RestartSync(model.served_name, sync_dir)
 
 
 class ForeignProxy(RuntimeError):

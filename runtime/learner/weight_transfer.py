@@ -167,6 +167,9 @@ class NcclSync:
             self._push(self.replicas, version)
         return PolicyState(model=self.served, version=version)
 
+    def retire(self, version: int) -> None:
+        pass  # full weights own their engines: nothing to hand back to other runs
+
     def restore(self, version: int) -> list[str]:
         """Push the current weights again to replicas whose engine does not report `version` (restarted on
         its checkpoint): their old group died with them, so it is rebuilt."""
