@@ -1,4 +1,5 @@
-"""TrainingRun + its HarnessPools -> Plan: the components of a run and their rendered configs. Pure.
+"""TrainingRun + its HarnessPools (+ EnginePool) -> Plan: the components of a run and their rendered configs;
+EnginePool -> EnginePoolPlan: its servers. Pure.
 
 The plan is computed once and realised two ways: `harnessrl.operator.kube` turns it into manifests, the
 local runner (`harnessrl run`) into processes. What differs between the two (URLs, ports, paths inside the
@@ -18,14 +19,16 @@ import yaml
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import (
     COMPONENT_LABEL,
+    ENGINE_POOL_LABEL,
     POOL_LABEL,
     RUN_LABEL,
     PodOverrides,
     ResourceRequirements,
     SecretKeyRef,
 )
+from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
-from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.api.trainingrun import EngineServers, ServedModel, TrainingRunSpec
 from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.harness import config as runner_cfg
@@ -79,11 +82,18 @@ class TooManyPodSets(PlanError):
     reason = R.TOO_MANY_POD_SETS
 
 
+class EnginePoolUnavailable(PlanError):
+    """spec.engine.pool names an EnginePool that is missing or cannot serve the run."""
+
+    reason = R.ENGINE_POOL_UNAVAILABLE
+
+
 class ComponentKind(StrEnum):
     ENGINE = "engine"
     PROXY = "proxy"
     LEARNER = "learner"
     RUNNER = "runner"
+    ENGINE_POOL = "enginepool"  # an EnginePool's servers
 
 
 class _Model(BaseModel):
@@ -176,6 +186,7 @@ PATHS = (
     "base-model",  # base weights the learner trains on
     "tasks",  # the task set, for runners
     "task-ids",  # the task ids of the trained split, for the learner
+    "adapter-store-token",  # an EnginePool's adapter store token (a Secret)
 )
 
 
@@ -193,8 +204,11 @@ class ClusterPlacement(Placement):
         self.namespace = namespace
 
     def engine_url(self, run: str, replica: int) -> str:
-        # Each StatefulSet Pod has a stable DNS name under the engine's headless Service.
-        return f"http://{run}-engine-{replica}.{run}-engine.{self.namespace}.svc:{self.engine_port}"
+        return self._server_url(child_name(run, ComponentKind.ENGINE), replica, self.engine_port)
+
+    def _server_url(self, statefulset: str, replica: int, port: int) -> str:
+        # Each StatefulSet Pod has a stable DNS name under the headless Service of the same name.
+        return f"http://{statefulset}-{replica}.{statefulset}.{self.namespace}.svc:{port}"
 
     def proxy_url(self, run: str) -> str:
         return f"http://{run}-proxy.{self.namespace}.svc:{self.proxy_port}"
@@ -214,7 +228,12 @@ class ClusterPlacement(Placement):
         return CLUSTER_PATHS[what]
 
     def adapter_store_url(self, run: str, replica: int) -> str | None:
-        return f"http://{run}-engine-{replica}.{run}-engine.{self.namespace}.svc:{ADAPTER_STORE_PORT}"
+        return self._server_url(child_name(run, ComponentKind.ENGINE), replica, ADAPTER_STORE_PORT)
+
+    def engine_pool_urls(self, pool: str, replica: int) -> tuple[str, str]:
+        """(server, adapter store) base URLs of one server of an EnginePool."""
+        name = child_name(pool, ComponentKind.ENGINE_POOL)
+        return self._server_url(name, replica, self.engine_port), self._server_url(name, replica, ADAPTER_STORE_PORT)
 
 
 CLUSTER_PATHS: dict[str, str] = {
@@ -234,6 +253,7 @@ CLUSTER_PATHS: dict[str, str] = {
     "base-model": "/var/lib/harnessrl/model",
     "tasks": "/var/lib/harnessrl/tasks",
     "task-ids": "/var/lib/harnessrl/task-ids/ids.txt",
+    "adapter-store-token": "/var/run/secrets/harnessrl/adapter-store/token",
 }
 assert set(CLUSTER_PATHS) == set(PATHS)
 
@@ -259,11 +279,22 @@ class Component(_Model):
         return self.config.model_dump(mode="json", exclude_none=True)
 
 
+class EngineTarget(_Model):
+    """The servers a run samples from and publishes its policy to: its own, or an EnginePool's."""
+
+    urls: list[str]
+    adapter_stores: list[str] = Field(description="the store beside each server, where servers have their own disks")
+    store_token: SecretFile | None
+    served_name: str = Field(description="the name the servers serve the base model under")
+    adapter_prefix: str | None = Field(description="what the run's adapters are named after; None: the served name")
+
+
 class Plan(_Model):
     run: str
     namespace: str
     suspended: bool
-    engine: Component
+    engine: Component | None = Field(description="the run's own servers; None on an EnginePool")
+    engine_pool: str | None = Field(None, description="the EnginePool the run samples from")
     proxy: Component
     learner: Component
     runners: list[Component]
@@ -275,8 +306,28 @@ class Plan(_Model):
     spec: TrainingRunSpec
     pools: dict[str, HarnessPoolSpec] = Field(description="every pool with runners: trained on or evaluated under")
 
+    @property
+    def scope_name(self) -> str:
+        """What the children's names and labels carry (kube/common.py Scope)."""
+        return self.run
+
     def components(self) -> list[Component]:
-        return [self.engine, self.proxy, self.learner, *self.runners]
+        return [c for c in (self.engine, self.proxy, self.learner, *self.runners) if c is not None]
+
+
+class EnginePoolPlan(_Model):
+    """An EnginePool's children: its servers with an adapter store beside each, and the stores' token Secret."""
+
+    pool: str
+    namespace: str
+    engine: Component
+    adapter_store: AdapterStorePlan
+    spec: EnginePoolSpec
+    suspended: bool = False  # a pool has no suspend; the manifest helpers ask it of every owner
+
+    @property
+    def scope_name(self) -> str:
+        return self.pool
 
 
 def child_name(run: str, component: ComponentKind, pool: str | None = None) -> str:
@@ -293,6 +344,11 @@ def runner_token_file(placement: Placement, run: str) -> SecretFile:
     return SecretFile(secret=runner_token_secret(run), key="token", path=placement.path("runner-token"))
 
 
+def engine_pool_store_secret(pool: str) -> str:
+    """The Secret of an EnginePool's adapter-store token: its runs' learners upload with it."""
+    return f"{child_name(pool, ComponentKind.ENGINE_POOL)}-store"
+
+
 def proxy_headless_name(run: str) -> str:
     """The proxy's headless Service, which gives each replica its stable DNS name (`<run>-proxy` is the Service
     that reaches any replica)."""
@@ -306,10 +362,12 @@ def build_plan(
     pools: dict[str, HarnessPoolSpec],
     placement: Placement,
     images: Images | None = None,
+    engine_pool: EnginePoolSpec | None = None,
 ) -> Plan:
-    """The components of `run`. `pools` must hold every pool `spec.harnesses` and `spec.eval` name."""
+    """The components of `run`. `pools` must hold every pool `spec.harnesses` and `spec.eval` name, and
+    `engine_pool` the EnginePool `spec.engine.pool` names (None: it does not exist)."""
     try:
-        return _build(run, namespace, spec, pools, placement, images or Images())
+        return _build(run, namespace, spec, pools, placement, images or Images(), engine_pool)
     except ValidationError as exc:
         # A combination the API allows but a component's config does not (e.g. image tasks, local sandbox).
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
@@ -317,7 +375,8 @@ def build_plan(
 
 
 def _build(
-    run: str, namespace: str, spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement, images: Images
+    run: str, namespace: str, spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: Placement,
+    images: Images, engine_pool: EnginePoolSpec | None,
 ) -> Plan:
     missing = sorted(name for name in pool_names(spec) if name not in pools)
     if missing:
@@ -326,20 +385,27 @@ def _build(
     too_long = sorted(name for name in used if len(name) > 63)
     if too_long:
         raise PlanError(f"HarnessPool name {', '.join(too_long)} is longer than 63 characters: it labels runner Pods")
-    if spec.queue_name and 3 + len(used) > MAX_POD_SETS:
+    own = 2 if spec.engine.pool else 3  # learner, proxy (and engine)
+    if spec.queue_name and own + len(used) > MAX_POD_SETS:
         raise TooManyPodSets(f"spec.queueName: a Kueue Workload holds at most {MAX_POD_SETS} pod sets, and this run has "
-                             f"{3 + len(used)} (learner, engine, proxy and {len(used)} pools): use at most "
-                             f"{MAX_POD_SETS - 3} pools in a queued run")
+                             f"{own + len(used)} ({own} of its own and {len(used)} pools): use at most "
+                             f"{MAX_POD_SETS - own} pools in a queued run")
+    if spec.engine.pool is not None and engine_pool is not None:
+        # The pool's servers set the context length that the memory plan and Dr. GRPO's constant assume.
+        engine = spec.engine.model_copy(update={"max_model_len": engine_pool.engine.max_model_len})
+        spec = spec.model_copy(update={"engine": engine})
     admin_secret = child_name(run, ComponentKind.PROXY) + "-admin"
     adapter_store = _adapter_store(run, spec, placement, images, admin_secret)
+    target = _engine_target(run, namespace, spec, placement, adapter_store, engine_pool)
     return Plan(
         run=run,
         namespace=namespace,
         suspended=spec.suspend,
         engine=_engine(run, spec, placement),
+        engine_pool=spec.engine.pool,
         adapter_store=adapter_store,
-        proxy=_proxy(run, spec, placement, images, admin_secret),
-        learner=_learner(run, spec, used, placement, images, admin_secret, adapter_store),
+        proxy=_proxy(run, spec, placement, images, admin_secret, target),
+        learner=_learner(run, spec, used, placement, images, admin_secret, target),
         runners=[_runner(run, namespace, spec, name, pool, placement, images) for name, pool in used.items()],
         proxy_admin_secret=admin_secret,
         runner_token_secret=runner_token_secret(run),
@@ -383,60 +449,131 @@ def harness_name(pool: HarnessPoolSpec) -> str:
     return known.name if known is not None else custom.name  # type: ignore[union-attr]
 
 
-def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component:
+def _engine(run: str, spec: TrainingRunSpec, placement: Placement) -> Component | None:
     engine, model = spec.engine, spec.model
-    lora = model.adapter.lora
-    nccl = engine.weight_sync == "nccl"
-    # vLLM downloads a Hub base model itself: a gated one needs the token.
-    model_token = next(iter(hub_read_tokens(spec, placement, "base-model-token")), None)
+    if engine.pool is not None:
+        return None
     if engine.weight_sync == "restart" and not placement.restarts_engines:
         # Engine Pods cannot read the learner's checkpoint volume, and nothing would restart them on new weights.
         raise PlanError("engine.weightSync restart runs only in `harnessrl run`; in a cluster use lora (with "
                         "model.adapter.lora) or nccl (full weights on GPUs)")
-    if model.base.hub is not None:
-        # vLLM downloads hub weights itself; a revision other than main is passed through.
-        source = model.base.hub.repo
-        revision = [] if model.base.hub.revision == "main" else ["--revision", model.base.hub.revision]
+    lora = model.adapter.lora
+    return engine_servers(
+        child_name(run, ComponentKind.ENGINE), ComponentKind.ENGINE, engine, model, placement,
+        LoraSettings(enabled=engine.weight_sync == "lora", max_rank=_lora_rank(lora.rank if lora else 16)),
+        spec.pod, nccl=engine.weight_sync == "nccl",
+    )
+
+
+def engine_servers(
+    name: str,
+    kind: ComponentKind,
+    servers: EngineServers,
+    model: ServedModel,
+    placement: Placement,
+    lora: LoraSettings,
+    pod: PodOverrides,
+    nccl: bool = False,
+) -> Component:
+    """vLLM servers of `model`: a run's own, or an EnginePool's."""
+    hub = model.base.hub
+    # vLLM downloads a Hub base model itself: a gated one needs the token.
+    token = _secret(hub.token_secret, placement.path("base-model-token")) if hub and hub.token_secret else None
+    if hub is not None:
+        # A revision other than main is passed through.
+        source, revision = hub.repo, ([] if hub.revision == "main" else ["--revision", hub.revision])
     else:
         source, revision = placement.path("base-model"), []
     config = EngineConfig(
         model=source,
         served_model_name=model.served_name,
-        device="cuda" if engine.gpus else "cpu",
+        device="cuda" if servers.gpus else "cpu",
         dtype=model.dtype,
-        tensor_parallel_size=max(engine.gpus, 1),
-        gpu_memory_utilization=engine.gpu_memory_utilization if engine.gpus else None,
-        lora=LoraSettings(
-            enabled=engine.weight_sync == "lora",
-            max_rank=_lora_rank(lora.rank if lora else 16),
-        ),
+        tensor_parallel_size=max(servers.gpus, 1),
+        gpu_memory_utilization=servers.gpu_memory_utilization if servers.gpus else None,
+        lora=lora,
         host="0.0.0.0",
         port=placement.engine_port,
-        extra_args=[*revision, *NCCL_ENGINE_ARGS, *engine.args] if nccl else [*revision, *engine.args],
-        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in engine.env} | hub_token_env(model_token.path if model_token else None),
-        **({"max_model_len": engine.max_model_len} if engine.max_model_len else {}),
+        extra_args=[*revision, *NCCL_ENGINE_ARGS, *servers.args] if nccl else [*revision, *servers.args],
+        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in servers.env} | hub_token_env(token.path if token else None),
+        **({"max_model_len": servers.max_model_len} if servers.max_model_len else {}),
     )
     return Component(
-        kind=ComponentKind.ENGINE,
-        name=child_name(run, ComponentKind.ENGINE),
-        image=engine.image,
-        replicas=engine.replicas,
-        gpus=engine.gpus,
-        resources=engine.resources,
+        kind=kind,
+        name=name,
+        image=servers.image,
+        replicas=servers.replicas,
+        gpus=servers.gpus,
+        resources=servers.resources,
         ports=[Port(name="http", port=placement.engine_port)],
         config=config,
-        secrets=[model_token] if model_token else [],
-        pod=spec.pod,
+        secrets=[token] if token else [],
+        pod=pod,
     )
+
+
+def build_engine_pool_plan(
+    pool: str, namespace: str, spec: EnginePoolSpec, placement: Placement, images: Images | None = None
+) -> EnginePoolPlan:
+    """An EnginePool's servers: LoRA always on, an adapter store beside each (its runs' learners upload there)."""
+    lora = LoraSettings(enabled=True, max_rank=_lora_rank(spec.lora.max_rank), max_loras=spec.lora.max_loras)
+    engine = engine_servers(child_name(pool, ComponentKind.ENGINE_POOL), ComponentKind.ENGINE_POOL, spec.engine,
+                            spec.model, placement, lora, spec.pod)
+    token = SecretFile(secret=engine_pool_store_secret(pool), key="token", path=placement.path("adapter-store-token"))
+    store = AdapterStorePlan(image=(images or Images()).image("proxy"), port=ADAPTER_STORE_PORT, token=token)
+    return EnginePoolPlan(pool=pool, namespace=namespace, engine=engine, adapter_store=store, spec=spec)
 
 
 def _adapter_store(
     run: str, spec: TrainingRunSpec, placement: Placement, images: Images, admin_secret: str
 ) -> AdapterStorePlan | None:
-    if spec.engine.weight_sync != "lora" or placement.adapter_store_url(run, 0) is None:
+    if spec.engine.pool is not None or spec.engine.weight_sync != "lora" or placement.adapter_store_url(run, 0) is None:
         return None
     token = SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token"))
     return AdapterStorePlan(image=images.image("proxy"), port=ADAPTER_STORE_PORT, token=token)
+
+
+def _engine_target(
+    run: str,
+    namespace: str,
+    spec: TrainingRunSpec,
+    placement: Placement,
+    adapter_store: AdapterStorePlan | None,
+    engine_pool: EnginePoolSpec | None,
+) -> EngineTarget:
+    name = spec.engine.pool
+    if name is None:
+        replicas = range(spec.engine.replicas)
+        return EngineTarget(
+            urls=[placement.engine_url(run, i) for i in replicas],
+            # Where the engines cannot read the learner's files, each adapter goes through its engine's store first.
+            adapter_stores=[placement.adapter_store_url(run, i) or "" for i in replicas] if adapter_store else [],
+            store_token=adapter_store.token if adapter_store else None,
+            served_name=spec.model.served_name,
+            adapter_prefix=None,
+        )
+    if not isinstance(placement, ClusterPlacement):
+        raise PlanError(f"engine.pool names EnginePool {name}, and only a cluster has EnginePools: remove "
+                        "engine.pool to run the run's own engine")
+    if engine_pool is None:
+        raise EnginePoolUnavailable(f"EnginePool {name} not found in namespace {namespace}")
+    if engine_pool.model.base != spec.model.base:
+        raise EnginePoolUnavailable(f"EnginePool {name} serves another base model than this run's model.base: a run "
+                                    "trains on the pool's base (spec.model.base of both must be equal)")
+    lora = spec.model.adapter.lora
+    if lora is not None and lora.rank > engine_pool.lora.max_rank:
+        raise EnginePoolUnavailable(f"model.adapter.lora.rank {lora.rank} is above EnginePool {name}'s "
+                                    f"lora.maxRank {engine_pool.lora.max_rank}")
+    urls = [placement.engine_pool_urls(name, i) for i in range(engine_pool.engine.replicas)]
+    return EngineTarget(
+        urls=[server for server, _ in urls],
+        adapter_stores=[store for _, store in urls],
+        store_token=SecretFile(secret=engine_pool_store_secret(name), key="token",
+                               path=placement.path("adapter-store-token")),
+        served_name=engine_pool.model.served_name,
+        # Unique among the pool's runs: they share its namespace.
+        adapter_prefix=run,
+    )
 
 
 def _lora_rank(rank: int) -> Any:
@@ -446,12 +583,14 @@ def _lora_rank(rank: int) -> Any:
     return fitting[0]
 
 
-def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images, admin_secret: str) -> Component:
+def _proxy(
+    run: str, spec: TrainingRunSpec, placement: Placement, images: Images, admin_secret: str, target: EngineTarget
+) -> Component:
     config = ProxyConfig(
         host="0.0.0.0",
         port=placement.proxy_port,
-        upstream_urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
-        served_model=spec.model.served_name,
+        upstream_urls=target.urls,
+        served_model=target.served_name,
         admin_token_file=placement.path("proxy-admin-token"),
         runner_token_file=placement.path("runner-token"),
         journal_dir=placement.path("journal"),
@@ -479,8 +618,15 @@ def _proxy(run: str, spec: TrainingRunSpec, placement: Placement, images: Images
         config=config,
         secrets=[SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
                  runner_token_file(placement, run)],
-        pod=spec.pod,
+        pod=_engine_client_pod(spec),
     )
+
+
+def _engine_client_pod(spec: TrainingRunSpec) -> PodOverrides:
+    """The run's pod overrides; on an EnginePool, with the label its NetworkPolicy admits (proxy and learner)."""
+    if spec.engine.pool is None:
+        return spec.pod
+    return spec.pod.model_copy(update={"labels": {**spec.pod.labels, ENGINE_POOL_LABEL: spec.engine.pool}})
 
 
 def _learner(
@@ -490,7 +636,7 @@ def _learner(
     placement: Placement,
     images: Images,
     admin_secret: str,
-    adapter_store: AdapterStorePlan | None,
+    target: EngineTarget,
 ) -> Component:
     grpo, learner, model = spec.grpo, spec.learner, spec.model
     if spec.engine.weight_sync == "nccl" and (learner.gpus > 1 or learner.nodes > 1):
@@ -508,6 +654,8 @@ def _learner(
     )
     secrets = [SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
                runner_token_file(placement, run), *hub_read_tokens(spec, placement)]
+    if target.store_token is not None and target.store_token.secret != admin_secret:
+        secrets.append(target.store_token)  # an EnginePool's stores take their own token
     export = None
     if spec.export is not None:
         secrets.append(_secret(spec.export.token_secret, placement.path("hub-token")))
@@ -527,7 +675,8 @@ def _learner(
         run_name=run,
         model=learner_cfg.ModelConfig(
             path=placement.path("base-model"),
-            served_name=model.served_name,
+            served_name=target.served_name,
+            adapter_prefix=target.adapter_prefix,
             # The learner trains in bf16 or fp32; fp16 serving still trains in the learner's default.
             dtype="auto" if model.dtype == "float16" else model.dtype,
             device="cuda" if learner.gpus else "cpu",
@@ -567,11 +716,10 @@ def _learner(
             worker_ports=worker_ports(placement.proxy_port, spec.proxy.workers),
         ),
         engine=learner_cfg.EngineLink(
-            urls=[placement.engine_url(run, i) for i in range(spec.engine.replicas)],
+            urls=target.urls,
             sync=learner_cfg.SyncMode(spec.engine.weight_sync),
-            # Where the engines cannot read the learner's files, each adapter goes through its engine's store first.
-            adapter_stores=[placement.adapter_store_url(run, i) for i in range(spec.engine.replicas)] if adapter_store else [],
-            adapter_store_token_file=adapter_store.token.path if adapter_store else None,
+            adapter_stores=target.adapter_stores,
+            adapter_store_token_file=target.store_token.path if target.store_token else None,
             # The engines' workers join the learner's NCCL rendezvous at its own address.
             nccl_master_address=urlparse(placement.coordinator_url(run)).hostname or "127.0.0.1",
             nccl_master_port=NCCL_PORT,
@@ -601,7 +749,7 @@ def _learner(
            if spec.engine.weight_sync == "nccl" else []),
         config=config,
         secrets=secrets,
-        pod=spec.pod,
+        pod=_engine_client_pod(spec),
     )
 
 

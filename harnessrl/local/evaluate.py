@@ -134,6 +134,7 @@ def resolve_checkpoints(args: list[str]) -> list[Checkpoint]:
 def with_lora_serving(plan: Plan, checkpoints: list[Checkpoint]) -> Plan:
     """The engine must serve adapters (of the largest rank given) even if the run syncs weights another way."""
     ranks = [c.rank for c in checkpoints if c.adapter is not None]
+    assert plan.engine is not None  # build_plan gives every run its own engine on one machine
     engine = plan.engine.config
     assert isinstance(engine, EngineConfig)
     if not ranks:

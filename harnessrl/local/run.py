@@ -104,6 +104,7 @@ class LocalPlacement(Placement):
             "base-model": self.model_dir,
             "tasks": self.tasks_dir,
             "task-ids": self.run_dir / "task-ids.txt",
+            "adapter-store-token": self.run_dir / "secrets" / "adapter-store-token",  # none here: no EnginePools
         }
         assert set(files) == set(PATHS)
         return str(files[what])
@@ -117,8 +118,11 @@ def read_inputs(files: list[Path]) -> tuple[TrainingRun, dict[str, HarnessPool]]
         for resource in load_manifests(path):
             if isinstance(resource, TrainingRun):
                 runs.append(resource)
-            else:
+            elif isinstance(resource, HarnessPool):
                 pools[resource.metadata.name] = resource
+            else:
+                raise LocalRunError(f"{path}: EnginePool {resource.metadata.name}: EnginePools exist only in a "
+                                    "cluster; `harnessrl run` starts the run's own engine")
     if len(runs) != 1:
         raise LocalRunError(f"expected exactly one TrainingRun in {', '.join(map(str, files))}, found {len(runs)}")
     return runs[0], pools
@@ -263,6 +267,7 @@ def local_config(component: Component) -> dict[str, object]:
 
 def engine_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None) -> list[ProcessSpec]:
     """One vLLM server per engine replica, on the base model or (weightSync restart) on the published policy."""
+    assert plan.engine is not None  # build_plan gives every run its own engine on one machine
     engine = plan.engine.config
     assert isinstance(engine, EngineConfig)
     specs: list[ProcessSpec] = []

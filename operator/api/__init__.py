@@ -1,10 +1,13 @@
-"""The harnessrl.io/v1alpha1 API: TrainingRun and HarnessPool as pydantic models.
+"""The harnessrl.io/v1alpha1 API: TrainingRun, HarnessPool and EnginePool as pydantic models.
 
 The CRDs in crds/ are generated from these models (`harnessrl crds`); `load_manifest` reads a
 manifest into them with errors that name the offending field.
 """
 
 from harnessrl.operator.api.common import API_VERSION, GROUP, VERSION
+from harnessrl.operator.api.enginepool import KIND as ENGINEPOOL_KIND
+from harnessrl.operator.api.enginepool import PLURAL as ENGINEPOOL_PLURAL
+from harnessrl.operator.api.enginepool import EnginePool, EnginePoolSpec, EnginePoolStatus
 from harnessrl.operator.api.harnesspool import KIND as HARNESSPOOL_KIND
 from harnessrl.operator.api.harnesspool import (
     KNOWN_HARNESSES,
@@ -27,6 +30,8 @@ from harnessrl.operator.api.trainingrun import TrainingRun, TrainingRunSpec, Tra
 
 __all__ = [
     "API_VERSION",
+    "ENGINEPOOL_KIND",
+    "ENGINEPOOL_PLURAL",
     "GROUP",
     "HARNESSPOOL_KIND",
     "HARNESSPOOL_PLURAL",
@@ -35,6 +40,9 @@ __all__ = [
     "TRAININGRUN_PLURAL",
     "VERSION",
     "Condition",
+    "EnginePool",
+    "EnginePoolSpec",
+    "EnginePoolStatus",
     "HarnessPool",
     "HarnessPoolSpec",
     "HarnessPoolStatus",

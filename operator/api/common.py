@@ -40,6 +40,9 @@ API_VERSION: Final = "harnessrl.io/v1alpha1"
 RUN_LABEL: Final = f"{GROUP}/run"
 COMPONENT_LABEL: Final = f"{GROUP}/component"
 POOL_LABEL: Final = f"{GROUP}/pool"
+# On an EnginePool's server Pods (selecting them, as RUN_LABEL selects a run's), and on the learner and proxy Pods
+# of the runs on it (the pool's NetworkPolicy admits those).
+ENGINE_POOL_LABEL: Final = f"{GROUP}/engine-pool"
 # The uid of the run a child belongs to, on a child that outlives its run (a retained checkpoint claim).
 RUN_UID_LABEL: Final = f"{GROUP}/run-uid"
 

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from harnessrl.operator.api.common import GROUP, VERSION, ApiModel
+from harnessrl.operator.api.enginepool import KIND as ENGINE_POOL_KIND
+from harnessrl.operator.api.enginepool import PLURAL as ENGINE_POOL_PLURAL
+from harnessrl.operator.api.enginepool import EnginePool, EnginePoolSpec, EnginePoolStatus
 from harnessrl.operator.api.harnesspool import KIND as POOL_KIND
 from harnessrl.operator.api.harnesspool import PLURAL as POOL_PLURAL
 from harnessrl.operator.api.harnesspool import HarnessPool, HarnessPoolSpec, HarnessPoolStatus
@@ -90,6 +93,23 @@ KINDS = (
             AGE,
         ],
         scale=True,
+    ),
+    Kind(
+        resource=EnginePool,
+        spec=EnginePoolSpec,
+        status=EnginePoolStatus,
+        kind=ENGINE_POOL_KIND,
+        plural=ENGINE_POOL_PLURAL,
+        short_name="epool",  # not `ep`: Endpoints has it
+        columns=[
+            column("Model", "string", ".spec.model.servedName", "Name the servers serve the base model under."),
+            condition_column(READY),
+            column("Desired", "integer", ".spec.engine.replicas", "Servers wanted."),
+            column("Available", "integer", ".status.readyReplicas", "Servers ready."),
+            column("Runs", "string", ".status.runs", "TrainingRuns on the pool.", priority=1),
+            column("Phase", "string", ".status.phase", "Summary of the conditions.", priority=1),
+            AGE,
+        ],
     ),
 )
 

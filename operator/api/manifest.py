@@ -1,4 +1,4 @@
-"""Read TrainingRun / HarnessPool manifests (files, YAML text or dicts) into the API models."""
+"""Read TrainingRun / HarnessPool / EnginePool manifests (files, YAML text or dicts) into the API models."""
 
 from __future__ import annotations
 
@@ -8,19 +8,21 @@ from typing import Any, TypeAlias
 
 import yaml
 from harnessrl.operator.api.common import API_VERSION
+from harnessrl.operator.api.enginepool import EnginePool
 from harnessrl.operator.api.harnesspool import HarnessPool
 from harnessrl.operator.api.trainingrun import TrainingRun
 from pydantic import ValidationError
 
-Resource: TypeAlias = TrainingRun | HarnessPool
-KINDS: dict[str, type[TrainingRun] | type[HarnessPool]] = {
+Resource: TypeAlias = TrainingRun | HarnessPool | EnginePool
+KINDS: dict[str, type[TrainingRun] | type[HarnessPool] | type[EnginePool]] = {
     "TrainingRun": TrainingRun,
     "HarnessPool": HarnessPool,
+    "EnginePool": EnginePool,
 }
 
 
 class ManifestError(ValueError):
-    """A manifest that is not a valid TrainingRun or HarnessPool; the message says where and why."""
+    """A manifest that is not a valid TrainingRun, HarnessPool or EnginePool; the message says where and why."""
 
 
 def _where(data: Any, loc: tuple[int | str, ...]) -> str:

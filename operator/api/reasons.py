@@ -72,6 +72,10 @@ RESTART_BUDGET_EXHAUSTED = _reason(
 LEARNER_FAILED = _reason("LearnerFailed", "the learner's Job failed", warning=True)
 DEADLINE_EXCEEDED = _reason("DeadlineExceeded", "the learner ran longer than spec.activeDeadlineSeconds", warning=True)
 HARNESS_POOL_NOT_FOUND = _reason("HarnessPoolNotFound", "a HarnessPool the run names does not exist", warning=True)
+ENGINE_POOL_UNAVAILABLE = _reason(
+    "EnginePoolUnavailable", "the EnginePool in spec.engine.pool does not exist, or cannot serve the run (another base "
+    "model, a LoRA rank above its maxRank)", warning=True,
+)
 JOBSET_NOT_INSTALLED = _reason(
     "JobSetNotInstalled", "spec.learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io), not installed", warning=True
 )

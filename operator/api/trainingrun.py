@@ -102,17 +102,12 @@ class AdapterSpec(ApiModel):
     full: FullFineTune | None = Field(default=None, description="Train all weights.")
 
 
-class ModelSpec(ApiModel):
-    """The policy being trained."""
+class ServedModel(ApiModel):
+    """Base weights as the engines serve them."""
 
     base: BaseModelSource = Field(
         description="Base weights. Immutable: a run's checkpoints only make sense on its own base.",
         json_schema_extra=immutable("model.base"),
-    )
-    adapter: AdapterSpec = Field(
-        default_factory=lambda: AdapterSpec(lora=LoraAdapter()),
-        description="What is trained; LoRA by default. Immutable: checkpoints hold this adapter's weights.",
-        json_schema_extra=immutable("model.adapter"),
     )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Weight dtype for serving and training."
@@ -122,6 +117,16 @@ class ModelSpec(ApiModel):
     ] = Field(
         default="policy",
         description="Model name the harnesses ask for; the proxy routes it to the current policy.",
+    )
+
+
+class ModelSpec(ServedModel):
+    """The policy being trained."""
+
+    adapter: AdapterSpec = Field(
+        default_factory=lambda: AdapterSpec(lora=LoraAdapter()),
+        description="What is trained; LoRA by default. Immutable: checkpoints hold this adapter's weights.",
+        json_schema_extra=immutable("model.adapter"),
     )
 
 
@@ -254,8 +259,8 @@ class RewardSpec(ApiModel):
     )
 
 
-class EngineSpec(ApiModel):
-    """The vLLM inference servers."""
+class EngineServers(ApiModel):
+    """vLLM inference servers: image, count and size."""
 
     image: Image = Field(default=DEFAULT_ENGINE_IMAGE, description="vLLM OpenAI-server image.")
     args: list[Arg] = Field(default_factory=list, max_length=64, description="Extra vLLM server arguments.")
@@ -270,16 +275,27 @@ class EngineSpec(ApiModel):
         default_factory=ResourceRequirements,
         description="CPU and memory of each server (GPUs come from gpus).",
     )
-    weight_sync: Literal["lora", "nccl", "restart"] = Field(
-        default="lora",
-        description="How new weights reach the servers: hot-load a LoRA adapter, broadcast over NCCL, "
-        "or restart the servers from the checkpoint (`harnessrl run` only).",
-    )
     max_model_len: int | None = Field(
         default=None, ge=256, le=4_194_304, description="Context length served; the model's own when empty."
     )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use."
+    )
+
+
+class EngineSpec(EngineServers):
+    """The vLLM inference servers."""
+
+    weight_sync: Literal["lora", "nccl", "restart"] = Field(
+        default="lora",
+        description="How new weights reach the servers: hot-load a LoRA adapter, broadcast over NCCL, "
+        "or restart the servers from the checkpoint (`harnessrl run` only).",
+    )
+    pool: ResourceName | None = Field(
+        default=None,
+        description="An EnginePool in the run's namespace to sample from instead of servers of the run's own: "
+        "its servers serve this run's LoRA adapter (named after the run) beside other runs' adapters, and the "
+        "fields above are unused. The pool's model.base must be the run's. In a cluster only.",
     )
 
 
@@ -523,6 +539,11 @@ class TrainingRunSpec(ApiModel):
             cel="self.engine.weightSync != 'lora' || has(self.model.adapter.lora)",
             message="engine.weightSync lora needs model.adapter.lora",
             check=lambda s: s.engine.weight_sync != "lora" or s.model.adapter.lora is not None,
+        ),
+        Rule(
+            cel="!has(self.engine.pool) || self.engine.weightSync == 'lora'",
+            message="engine.pool serves LoRA adapters: engine.weightSync must be lora",
+            check=lambda s: s.engine.pool is None or s.engine.weight_sync == "lora",
         ),
         # The learner pushes every Nth checkpoint; a cadence between checkpoints would have to be rounded.
         Rule(

@@ -1,5 +1,5 @@
 """kopf handlers: thin. Events only trigger level-based reconciles (see context.py); the reconcilers read,
-plan, apply and write status (trainingrun.py, harnesspool.py; status.py computes conditions)."""
+plan, apply and write status (trainingrun.py, harnesspool.py, enginepool.py; status.py computes conditions)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ from typing import Any
 
 import kopf
 import kubernetes.client
-from harnessrl.operator.api.common import GROUP, VERSION
+from harnessrl.operator.api.common import ENGINE_POOL_LABEL, GROUP, VERSION
+from harnessrl.operator.api.enginepool import KIND as ENGINE_POOL_KIND
+from harnessrl.operator.api.enginepool import PLURAL as ENGINE_POOL_PLURAL
 from harnessrl.operator.api.harnesspool import KIND as POOL_KIND
 from harnessrl.operator.api.harnesspool import PLURAL as POOL_PLURAL
 from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.api.trainingrun import PLURAL as RUN_PLURAL
-from harnessrl.operator.handlers import harnesspool, trainingrun
+from harnessrl.operator.handlers import enginepool, harnesspool, trainingrun
 from harnessrl.operator.handlers.context import Context, OperatorOptions
 from harnessrl.operator.kube.common import MANAGED_BY, RUN
 
@@ -33,6 +35,7 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
     ctx = Context(options, api)
     ctx.register(RUN_KIND, trainingrun.reconcile)
     ctx.register(POOL_KIND, harnesspool.reconcile)
+    ctx.register(ENGINE_POOL_KIND, enginepool.reconcile)
 
     @kopf.on.startup(registry=registry)
     def start(**_: Any) -> None:
@@ -53,12 +56,19 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
             ctx.trigger((RUN_KIND, namespace, other))
         if not ctx.kube.is_own_status_write(RUN_KIND, namespace, name, body.metadata.get("resourceVersion")):
             ctx.seen(RUN_KIND, namespace, name, deleted=type == "DELETED")
+            ctx.trigger_namespace(ENGINE_POOL_KIND, namespace)  # their status lists the runs on them
 
     @kopf.on.event(GROUP, VERSION, POOL_PLURAL, registry=registry)
     def pool_event(type: str | None, namespace: str, name: str, body: kopf.Body, **_: Any) -> None:
         if not ctx.kube.is_own_status_write(POOL_KIND, namespace, name, body.metadata.get("resourceVersion")):
             ctx.seen(POOL_KIND, namespace, name, deleted=type == "DELETED")
             ctx.trigger_namespace(RUN_KIND, namespace)
+
+    @kopf.on.event(GROUP, VERSION, ENGINE_POOL_PLURAL, registry=registry)
+    def engine_pool_event(type: str | None, namespace: str, name: str, body: kopf.Body, **_: Any) -> None:
+        if not ctx.kube.is_own_status_write(ENGINE_POOL_KIND, namespace, name, body.metadata.get("resourceVersion")):
+            ctx.seen(ENGINE_POOL_KIND, namespace, name, deleted=type == "DELETED")
+            ctx.trigger_namespace(RUN_KIND, namespace)  # the runs on it follow its servers (or its absence)
 
     for group, version, plural in WATCHED_CHILDREN:
 
@@ -69,5 +79,8 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
             if run:
                 ctx.trigger((RUN_KIND, namespace, run))
                 ctx.trigger_namespace(POOL_KIND, namespace)
+            elif pool := labels.get(ENGINE_POOL_LABEL):  # an EnginePool's servers: its runs' EngineReady too
+                ctx.trigger((ENGINE_POOL_KIND, namespace, pool))
+                ctx.trigger_namespace(RUN_KIND, namespace)
 
     return registry, ctx

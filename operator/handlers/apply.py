@@ -47,6 +47,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("coordination.k8s.io/v1", "Lease"): "leases",
     ("harnessrl.io/v1alpha1", "TrainingRun"): "trainingruns",
     ("harnessrl.io/v1alpha1", "HarnessPool"): "harnesspools",
+    ("harnessrl.io/v1alpha1", "EnginePool"): "enginepools",
 }
 
 # Spec fields that may change after creation; the rest is immutable (or owned by another controller).
@@ -421,3 +422,14 @@ class Kube:
         self.patch(api_version, kind, namespace, name, body)
         log.info("converged %s %s/%s", kind, namespace, name)
         return Outcome("patched")
+
+
+def ensure_child(kube: Kube, manifest: Manifest, snapshot: Snapshot | None = None) -> Outcome:
+    """`kube.ensure`, with a refusal no retry can cure (400, 403, 422: the server will not take the object as it
+    is) raised as ChildRefused."""
+    try:
+        return kube.ensure(manifest, snapshot)
+    except ApiException as exc:
+        if exc.status in (400, 403, 422):
+            raise ChildRefused(manifest["kind"], manifest["metadata"]["name"], exc) from None
+        raise

@@ -56,7 +56,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     try:
         spec = HarnessPoolSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:  # stored before an upgrade: say so on the pool (its runs say it too)
-        write_status(kube, KIND, body, old, pool_blocked_status(generation, old, R.INVALID_SPEC, spec_problems(exc, body.get("spec"))))
+        write_status(kube, KIND, body, old, pool_blocked_status(generation, old or HarnessPoolStatus(), R.INVALID_SPEC, spec_problems(exc, body.get("spec"))))
         return
     new = pool_status(generation, old, name, deployments, pods, rollouts)
     known = spec.harness.known

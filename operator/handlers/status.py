@@ -12,10 +12,11 @@ final checkpoint and export), so a Job success is the run's success. `Failed` co
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL
+from harnessrl.operator.api.enginepool import EnginePoolStatus
 from harnessrl.operator.api.harnesspool import HarnessPoolStatus, PoolRolloutCounts
 from harnessrl.operator.api.reasons import (
     COMPLETE,
@@ -65,6 +66,7 @@ class Observed(BaseModel):
     proxy: Manifest | None = None
     learner: Manifest | None = None  # the Job (of a multi-node learner: its JobSet, seen as a Job)
     runners: dict[str, Manifest | None] = {}  # pool -> Deployment
+    engine_pods: list[Manifest] | None = None  # an EnginePool's servers; None: the run's own engine's, among pods
     pods: list[Manifest] = []
     progress: CoordinatorStatus | None = None
     queue: QueueState | None = None  # None: the run has no spec.queueName
@@ -192,7 +194,8 @@ def run_status(
         put(SUSPENDED, "False", queue.reason, queue.message)
     else:
         put(SUSPENDED, "False", R.NOT_SUSPENDED, "")
-        put(ENGINE_READY, *workload_condition(observed.engine, _pods_of(pods, "engine"), "engine"))
+        engine_pods = observed.engine_pods if observed.engine_pods is not None else _pods_of(pods, "engine")
+        put(ENGINE_READY, *workload_condition(observed.engine, engine_pods, "engine"))
         put(PROXY_READY, *workload_condition(observed.proxy, _pods_of(pods, "proxy"), "proxy"))
         put(HARNESSES_READY, *_harnesses_condition(observed, pods))
         parts = [c for c in conds if c.type in (ENGINE_READY, PROXY_READY, HARNESSES_READY)]
@@ -392,10 +395,30 @@ def pool_status(
     )
 
 
+PoolStatus = TypeVar("PoolStatus", HarnessPoolStatus, EnginePoolStatus)
+
+
 def pool_blocked_status(
-    generation: int, old: HarnessPoolStatus | None, reason: str, message: str, now: datetime | None = None
-) -> HarnessPoolStatus:
-    """The status of a pool whose stored spec the operator cannot use."""
-    old = old or HarnessPoolStatus()
+    generation: int, old: PoolStatus, reason: str, message: str, now: datetime | None = None
+) -> PoolStatus:
+    """The status of a pool (harness or engine) whose stored spec the operator cannot use."""
     conds = set_condition(list(old.conditions), READY, "False", reason, message, generation, now)
     return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": "Pending"})
+
+
+def engine_pool_status(
+    generation: int,
+    old: EnginePoolStatus | None,
+    servers: Manifest | None,
+    pods: list[Manifest],
+    runs: list[str],
+    now: datetime | None = None,
+) -> EnginePoolStatus:
+    """An EnginePool's status: its servers' readiness, and the runs sampling from it."""
+    old = old or EnginePoolStatus()
+    status, reason, message = workload_condition(servers, pods, "servers")
+    ready = int(((servers or {}).get("status") or {}).get("readyReplicas") or 0)
+    conds = set_condition(list(old.conditions), READY, status, reason, message, generation, now)
+    phase: Literal["Pending", "Ready", "Degraded"] = "Ready" if status == "True" else ("Degraded" if ready else "Pending")
+    return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": phase,
+                                  "ready_replicas": ready, "runs": runs})

@@ -16,11 +16,20 @@ from typing import Any, TypeVar
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import API_VERSION
+from harnessrl.operator.api.enginepool import KIND as ENGINE_POOL_KIND
+from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
 from harnessrl.operator.handlers import admission
-from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, Snapshot, owner_uid
+from harnessrl.operator.handlers.apply import (
+    ChildConflict,
+    ChildRefused,
+    Kube,
+    Snapshot,
+    ensure_child,
+    owner_uid,
+)
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     Event,
@@ -31,7 +40,7 @@ from harnessrl.operator.handlers.status import (
     transitions,
 )
 from harnessrl.operator.kube import Owner, kueue, learner, proxy, render
-from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN
+from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN, selector
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
     ClusterPlacement,
@@ -44,7 +53,6 @@ from harnessrl.operator.plan import (
     pool_share,
 )
 from harnessrl.runtime.contracts.status import fetch
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger("harnessrl.operator.trainingrun")
@@ -156,9 +164,17 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     # A pool's replicas are its runners across every run using it: this run runs its share.
     pools = {n: p.model_copy(update={"replicas": pool_share(p.replicas, ctx.pool_users(namespace, n), name)})
              for n, p in pools.items()}
+    engine_pool: EnginePoolSpec | None = None
+    if spec.engine.pool is not None and (found := kube.get(API_VERSION, ENGINE_POOL_KIND, namespace, spec.engine.pool)):
+        try:
+            engine_pool = EnginePoolSpec.model_validate(found.get("spec") or {})
+        except ValidationError as exc:  # stored before an upgrade; the pool carries the same condition
+            message = f"EnginePool {spec.engine.pool} is invalid: {spec_problems(exc, found.get('spec'))}"
+            _finish(kube, body, old, blocked_status(generation, old, R.ENGINE_POOL_UNAVAILABLE, message))
+            return
     placement = ClusterPlacement(namespace)
     try:
-        plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images)
+        plan = build_plan(name, namespace, spec, pools, placement, ctx.options.images, engine_pool)
     except PlanError as exc:
         reason = R.HARNESS_POOL_NOT_FOUND if len(pools) < len(wanted) else exc.reason
         _finish(kube, body, old, blocked_status(generation, old, reason, str(exc)))
@@ -190,6 +206,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     ctx.refusals.succeeded(key)
     observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {RUN: name}))
+    if plan.engine_pool is not None:
+        observed = observed.model_copy(update=observe_engine_pool(kube, namespace, plan.engine_pool))
     if gate is not None:
         observed = observed.model_copy(update={"queue": gate.queue})
         admission.release(kube, gate, observed)
@@ -231,12 +249,7 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list
     changed = False
     replaced: list[Event] = []
     for manifest in render(plan, owner):
-        try:
-            outcome = kube.ensure(manifest, snapshot)
-        except ApiException as exc:
-            if exc.status in (400, 403, 422):  # the server will not take it as it is; retrying will not help
-                raise ChildRefused(manifest["kind"], manifest["metadata"]["name"], exc) from None
-            raise
+        outcome = ensure_child(kube, manifest, snapshot)
         changed |= outcome.action != "unchanged"
         if outcome.action == "replaced":
             what = f"{manifest['kind']} {manifest['metadata']['name']}"
@@ -256,12 +269,19 @@ def child_kinds(plan: Plan) -> list[tuple[str, str]]:
 
 def observe(plan: Plan, snapshot: Snapshot, pods: list[Manifest]) -> Observed:
     return Observed(
-        engine=snapshot.get(("apps/v1", "StatefulSet", plan.engine.name)),
+        engine=snapshot.get(("apps/v1", "StatefulSet", plan.engine.name)) if plan.engine else None,
         proxy=snapshot.get(("apps/v1", "StatefulSet", plan.proxy.name)),
         learner=snapshot.get(("batch/v1", "Job", plan.learner.name)) or jobset_as_job(snapshot.get((JOBSET_API, "JobSet", plan.learner.name))),
         runners={c.pool or "": snapshot.get(("apps/v1", "Deployment", c.name)) for c in plan.runners},
         pods=pods,
     )
+
+
+def observe_engine_pool(kube: Kube, namespace: str, pool: str) -> dict[str, Any]:
+    """The servers of the EnginePool a run samples from, as its engine (Observed fields)."""
+    name = child_name(pool, ComponentKind.ENGINE_POOL)
+    return {"engine": kube.get("apps/v1", "StatefulSet", namespace, name),
+            "engine_pods": kube.list_objects("v1", "Pod", namespace, selector(pool, ComponentKind.ENGINE_POOL))}
 
 
 def jobset_as_job(jobset: Manifest | None) -> Manifest | None:

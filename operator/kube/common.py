@@ -6,12 +6,19 @@ import base64
 import hashlib
 import json
 import posixpath
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
-from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, PodOverrides
+from harnessrl.operator.api.common import (
+    API_VERSION,
+    COMPONENT_LABEL,
+    ENGINE_POOL_LABEL,
+    POOL_LABEL,
+    RUN_LABEL,
+    PodOverrides,
+)
 from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
-from harnessrl.operator.plan import Component, Plan, SecretFile
+from harnessrl.operator.plan import Component, ComponentKind, SecretFile
 from harnessrl.runtime.harness.sandboxes.kubernetes import RESTRICTED_CONTAINER, restricted_pod
 from pydantic import BaseModel, ConfigDict
 
@@ -46,18 +53,33 @@ TMP_MOUNT: Manifest = {"name": "tmp", "mountPath": "/tmp"}
 POD_PLACEHOLDER = "__POD_NAME__"
 
 
+class Scope(Protocol):
+    """What children belong to, for their namespace, names and labels: a run's Plan, or an EnginePoolPlan."""
+
+    @property
+    def scope_name(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def suspended(self) -> bool: ...
+
+
 class Owner(BaseModel):
-    """The TrainingRun every child belongs to: deleting it deletes them (garbage collection, no finalizer)."""
+    """The TrainingRun (or EnginePool) every child belongs to: deleting it deletes them (garbage collection, no
+    finalizer)."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     uid: str
+    kind: str = TRAININGRUN_KIND
 
     def reference(self) -> Manifest:
         return {
             "apiVersion": API_VERSION,
-            "kind": TRAININGRUN_KIND,
+            "kind": self.kind,
             "name": self.name,
             "uid": self.uid,
             "controller": True,
@@ -66,8 +88,10 @@ class Owner(BaseModel):
 
 
 def selector(run: str, component: str, pool: str | None = None) -> dict[str, str]:
-    """The labels that select one component's Pods (stable: selectors of StatefulSets are immutable)."""
-    return {RUN: run, COMPONENT: str(component)} | ({POOL: pool} if pool else {})
+    """The labels that select one component's Pods (stable: selectors of StatefulSets are immutable). `run` is
+    the owner's name: an EnginePool's servers are selected by the pool's label, not a run's."""
+    owner = ENGINE_POOL_LABEL if component == ComponentKind.ENGINE_POOL else RUN
+    return {owner: run, COMPONENT: str(component)} | ({POOL: pool} if pool else {})
 
 
 def labels(run: str, component: str, pool: str | None = None) -> dict[str, str]:
@@ -80,33 +104,33 @@ def labels(run: str, component: str, pool: str | None = None) -> dict[str, str]:
     }
 
 
-def metadata(plan: Plan, owner: Owner, name: str, component: str, pool: str | None = None, **extra_labels: str) -> Manifest:
+def metadata(scope: Scope, owner: Owner, name: str, component: str, pool: str | None = None, **extra_labels: str) -> Manifest:
     return {
         "name": name,
-        "namespace": plan.namespace,
-        "labels": labels(plan.run, component, pool) | extra_labels,
+        "namespace": scope.namespace,
+        "labels": labels(scope.scope_name, component, pool) | extra_labels,
         "ownerReferences": [owner.reference()],
     }
 
 
-def token_secret(plan: Plan, owner: Owner, name: str, component: str, token: str) -> Manifest:
+def token_secret(scope: Scope, owner: Owner, name: str, component: str, token: str) -> Manifest:
     """A generated bearer token the operator creates once and keeps, mounted as a file where it is needed."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": metadata(plan, owner, name, component),
+        "metadata": metadata(scope, owner, name, component),
         "type": "Opaque",
         "data": {"token": base64.b64encode(token.encode()).decode()},
     }
 
 
-def component_metadata(plan: Plan, owner: Owner, component: Component, name: str | None = None) -> Manifest:
-    return metadata(plan, owner, name or component.name, component.kind, component.pool)
+def component_metadata(scope: Scope, owner: Owner, component: Component, name: str | None = None) -> Manifest:
+    return metadata(scope, owner, name or component.name, component.kind, component.pool)
 
 
-def running_replicas(plan: Plan, component: Component) -> int:
+def running_replicas(scope: Scope, component: Component) -> int:
     """A suspended run's workloads (or one Kueue has not admitted) keep their Pod templates at zero replicas."""
-    return 0 if plan.suspended else component.replicas
+    return 0 if scope.suspended else component.replicas
 
 
 def config_map_name(component: Component) -> str:
@@ -117,12 +141,12 @@ def rendered_config(component: Component) -> str:
     return yaml.safe_dump(component.config_json(), sort_keys=True)
 
 
-def config_map(plan: Plan, owner: Owner, component: Component, config: str | None = None) -> Manifest:
+def config_map(scope: Scope, owner: Owner, component: Component, config: str | None = None) -> Manifest:
     """The component's rendered config; `config` overrides the plain rendering (e.g. with placeholders)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(plan, owner, config_map_name(component), component.kind, component.pool),
+        "metadata": metadata(scope, owner, config_map_name(component), component.kind, component.pool),
         "data": {"config.yaml": config if config is not None else rendered_config(component)},
     }
 
@@ -183,7 +207,7 @@ def env_list(env: dict[str, str]) -> list[Manifest]:
 
 
 def pod_template(
-    plan: Plan,
+    scope: Scope,
     component: Component,
     spec: Manifest,
     *,
@@ -195,7 +219,7 @@ def pod_template(
     pod: PodOverrides = component.pod
     # The operator's labels win over the user's: its selectors (immutable on a StatefulSet) and its
     # watches find Pods by them.
-    template_labels = dict(pod.labels) | labels(plan.run, component.kind, component.pool)
+    template_labels = dict(pod.labels) | labels(scope.scope_name, component.kind, component.pool)
     spec = restricted(spec)
     if pod.node_selector:
         spec["nodeSelector"] = dict(pod.node_selector)
@@ -241,7 +265,7 @@ def http_probe(path: str, *, period: int, failures: int, initial_delay: int = 0)
 
 
 def service(
-    plan: Plan,
+    scope: Scope,
     owner: Owner,
     component: Component,
     name: str,
@@ -250,11 +274,11 @@ def service(
     metrics: bool = True,
     publish_not_ready: bool = False,
 ) -> Manifest:
-    meta = metadata(plan, owner, name, component.kind, component.pool)
+    meta = metadata(scope, owner, name, component.kind, component.pool)
     if metrics:
         meta["labels"][METRICS] = "true"
     spec: Manifest = {
-        "selector": selector(plan.run, component.kind, component.pool),
+        "selector": selector(scope.scope_name, component.kind, component.pool),
         "ports": [{"name": p.name, "port": p.port, "targetPort": p.name, "protocol": "TCP"} for p in component.ports],
     }
     if headless:

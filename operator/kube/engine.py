@@ -1,13 +1,18 @@
 """The vLLM engine: a StatefulSet (stable per-replica DNS, the learner loads weights into each replica)
 behind a headless Service. With LoRA sync each Pod also runs the adapter store, a sidecar the learner uploads
-adapters to, on a volume vLLM loads them from (runtime/engine/adapter_store.py). Pure."""
+adapters to, on a volume vLLM loads them from (runtime/engine/adapter_store.py). A run's own engine, or an
+EnginePool's servers (`pool_manifests`, with the NetworkPolicy that admits the runs on the pool). Pure."""
 
 from __future__ import annotations
 
+from harnessrl.operator.api.common import ENGINE_POOL_LABEL
+from harnessrl.operator.api.trainingrun import BaseModelSource
 from harnessrl.operator.kube.common import (
+    COMPONENT,
     READ_ONLY_ROOT,
     Manifest,
     Owner,
+    Scope,
     component_metadata,
     config_hash,
     config_map,
@@ -20,10 +25,18 @@ from harnessrl.operator.kube.common import (
     secret_file,
     selector,
     service,
+    token_secret,
     volumes_and_mounts,
 )
 from harnessrl.operator.kube.storage import engine_model
-from harnessrl.operator.plan import AdapterStorePlan, Plan
+from harnessrl.operator.plan import (
+    AdapterStorePlan,
+    Component,
+    ComponentKind,
+    EnginePoolPlan,
+    Plan,
+    engine_pool_store_secret,
+)
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_command
 
@@ -34,11 +47,40 @@ HOME = "/var/lib/harnessrl/home"
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
-    engine = plan.engine
+    """The run's own engine; none on an EnginePool."""
+    if plan.engine is None:
+        return []
+    return servers(plan, owner, plan.engine, plan.adapter_store, plan.spec.model.base)
+
+
+def pool_manifests(pool: EnginePoolPlan, owner: Owner) -> list[Manifest]:
+    """An EnginePool's servers, and the NetworkPolicy that lets only its runs' proxies and learners reach them."""
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": component_metadata(pool, owner, pool.engine),
+        "spec": {
+            "podSelector": {"matchLabels": selector(pool.pool, pool.engine.kind)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {ENGINE_POOL_LABEL: pool.pool, COMPONENT: str(kind)}}}
+                                  for kind in (ComponentKind.PROXY, ComponentKind.LEARNER)]}],
+        },
+    }
+    return [*servers(pool, owner, pool.engine, pool.adapter_store, pool.spec.model.base), policy]
+
+
+def store_secret(pool: EnginePoolPlan, owner: Owner, token: str) -> Manifest:
+    """The token of an EnginePool's adapter stores (generated once): its runs' learners upload with it."""
+    return token_secret(pool, owner, engine_pool_store_secret(pool.pool), ComponentKind.ENGINE_POOL, token)
+
+
+def servers(
+    scope: Scope, owner: Owner, engine: Component, store: AdapterStorePlan | None, base: BaseModelSource
+) -> list[Manifest]:
     assert isinstance(engine.config, EngineConfig)
     launch = engine_command(engine.config, python="python3")
     volumes, mounts = volumes_and_mounts(engine)
-    model_volumes, model_mounts = engine_model(plan)
+    model_volumes, model_mounts = engine_model(base)
     volumes += [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}, {"name": "home", "emptyDir": {}},
                 *model_volumes]
     mounts += [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME}, *model_mounts]
@@ -56,26 +98,26 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "livenessProbe": http_probe("/health", period=20, failures=6),
     }
     spec: Manifest = {"containers": [container], "volumes": volumes, "automountServiceAccountToken": False}
-    if plan.adapter_store is not None:
-        token_volume, token_mount = secret_file("adapter-store-token", plan.adapter_store.token)
+    if store is not None:
+        token_volume, token_mount = secret_file("adapter-store-token", store.token)
         mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
         volumes += [{"name": "adapters", "emptyDir": {}}, token_volume]
-        spec["containers"].append(adapter_store_container(plan.adapter_store, token_mount))
-    pod = pod_template(plan, engine, spec, config_digest=config_hash(launch.model_dump()))
+        spec["containers"].append(adapter_store_container(store, token_mount))
+    pod = pod_template(scope, engine, spec, config_digest=config_hash(launch.model_dump()))
     statefulset = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": component_metadata(plan, owner, engine),
+        "metadata": component_metadata(scope, owner, engine),
         "spec": {
             "serviceName": engine.name,
-            "replicas": running_replicas(plan, engine),
+            "replicas": running_replicas(scope, engine),
             # Replicas are independent servers: start them all at once.
             "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": selector(plan.run, engine.kind)},
+            "selector": {"matchLabels": selector(scope.scope_name, engine.kind)},
             "template": pod,
         },
     }
-    return [config_map(plan, owner, engine), service(plan, owner, engine, engine.name, headless=True), statefulset]
+    return [config_map(scope, owner, engine), service(scope, owner, engine, engine.name, headless=True), statefulset]
 
 
 def adapter_store_container(store: AdapterStorePlan, token_mount: Manifest) -> Manifest:

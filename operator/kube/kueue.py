@@ -37,7 +37,8 @@ def workload_name(run: str) -> str:
 def pod_set_components(plan: Plan) -> list[tuple[str, Component]]:
     """(pod set name, component) for every component with Pods. Runners are numbered: pool names may be longer
     than a pod set name allows; their template's pool label says which pool each is."""
-    named = [("learner", plan.learner), ("engine", plan.engine), ("proxy", plan.proxy)]
+    # A run on an EnginePool has no engine of its own: the pool's servers are not the run's to queue.
+    named = [("learner", plan.learner), *([("engine", plan.engine)] if plan.engine else []), ("proxy", plan.proxy)]
     return named + [(f"runner-{i}", c) for i, c in enumerate(plan.runners)]
 
 

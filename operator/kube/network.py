@@ -24,7 +24,6 @@ def sandbox_selector(plan: Plan) -> dict[str, str]:
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     proxy_ports = [p.port for p in plan.proxy.ports]
-    engine_port = plan.engine.ports[0].port
     sandboxes = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -44,24 +43,18 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
             ],
         },
     }
-    engine = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": metadata(plan, owner, f"{plan.run}-engine", ComponentKind.ENGINE),
-        "spec": {
-            "podSelector": {"matchLabels": selector(plan.run, ComponentKind.ENGINE)},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [_pods(plan, ComponentKind.PROXY), SCRAPERS],
-                    "ports": [{"protocol": "TCP", "port": engine_port}],
-                },
-                # The learner loads adapters over HTTP, and NCCL weight transfer connects on ephemeral ports.
-                {"from": [_pods(plan, ComponentKind.LEARNER)]},
-            ],
-        },
-    }
-    return [sandboxes, engine, proxy_ingress(plan, owner), learner_ingress(plan, owner)]
+    # A run on an EnginePool reaches the pool's servers, whose own policy admits it (kube/engine.py).
+    engine = [engine_ingress(plan, owner, plan.engine.ports[0].port)] if plan.engine is not None else []
+    return [sandboxes, *engine, proxy_ingress(plan, owner), learner_ingress(plan, owner)]
+
+
+def engine_ingress(plan: Plan, owner: Owner, port: int) -> Manifest:
+    """The run's proxy samples (and scrapers read /metrics) on the server port; the learner loads adapters over
+    HTTP, and NCCL weight transfer connects on ephemeral ports."""
+    return _ingress(plan, owner, ComponentKind.ENGINE, [
+        {"from": [_pods(plan, ComponentKind.PROXY), SCRAPERS], "ports": [{"protocol": "TCP", "port": port}]},
+        {"from": [_pods(plan, ComponentKind.LEARNER)]},
+    ])
 
 
 def _pods(plan: Plan, component: str) -> Manifest:

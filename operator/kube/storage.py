@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harnessrl.operator.api.common import RUN_UID_LABEL
+from harnessrl.operator.api.common import RUN_UID_LABEL, VolumePath
+from harnessrl.operator.api.trainingrun import BaseModelSource
 from harnessrl.operator.kube.common import Manifest, Owner, env_list, metadata, secret_mounts
 from harnessrl.operator.plan import (
     CLUSTER_PATHS,
@@ -46,9 +47,7 @@ def base_model(plan: Plan) -> tuple[list[Manifest], list[Manifest], list[Manifes
     path = CLUSTER_PATHS["base-model"]
     base = plan.spec.model.base
     if base.pvc is not None:
-        volume = {"name": "base-model", "persistentVolumeClaim": {"claimName": base.pvc.claim_name, "readOnly": True}}
-        mount = {"name": "base-model", "mountPath": path, "subPath": base.pvc.path, "readOnly": True}
-        return [volume], [_drop_empty_subpath(mount)], []
+        return (*_pvc_base_model(base.pvc), [])
     assert base.hub is not None
     # A gated model's token: the learner mounts it (plan.hub_read_tokens), `hf download` reads HF_TOKEN_PATH.
     token = secret_mounts(plan.learner, CLUSTER_PATHS["base-model-token"])
@@ -63,10 +62,15 @@ def base_model(plan: Plan) -> tuple[list[Manifest], list[Manifest], list[Manifes
     return [{"name": "base-model", "emptyDir": {}}], [{"name": "base-model", "mountPath": path}], [init]
 
 
-def engine_model(plan: Plan) -> tuple[list[Manifest], list[Manifest]]:
+def engine_model(base: BaseModelSource) -> tuple[list[Manifest], list[Manifest]]:
     """(volumes, mounts) of the engine: only a PVC base model needs one."""
-    volumes, mounts, _ = base_model(plan) if plan.spec.model.base.pvc is not None else ([], [], [])
-    return volumes, mounts
+    return _pvc_base_model(base.pvc) if base.pvc is not None else ([], [])
+
+
+def _pvc_base_model(pvc: VolumePath) -> tuple[list[Manifest], list[Manifest]]:
+    volume = {"name": "base-model", "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True}}
+    mount = {"name": "base-model", "mountPath": CLUSTER_PATHS["base-model"], "subPath": pvc.path, "readOnly": True}
+    return [volume], [_drop_empty_subpath(mount)]
 
 
 def task_set(plan: Plan, image: str) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:

@@ -21,10 +21,11 @@ from harnessrl.operator.api import GROUP, VERSION, load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = sorted((ROOT / "crds").glob("*.yaml"))
-VALID = [ROOT / "examples" / "trainingrun.yaml", *sorted((ROOT / "examples" / "harnesspools").glob("*.yaml"))]
+VALID = [ROOT / "examples" / "trainingrun.yaml", *sorted((ROOT / "examples" / "harnesspools").glob("*.yaml")),
+         *sorted((ROOT / "examples" / "enginepools").glob("*.yaml"))]
 INVALID = sorted((ROOT / "examples" / "invalid").glob("*.yaml"))
 NAMESPACE = "default"
-PLURALS = {"TrainingRun": "trainingruns", "HarnessPool": "harnesspools"}
+PLURALS = {"TrainingRun": "trainingruns", "HarnessPool": "harnesspools", "EnginePool": "enginepools"}
 
 
 def header(path: Path, name: str) -> str | None:
@@ -73,7 +74,7 @@ def test_crds_are_served(kube_api: Any, api: Any) -> None:
 
     extensions = kubernetes.client.ApiextensionsV1Api(kube_api.client())
     names = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
-    assert names == {f"trainingruns.{GROUP}", f"harnesspools.{GROUP}"}
+    assert names == {f"trainingruns.{GROUP}", f"harnesspools.{GROUP}", f"enginepools.{GROUP}"}
     assert api.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "trainingruns")["items"] == []
 
 

@@ -53,7 +53,7 @@ def test_generator_reproduces_the_committed_files_byte_for_byte(tmp_path: Path) 
     assert cli(["crds", "--out", str(tmp_path), "--reference", str(tmp_path / "README.md")]) == 0
     generated = sorted(p.name for p in tmp_path.glob("*.yaml"))
     assert generated == sorted(p.name for p in CRD_DIR.glob("*.yaml")) == [
-        "harnesspools.harnessrl.io.yaml", "trainingruns.harnessrl.io.yaml"]  # fmt: skip
+        "enginepools.harnessrl.io.yaml", "harnesspools.harnessrl.io.yaml", "trainingruns.harnessrl.io.yaml"]  # fmt: skip
     for name in generated:
         assert (tmp_path / name).read_bytes() == (CRD_DIR / name).read_bytes(), f"crds/{name} is stale"
     assert (tmp_path / "README.md").read_bytes() == REFERENCE.read_bytes(), "operator/api/README.md is stale"
@@ -198,7 +198,7 @@ def test_kubernetes_validate_strict_accepts_the_crds() -> None:
     files = [str(p) for p in sorted(CRD_DIR.glob("*.yaml"))]
     result = subprocess.run([str(exe), "--strict", *files], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("passed") == 2, result.stdout
+    assert result.stdout.count("passed") == 3, result.stdout
 
 
 def test_kubernetes_validate_strict_rejects_an_unknown_schema_keyword(tmp_path: Path) -> None:

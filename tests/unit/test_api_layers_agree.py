@@ -24,7 +24,8 @@ from tests.kube_emulator.values import MISSING
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = {c["spec"]["names"]["kind"]: c for c in (yaml.safe_load(p.read_text()) for p in (ROOT / "crds").glob("*.yaml"))}
 EXAMPLES = {"TrainingRun": yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text()),
-            "HarnessPool": yaml.safe_load((ROOT / "examples" / "harnesspools" / "opencode.yaml").read_text())}
+            "HarnessPool": yaml.safe_load((ROOT / "examples" / "harnesspools" / "opencode.yaml").read_text()),
+            "EnginePool": yaml.safe_load((ROOT / "examples" / "enginepools" / "qwen3-8b.yaml").read_text())}
 
 
 def schema_of(kind: str) -> dict[str, Any]:

@@ -121,7 +121,7 @@ def test_dialect_rule_agrees() -> None:
 
 
 def test_weight_sync_rule_agrees() -> None:
-    rule = only_rule(trainingrun.TrainingRunSpec, "weightSync")
+    rule = only_rule(trainingrun.TrainingRunSpec, "has(self.model.adapter.lora)")
     for sync, adapter in itertools.product(["lora", "nccl", "restart"], ["lora", "full"]):
         value = {"engine": {"weightSync": sync}, "model": {"adapter": {adapter: {}}}}
         instance = trainingrun.TrainingRunSpec.model_construct(
@@ -131,6 +131,16 @@ def test_weight_sync_rule_agrees() -> None:
             ),
         )
         assert rule.check(instance) == cel_holds(rule, value) == (sync != "lora" or adapter == "lora")
+
+
+def test_engine_pool_rule_agrees() -> None:
+    rule = only_rule(trainingrun.TrainingRunSpec, "self.engine.pool")
+    for sync, pool in itertools.product(["lora", "nccl", "restart"], [None, "qwen3-8b"]):
+        value = {"engine": {"weightSync": sync, **({"pool": pool} if pool else {})}}
+        instance = trainingrun.TrainingRunSpec.model_construct(
+            engine=trainingrun.EngineSpec.model_construct(weight_sync=sync, pool=pool)
+        )
+        assert rule.check(instance) == cel_holds(rule, value) == (pool is None or sync == "lora")
 
 
 @pytest.mark.parametrize("key", [None, "", "gpu"])

@@ -40,15 +40,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* What the operator does in a watched namespace: its kinds, and the children it creates for them. */}}
 {{- define "harnessrl.namespacedRules" -}}
 - apiGroups: [harnessrl.io]
-  resources: [trainingruns, harnesspools]
+  resources: [trainingruns, harnesspools, enginepools]
   verbs: [get, list, watch, patch, update, delete]
 - apiGroups: [harnessrl.io]
-  resources: [trainingruns/status, harnesspools/status, harnesspools/scale]
+  resources: [trainingruns/status, harnesspools/status, harnesspools/scale, enginepools/status]
   verbs: [get, patch, update]
-# Every child's ownerReference to its run sets blockOwnerDeletion: where OwnerReferencesPermissionEnforcement
-# is on (OpenShift), that takes update on the owner's finalizers (and delete on the owner, above).
+# Every child's ownerReference to its run (or EnginePool) sets blockOwnerDeletion: where
+# OwnerReferencesPermissionEnforcement is on (OpenShift), that takes update on the owner's finalizers (and delete
+# on the owner, above).
 - apiGroups: [harnessrl.io]
-  resources: [trainingruns/finalizers]
+  resources: [trainingruns/finalizers, enginepools/finalizers]
   verbs: [update]
 - apiGroups: [""]
   resources: [configmaps, services, serviceaccounts, persistentvolumeclaims]

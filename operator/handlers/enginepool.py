@@ -1,0 +1,75 @@
+"""Reconcile one EnginePool: read -> plan -> apply its servers -> write status (readiness, the runs on it).
+
+The servers run whether or not a run uses the pool: a platform team sizes the pool for its teams' runs. A spec
+change (e.g. more replicas) triggers the runs in its namespace, which point their proxies and learners at the
+servers the pool now has."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from harnessrl.operator.api import reasons as R
+from harnessrl.operator.api.common import API_VERSION
+from harnessrl.operator.api.enginepool import KIND, EnginePoolSpec, EnginePoolStatus
+from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
+from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, ensure_child
+from harnessrl.operator.handlers.context import Context
+from harnessrl.operator.handlers.status import engine_pool_status, pool_blocked_status
+from harnessrl.operator.handlers.trainingrun import Manifest, read_status, spec_problems, write_status
+from harnessrl.operator.kube import Owner, engine
+from harnessrl.operator.kube.common import selector
+from harnessrl.operator.plan import ClusterPlacement, ComponentKind, PlanError, build_engine_pool_plan
+from pydantic import ValidationError
+
+log = logging.getLogger("harnessrl.operator.enginepool")
+
+
+def reconcile(ctx: Context, namespace: str, name: str) -> None:
+    kube = ctx.kube
+    body = kube.get(API_VERSION, KIND, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    generation = int(body["metadata"].get("generation") or 0)
+    old = read_status(EnginePoolStatus, body)
+    try:
+        spec = EnginePoolSpec.model_validate(body.get("spec") or {})
+        plan = build_engine_pool_plan(name, namespace, spec, ClusterPlacement(namespace), ctx.options.images)
+    except ValidationError as exc:  # stored before an upgrade: say so on the pool (its runs say it too)
+        _blocked(kube, body, old, generation, R.INVALID_SPEC, spec_problems(exc, body.get("spec")))
+        return
+    except PlanError as exc:
+        _blocked(kube, body, old, generation, exc.reason, str(exc))
+        return
+    owner = Owner(name=name, uid=body["metadata"]["uid"], kind=KIND)
+    try:
+        kube.ensure(engine.store_secret(plan, owner, secrets.token_urlsafe(32)))  # generated once and kept
+        for manifest in engine.pool_manifests(plan, owner):
+            ensure_child(kube, manifest)
+    except (ChildRefused, ChildConflict) as refused:
+        log.warning("EnginePool %s/%s: %s", namespace, name, refused)
+        reason = R.CHILD_CONFLICT if isinstance(refused, ChildConflict) else R.CHILD_REFUSED
+        _blocked(kube, body, old, generation, reason, str(refused)[:4000])
+        return
+    servers = kube.get("apps/v1", "StatefulSet", namespace, plan.engine.name)
+    pods = kube.list_objects("v1", "Pod", namespace, selector(name, ComponentKind.ENGINE_POOL))
+    runs = kube.list_objects(API_VERSION, RUN_KIND, namespace, {})
+    write_status(kube, KIND, body, old, engine_pool_status(generation, old, servers, pods, runs_on(runs, name)))
+
+
+def runs_on(runs: list[Manifest], pool: str) -> list[str]:
+    """The names of the runs among `runs` whose spec.engine.pool is `pool` (unreadable specs are on none)."""
+    names = []
+    for run in runs:
+        try:
+            spec = TrainingRunSpec.model_validate(run.get("spec") or {})
+        except ValidationError:
+            continue
+        if spec.engine.pool == pool:
+            names.append(run["metadata"]["name"])
+    return sorted(names)
+
+
+def _blocked(kube: Kube, body: Manifest, old: EnginePoolStatus | None, generation: int, reason: str, message: str) -> None:
+    write_status(kube, KIND, body, old, pool_blocked_status(generation, old or EnginePoolStatus(), reason, message))

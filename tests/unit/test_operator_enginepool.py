@@ -1,0 +1,149 @@
+"""EnginePool -> its servers, and a run on the pool -> a run with no engine of its own that samples from the pool's
+servers under its own adapter name. Every manifest passes `kubernetes-validate --strict`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from harnessrl.operator.api import reasons as R
+from harnessrl.operator.api.enginepool import EnginePoolSpec
+from harnessrl.operator.api.harnesspool import HarnessPoolSpec
+from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.kube import Owner, engine, kueue, render
+from harnessrl.operator.kube.common import selector
+from harnessrl.operator.plan import (
+    CLUSTER_PATHS,
+    ClusterPlacement,
+    ComponentKind,
+    EnginePoolUnavailable,
+    PlanError,
+    build_engine_pool_plan,
+    build_plan,
+)
+from harnessrl.runtime.engine.config import EngineConfig
+from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.proxy.config import ProxyConfig
+
+from harnessrl.local.run import LocalPlacement
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL = yaml.safe_load((ROOT / "examples" / "enginepools" / "qwen3-8b.yaml").read_text())
+RUN = yaml.safe_load((ROOT / "examples" / "enginepools" / "run-on-pool.yaml").read_text())
+CODEX = HarnessPoolSpec.model_validate(yaml.safe_load((ROOT / "examples" / "harnesspools" / "codex.yaml").read_text())["spec"])
+POOL_OWNER = Owner(name="qwen3-8b", uid="5c1f6f9e-0d4b-4f7e-9a57-3f1d8a2b9c10", kind="EnginePool")
+RUN_OWNER = Owner(name="team-a-codex", uid="0b7e6a52-7d0e-4c59-9a43-2f0e8d0c1a11")
+K8S_VERSION = "1.31"
+
+
+def pool_spec(**changes: Any) -> EnginePoolSpec:
+    return EnginePoolSpec.model_validate(POOL["spec"] | changes)
+
+
+def run_plan(name: str = "team-a-codex", pool: EnginePoolSpec | None = None, **changes: Any) -> Any:
+    spec = TrainingRunSpec.model_validate(RUN["spec"] | changes)
+    return build_plan(name, "team", spec, {"codex": CODEX}, ClusterPlacement("team"), engine_pool=pool or pool_spec())
+
+
+def by_name(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
+
+
+def test_a_pool_serves_lora_with_an_adapter_store_beside_each_server_and_admits_only_its_runs() -> None:
+    plan = build_engine_pool_plan("qwen3-8b", "team", pool_spec(), ClusterPlacement("team"))
+    out = by_name([*engine.pool_manifests(plan, POOL_OWNER), engine.store_secret(plan, POOL_OWNER, "t0ken")])
+    for manifest in out.values():
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+        assert manifest["metadata"]["ownerReferences"][0]["kind"] == "EnginePool"
+    servers = out[("StatefulSet", "qwen3-8b-enginepool")]
+    # Selected by the pool's label, not a run's: a run named like the pool selects none of its Pods.
+    assert servers["spec"]["selector"]["matchLabels"] == {"harnessrl.io/engine-pool": "qwen3-8b",
+                                                          "harnessrl.io/component": "enginepool"}
+    assert "harnessrl.io/run" not in servers["spec"]["template"]["metadata"]["labels"]
+    assert servers["spec"]["replicas"] == 2
+    vllm, store = servers["spec"]["template"]["spec"]["containers"]
+    argv = vllm["command"]
+    assert argv[argv.index("--max-lora-rank") + 1] == "64" and argv[argv.index("--max-loras") + 1] == "8"
+    assert argv[argv.index("--served-model-name") + 1] == "qwen3-8b"
+    assert store["name"] == "adapter-store"
+    volumes = {v["name"]: v for v in servers["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["adapter-store-token"]["secret"]["secretName"] == "qwen3-8b-enginepool-store"
+    assert out[("Service", "qwen3-8b-enginepool")]["spec"]["clusterIP"] == "None"
+    policy = out[("NetworkPolicy", "qwen3-8b-enginepool")]["spec"]
+    assert policy["podSelector"]["matchLabels"] == servers["spec"]["selector"]["matchLabels"]
+    assert [peer["podSelector"]["matchLabels"] for peer in policy["ingress"][0]["from"]] == [
+        {"harnessrl.io/engine-pool": "qwen3-8b", "harnessrl.io/component": c} for c in ("proxy", "learner")]
+
+
+def test_a_run_on_a_pool_has_no_engine_and_samples_the_pools_servers_under_its_own_name() -> None:
+    plan = run_plan()
+    assert plan.engine is None and plan.adapter_store is None and plan.engine_pool == "qwen3-8b"
+    servers = [f"http://qwen3-8b-enginepool-{i}.qwen3-8b-enginepool.team.svc:8000" for i in range(2)]
+    stores = [url.replace(":8000", ":8001") for url in servers]
+    proxy = plan.proxy.config
+    assert isinstance(proxy, ProxyConfig)
+    assert [str(u).rstrip("/") for u in proxy.upstream_urls] == servers and proxy.served_model == "qwen3-8b"
+    learner = plan.learner.config
+    assert isinstance(learner, LearnerConfig)
+    assert learner.engine.urls == servers and learner.engine.adapter_stores == stores
+    assert learner.engine.adapter_store_token_file == Path(CLUSTER_PATHS["adapter-store-token"])
+    assert learner.model.served_name == "qwen3-8b" and learner.model.adapter_name_prefix == "team-a-codex"
+    assert [s.secret for s in plan.learner.secrets if s.path == CLUSTER_PATHS["adapter-store-token"]] == [
+        "qwen3-8b-enginepool-store"]
+    # The pool's servers set the context length the learner plans for.
+    assert learner.grpo.dr_grpo_tokens == 65536
+
+    out = by_name(render(plan, RUN_OWNER))
+    for manifest in out.values():
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+    assert not any(kind == "StatefulSet" and name.endswith("-engine") for kind, name in out)
+    assert ("NetworkPolicy", "team-a-codex-engine") not in out
+    # The pool's NetworkPolicy admits the run's proxy and learner by this label.
+    proxy_pods = out[("StatefulSet", "team-a-codex-proxy")]["spec"]["template"]["metadata"]["labels"]
+    learner_pods = out[("Job", "team-a-codex-learner")]["spec"]["template"]["metadata"]["labels"]
+    assert proxy_pods["harnessrl.io/engine-pool"] == learner_pods["harnessrl.io/engine-pool"] == "qwen3-8b"
+    runner_pods = out[("Deployment", "team-a-codex-codex-runner")]["spec"]["template"]["metadata"]["labels"]
+    assert "harnessrl.io/engine-pool" not in runner_pods
+    # The pool's GPUs are not the run's to queue.
+    queued = run_plan(queueName="team-queue")
+    assert [name for name, _ in kueue.pod_set_components(queued)] == ["learner", "proxy", "runner-0"]
+
+
+def test_two_runs_on_one_pool_publish_under_different_names() -> None:
+    a, b = (run_plan(name).learner.config for name in ("team-a-codex", "team-b-codex"))
+    assert isinstance(a, LearnerConfig) and isinstance(b, LearnerConfig)
+    assert a.engine.urls == b.engine.urls
+    assert a.model.adapter_name_prefix != b.model.adapter_name_prefix
+
+
+@pytest.mark.parametrize(
+    ("pool", "changes", "says"),
+    [
+        (None, {}, "EnginePool qwen3-8b not found in namespace team"),
+        (pool_spec(model={"base": {"hub": {"repo": "Qwen/Qwen3-4B"}}}), {}, "another base model"),
+        (pool_spec(lora={"maxRank": 16}), {}, "lora.rank 32 is above EnginePool qwen3-8b's lora.maxRank 16"),
+    ],
+)
+def test_a_pool_that_cannot_serve_the_run_blocks_it_with_a_reason(
+    pool: EnginePoolSpec | None, changes: dict[str, Any], says: str
+) -> None:
+    spec = TrainingRunSpec.model_validate(RUN["spec"] | changes)
+    with pytest.raises(EnginePoolUnavailable, match=says) as raised:
+        build_plan("team-a-codex", "team", spec, {"codex": CODEX}, ClusterPlacement("team"), engine_pool=pool)
+    assert raised.value.reason == R.ENGINE_POOL_UNAVAILABLE
+
+
+def test_harnessrl_run_has_no_engine_pools(tmp_path: Path) -> None:
+    spec = TrainingRunSpec.model_validate(RUN["spec"])
+    placement = LocalPlacement(tmp_path, tmp_path / "model", tmp_path / "tasks", engine_replicas=1, proxy_workers=1)
+    with pytest.raises(PlanError, match="only a cluster has EnginePools"):
+        build_plan("team-a-codex", "team", spec, {"codex": CODEX}, placement, engine_pool=pool_spec())
+
+
+def test_the_pool_servers_selector_differs_from_a_same_named_runs_engine() -> None:
+    assert selector("qwen3-8b", ComponentKind.ENGINE_POOL) != selector("qwen3-8b", ComponentKind.ENGINE)
+    plan = build_engine_pool_plan("qwen3-8b", "team", pool_spec(), ClusterPlacement("team"))
+    assert isinstance(plan.engine.config, EngineConfig) and plan.engine.config.lora.enabled
