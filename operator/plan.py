@@ -187,6 +187,7 @@ PATHS = (
     "tasks",  # the task set, for runners
     "task-ids",  # the task ids of the trained split, for the learner
     "adapter-store-token",  # an EnginePool's adapter store token (a Secret)
+    "engine-env",  # a directory per engine variable whose value is a Secret: <dir>/<NAME>/value
 )
 
 
@@ -254,6 +255,7 @@ CLUSTER_PATHS: dict[str, str] = {
     "tasks": "/var/lib/harnessrl/tasks",
     "task-ids": "/var/lib/harnessrl/task-ids/ids.txt",
     "adapter-store-token": "/var/run/secrets/harnessrl/adapter-store/token",
+    "engine-env": "/var/run/secrets/harnessrl/engine-env",
 }
 assert set(CLUSTER_PATHS) == set(PATHS)
 
@@ -484,6 +486,11 @@ def engine_servers(
         source, revision = hub.repo, ([] if hub.revision == "main" else ["--revision", hub.revision])
     else:
         source, revision = placement.path("base-model"), []
+    # Variables from Secrets become files the launcher reads (`harnessrl run`) or the Secrets a Pod's env names.
+    env_files = {e.name: SecretFile(secret=e.value_from.secret_key_ref.name, key=e.value_from.secret_key_ref.key,
+                                    path=f"{placement.path('engine-env')}/{e.name}/value")
+                 for e in servers.env if e.value_from is not None}
+    literal = {e.name: e.value for e in servers.env if e.value_from is None}
     config = EngineConfig(
         model=source,
         served_model_name=model.served_name,
@@ -495,7 +502,8 @@ def engine_servers(
         host="0.0.0.0",
         port=placement.engine_port,
         extra_args=[*revision, *NCCL_ENGINE_ARGS, *servers.args] if nccl else [*revision, *servers.args],
-        env=(NCCL_ENGINE_ENV if nccl else {}) | {e.name: e.value for e in servers.env} | hub_token_env(token.path if token else None),
+        env=(NCCL_ENGINE_ENV if nccl else {}) | literal | hub_token_env(token.path if token else None),
+        secret_env={name: f.path for name, f in env_files.items()},
         **({"max_model_len": servers.max_model_len} if servers.max_model_len else {}),
     )
     return Component(
@@ -507,7 +515,7 @@ def engine_servers(
         resources=servers.resources,
         ports=[Port(name="http", port=placement.engine_port)],
         config=config,
-        secrets=[token] if token else [],
+        secrets=[*([token] if token else []), *env_files.values()],
         pod=pod,
     )
 

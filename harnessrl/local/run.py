@@ -105,6 +105,7 @@ class LocalPlacement(Placement):
             "tasks": self.tasks_dir,
             "task-ids": self.run_dir / "task-ids.txt",
             "adapter-store-token": self.run_dir / "secrets" / "adapter-store-token",  # none here: no EnginePools
+            "engine-env": self.run_dir / "secrets" / "engine-env",
         }
         assert set(files) == set(PATHS)
         return str(files[what])
@@ -280,7 +281,8 @@ def engine_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None) -> l
             ProcessSpec(
                 name=f"engine-{replica}",
                 argv=engine_argv(replica_config, python=sys.executable),
-                env=engine_env(replica_config),
+                # Variables from Secrets: prepare_secrets wrote each one's file from --secret.
+                env=engine_env(replica_config) | {n: Path(f).read_text() for n, f in replica_config.secret_env.items()},
                 log=run_dir / "logs" / f"engine-{replica}.log",
                 health_url=f"{url}/health",
                 start_timeout_s=600.0,

@@ -338,6 +338,29 @@ class EnvVar(ApiModel):
     )
 
 
+class EnvSource(ApiModel):
+    """Where an environment variable's value comes from."""
+
+    secret_key_ref: SecretKeyRef = Field(
+        description="A key of a Secret in the resource's namespace: the value never appears in the spec, the "
+        "components' configs or their logs."
+    )
+
+
+class SecretEnvVar(EnvVar):
+    """An environment variable: a literal value, or a key of a Secret (valueFrom.secretKeyRef)."""
+
+    rules = (
+        Rule(
+            cel="!has(self.valueFrom) || self.value == ''",
+            message="an environment variable takes value or valueFrom, not both",
+            check=lambda v: v.value_from is None or v.value == "",
+        ),
+    )
+
+    value_from: EnvSource | None = Field(default=None, description="Take the value from a Secret instead.")
+
+
 class Toleration(ApiModel):
     """A Pod toleration, as in a Pod spec (with the API server's rules on one, ValidateTolerations)."""
 

@@ -80,7 +80,10 @@ class CustomHarness(ApiModel):
     )
     dialect: Dialect = Field(description="API dialect the harness speaks to its model endpoint.")
     env: Annotated[list[EnvVar], Unique("name")] = Field(
-        default_factory=list, max_length=64, description="Extra environment of the harness process."
+        default_factory=list,
+        max_length=64,
+        description="Extra environment of the harness process, literals only: the policy being trained runs in the "
+        "harness's sandbox and can read it, so no Secret belongs here.",
     )
 
 

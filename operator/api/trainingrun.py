@@ -9,7 +9,6 @@ from harnessrl.operator.api.common import (
     API_VERSION,
     ApiModel,
     Arg,
-    EnvVar,
     HubRepo,
     Image,
     ObjectMeta,
@@ -18,6 +17,7 @@ from harnessrl.operator.api.common import (
     ResourceRequirements,
     Revision,
     Rule,
+    SecretEnvVar,
     SecretKeyRef,
     Unique,
     VolumePath,
@@ -264,8 +264,11 @@ class EngineServers(ApiModel):
 
     image: Image = Field(default=DEFAULT_ENGINE_IMAGE, description="vLLM OpenAI-server image.")
     args: list[Arg] = Field(default_factory=list, max_length=64, description="Extra vLLM server arguments.")
-    env: Annotated[list[EnvVar], Unique("name")] = Field(
-        default_factory=list, max_length=64, description="Extra environment of the vLLM container."
+    env: Annotated[list[SecretEnvVar], Unique("name")] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra environment of the vLLM container: literals, or keys of Secrets (e.g. the object store "
+        "credentials of a model streamed from S3).",
     )
     replicas: int = Field(default=1, ge=1, le=64, description="Number of vLLM servers.")
     gpus: int = Field(

@@ -88,7 +88,7 @@ def servers(
         "name": "vllm",
         "image": engine.image,
         "command": launch.argv,
-        "env": env_list(launch.env | {"HOME": HOME}),
+        "env": env_list(launch.env | {"HOME": HOME}) + secret_env(engine),
         "ports": container_ports(engine),
         "resources": resources(engine),
         "volumeMounts": mounts,
@@ -118,6 +118,14 @@ def servers(
         },
     }
     return [config_map(scope, owner, engine), service(scope, owner, engine, engine.name, headless=True), statefulset]
+
+
+def secret_env(engine: Component) -> list[Manifest]:
+    """The variables whose values are Secrets, as references the kubelet resolves (never the values)."""
+    assert isinstance(engine.config, EngineConfig)
+    files = {f.path: f for f in engine.secrets}
+    return [{"name": name, "valueFrom": {"secretKeyRef": {"name": files[path].secret, "key": files[path].key}}}
+            for name, path in engine.config.secret_env.items()]
 
 
 def adapter_store_container(store: AdapterStorePlan, token_mount: Manifest) -> Manifest:

@@ -60,6 +60,9 @@ class EngineConfig(BaseModel):
     port: int = Field(default=8000, ge=1, le=65535)
     extra_args: list[str] = Field(default_factory=list, max_length=200)
     env: dict[str, str] = Field(default_factory=dict)
+    # Variables whose values are Secrets: name -> the file holding the value (runtime/secret_env.py). The local
+    # launcher reads the files; in a Pod the Secrets themselves become the variables.
+    secret_env: dict[str, str] = Field(default_factory=dict, max_length=64)
     cpu: CpuSettings = CpuSettings()
 
     @field_validator("extra_args")

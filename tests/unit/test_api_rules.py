@@ -61,6 +61,7 @@ def test_every_rule_is_covered() -> None:
         "toleration",
         "checkpointEvery",
         "reportTo",
+        "valueFrom",
     }
     for model in MODELS:
         for rule in model.rules:
@@ -131,6 +132,14 @@ def test_weight_sync_rule_agrees() -> None:
             ),
         )
         assert rule.check(instance) == cel_holds(rule, value) == (sync != "lora" or adapter == "lora")
+
+
+def test_secret_env_rule_agrees() -> None:
+    (rule,) = common.SecretEnvVar.rules
+    for value, source in itertools.product(["", "literal"], [None, {"secretKeyRef": {"name": "s3", "key": "secret"}}]):
+        instance = common.SecretEnvVar.model_construct(name="X", value=value, value_from=source)
+        cel_value = {"name": "X", "value": value, **({"valueFrom": source} if source else {})}
+        assert rule.check(instance) == cel_holds(rule, cel_value) == (source is None or value == "")
 
 
 def test_engine_pool_rule_agrees() -> None:

@@ -250,3 +250,27 @@ def test_tracker_credentials_come_from_secret_flags_into_files_no_config_holds(
     process_specs(plan, run_dir)
     for config in (run_dir / "config").iterdir():
         assert not any(value in config.read_text() for value in given.values())
+
+
+def test_an_engine_variable_from_a_secret_reaches_only_the_engines_environment(tmp_path: Path, model_dir: Path) -> None:
+    import yaml
+
+    docs = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    run = next(d for d in docs if d["kind"] == "TrainingRun")
+    run["spec"].setdefault("engine", {})["env"] = [
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}},
+        {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"},
+    ]
+    path = tmp_path / "run-with-env.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    with pytest.raises(LocalRunError, match=r"Secret 's3' \(key 'secret'\); pass --secret s3=FILE"):
+        plan_run(args(tmp_path, model_dir, files=[path]))
+    (tmp_path / "s3-secret").write_text("wJalrXUtnFEMI/K7MDENG")
+    plan, _ = plan_run(args(tmp_path, model_dir, files=[path], secret=[f"s3/secret={tmp_path / 's3-secret'}"]))
+    run_dir = tmp_path / "run"
+    specs = {s.name: s for s in process_specs(plan, run_dir)}
+    engine = specs["engine-0"]
+    assert engine.env["AWS_SECRET_ACCESS_KEY"] == "wJalrXUtnFEMI/K7MDENG" and engine.env["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert not any("AWS_SECRET_ACCESS_KEY" in s.env for name, s in specs.items() if name != "engine-0")
+    for config in (run_dir / "config").iterdir():
+        assert "wJalrXUtnFEMI" not in config.read_text()

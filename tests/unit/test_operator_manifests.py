@@ -588,3 +588,16 @@ def test_every_volume_mount_names_a_volume_of_its_pod(variant: str) -> None:
         for container in [*pod.get("initContainers", []), *pod["containers"]]:
             missing = {m["name"] for m in container.get("volumeMounts", [])} - volumes
             assert not missing, (kind, name, container["name"], missing)
+
+
+def test_engine_variables_from_secrets_are_references_the_kubelet_resolves() -> None:
+    env = [{"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}},
+           {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"}]
+    out = manifests(engine=EXAMPLE["spec"]["engine"] | {"env": env})
+    engine = out[("StatefulSet", "run-engine")]
+    kubernetes_validate.validate(engine, K8S_VERSION, strict=True)
+    container = engine["spec"]["template"]["spec"]["containers"][0]
+    by_name = {e["name"]: e for e in container["env"]}
+    assert by_name["AWS_SECRET_ACCESS_KEY"] == {"name": "AWS_SECRET_ACCESS_KEY",
+                                                "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}}
+    assert by_name["VLLM_LOGGING_LEVEL"]["value"] == "INFO"
