@@ -49,6 +49,16 @@ CONTAINER_SECURITY: Manifest = RESTRICTED_CONTAINER
 READ_ONLY_ROOT: Manifest = {"readOnlyRootFilesystem": True}
 TMP_VOLUME: Manifest = {"name": "tmp", "emptyDir": {}}
 TMP_MOUNT: Manifest = {"name": "tmp", "mountPath": "/tmp"}
+# Their caches (Hugging Face, vLLM, Triton, torch) go under this HOME, an emptyDir: they run as RUN_AS, whatever
+# the image's USER and its home.
+HOME = "/var/lib/harnessrl/home"
+HOME_VOLUME: Manifest = {"name": "home", "emptyDir": {}}
+HOME_MOUNT: Manifest = {"name": "home", "mountPath": HOME}
+
+
+def writable_scratch() -> tuple[list[Manifest], list[Manifest], dict[str, str]]:
+    """(volumes, mounts, environment) of a program on a read-only root: /tmp and HOME are emptyDirs."""
+    return [TMP_VOLUME, HOME_VOLUME], [TMP_MOUNT, HOME_MOUNT], {"HOME": HOME}
 # A ConfigMap is shared by all replicas; a replica that needs its own identity fills in its Pod name at start.
 POD_PLACEHOLDER = "__POD_NAME__"
 

@@ -27,6 +27,7 @@ from harnessrl.operator.kube.common import (
     service,
     token_secret,
     volumes_and_mounts,
+    writable_scratch,
 )
 from harnessrl.operator.kube.storage import engine_model
 from harnessrl.operator.plan import (
@@ -42,8 +43,6 @@ from harnessrl.runtime.engine.launch import engine_command
 
 SHM_SIZE = "16Gi"  # NCCL and vLLM's multi-process workers exchange tensors through /dev/shm
 ADAPTER_DIR = "/var/lib/harnessrl/adapters"  # the same path in both containers: the store answers with it
-# vLLM runs as RUN_AS, not as its image's root: its caches (Hugging Face, vLLM, Triton) go under this HOME.
-HOME = "/var/lib/harnessrl/home"
 
 
 def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
@@ -81,14 +80,15 @@ def servers(
     launch = engine_command(engine.config, python="python3")
     volumes, mounts = volumes_and_mounts(engine)
     model_volumes, model_mounts = engine_model(base)
-    volumes += [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}, {"name": "home", "emptyDir": {}},
+    scratch_volumes, scratch_mounts, home = writable_scratch()
+    volumes += [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}, *scratch_volumes,
                 *model_volumes]
-    mounts += [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME}, *model_mounts]
+    mounts += [{"name": "shm", "mountPath": "/dev/shm"}, *scratch_mounts, *model_mounts]
     container = {
         "name": "vllm",
         "image": engine.image,
         "command": launch.argv,
-        "env": env_list(launch.env | {"HOME": HOME}) + secret_env(engine),
+        "env": env_list(launch.env | home) + secret_env(engine),
         "ports": container_ports(engine),
         "resources": resources(engine),
         "volumeMounts": mounts,
@@ -96,6 +96,8 @@ def servers(
         "startupProbe": http_probe("/health", period=10, failures=360),
         "readinessProbe": http_probe("/health", period=10, failures=3),
         "livenessProbe": http_probe("/health", period=20, failures=6),
+        # vLLM writes only its caches (HOME), /tmp and /dev/shm.
+        "securityContext": READ_ONLY_ROOT,
     }
     spec: Manifest = {"containers": [container], "volumes": volumes, "automountServiceAccountToken": False}
     if store is not None:

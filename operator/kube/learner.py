@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from harnessrl.operator.kube.common import (
     CONFIG_DIR,
+    READ_ONLY_ROOT,
     TEMPLATE_HASH,
     Manifest,
     Owner,
@@ -16,6 +17,7 @@ from harnessrl.operator.kube.common import (
     config_hash,
     config_map,
     container_ports,
+    env_list,
     http_probe,
     pod_template,
     rendered_config,
@@ -24,6 +26,7 @@ from harnessrl.operator.kube.common import (
     template_hash,
     token_secret,
     volumes_and_mounts,
+    writable_scratch,
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
 from harnessrl.operator.plan import CLUSTER_PATHS, Plan
@@ -65,15 +68,18 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     model_volumes, model_mounts, model_inits = base_model(plan)
     runner = plan.runners[0] if plan.runners else None
     index_volumes, index_mounts, index_inits = task_index(plan, runner)
+    scratch_volumes, scratch_mounts, home = writable_scratch()
     volumes += [
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": checkpoint_claim_name(plan)}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+        *scratch_volumes,
         *model_volumes,
         *index_volumes,
     ]
     mounts += [
         {"name": "checkpoints", "mountPath": CLUSTER_PATHS["checkpoints"]},
         {"name": "shm", "mountPath": "/dev/shm"},
+        *scratch_mounts,
         *model_mounts,
         *index_mounts,
     ]
@@ -81,10 +87,13 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "name": "learner",
         "image": learner.image,
         "command": command(plan),
+        "env": env_list(home),
         "ports": container_ports(learner),
         "resources": resources(learner),
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        # It writes its checkpoints volume, caches under HOME, /tmp and /dev/shm (tests/integration/test_read_only_root.py).
+        "securityContext": READ_ONLY_ROOT,
     }
     multi_node = learner.replicas > 1
     if multi_node:

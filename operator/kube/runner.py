@@ -10,12 +10,14 @@ from __future__ import annotations
 import yaml
 from harnessrl.operator.kube.common import (
     POD_PLACEHOLDER,
+    READ_ONLY_ROOT,
     Manifest,
     Owner,
     component_metadata,
     config_hash,
     config_map,
     container_ports,
+    env_list,
     metadata,
     per_pod_start,
     pod_env,
@@ -24,6 +26,7 @@ from harnessrl.operator.kube.common import (
     running_replicas,
     selector,
     volumes_and_mounts,
+    writable_scratch,
 )
 from harnessrl.operator.kube.storage import task_set
 from harnessrl.operator.plan import Component, Plan
@@ -56,20 +59,23 @@ def manifests(plan: Plan, owner: Owner, runner: Component) -> list[Manifest]:
     kube_access = needs_kube_access(runner)
     volumes, mounts = volumes_and_mounts(runner)
     task_volumes, task_mounts, task_inits = task_set(plan, runner.image)
+    scratch_volumes, scratch_mounts, home = writable_scratch()
     container = {
         "name": "runner",
         "image": runner.image,
         "command": per_pod_start("runner"),
-        "env": pod_env(),
+        "env": [*pod_env(), *env_list(home)],
         "resources": resources(runner),
-        "volumeMounts": [*mounts, *task_mounts],
+        "volumeMounts": [*mounts, *task_mounts, *scratch_mounts],
+        # It writes its config copy and rollouts under /tmp and downloads under HOME.
+        "securityContext": READ_ONLY_ROOT,
     }
     if runner.ports:  # its /metrics
         container["ports"] = container_ports(runner)
     spec = {
         "initContainers": task_inits,
         "containers": [container],
-        "volumes": [*volumes, *task_volumes],
+        "volumes": [*volumes, *task_volumes, *scratch_volumes],
         # Only a kubernetes sandbox talks to the API server; other runners get no token at all.
         "automountServiceAccountToken": kube_access,
     }

@@ -601,3 +601,19 @@ def test_engine_variables_from_secrets_are_references_the_kubelet_resolves() -> 
     assert by_name["AWS_SECRET_ACCESS_KEY"] == {"name": "AWS_SECRET_ACCESS_KEY",
                                                 "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}}
     assert by_name["VLLM_LOGGING_LEVEL"]["value"] == "INFO"
+
+
+def test_every_long_running_container_has_a_read_only_root_with_tmp_and_home_writable() -> None:
+    out = manifests()
+    workloads = [m for (kind, _), m in out.items() if kind in ("StatefulSet", "Deployment", "Job")]
+    assert {m["metadata"]["labels"]["harnessrl.io/component"] for m in workloads} == {"engine", "proxy", "learner",
+                                                                                        "runner"}
+    for workload in workloads:
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            where = f"{workload['metadata']['name']}/{container['name']}"
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, where
+            mounted = {m["mountPath"] for m in container["volumeMounts"]}
+            if container["name"] != "adapter-store":  # it writes only its adapters volume
+                assert "/tmp" in mounted, where
+            home = next((e["value"] for e in container.get("env", []) if e["name"] == "HOME"), None)
+            assert home is None or home in mounted, where
