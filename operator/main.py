@@ -20,6 +20,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--image-registry", default=None, help="registry of the component images")
     parser.add_argument("--image-tag", default=None, help="tag of the component images")
     parser.add_argument("--learner-url-template", default="", help="learner status URL; {run} and {namespace} filled in")
+    parser.add_argument("--engine-pool-server-url-template", default="",
+                        help="EnginePool server URL; {pool}, {namespace} and {replica} filled in")
+    parser.add_argument("--engine-pool-store-url-template", default="",
+                        help="EnginePool adapter store URL; {pool}, {namespace} and {replica} filled in")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file; default: in-cluster, then KUBECONFIG")
     parser.add_argument("--leader-elect", action="store_true",
                         help="run as one of several replicas: only the one holding the Lease reconciles")
@@ -79,7 +83,8 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"harnessrl operator: {exc}") from None
     options = OperatorOptions(
         resync_seconds=args.resync_seconds, images=images, learner_url_template=args.learner_url_template,
-        leader_election=election,
+        engine_pool_server_url_template=args.engine_pool_server_url_template,
+        engine_pool_store_url_template=args.engine_pool_store_url_template, leader_election=election,
     )
     client = api_client(args.kubeconfig)
     registry, ctx = build_registry(options, client)

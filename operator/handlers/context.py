@@ -43,6 +43,10 @@ class OperatorOptions(BaseModel):
     # Where the operator reads a run's learner status; {run} and {namespace} are filled in.
     # Empty = the learner's Service DNS name (the operator runs in the cluster).
     learner_url_template: str = ""
+    # Where the operator reaches an EnginePool's servers and their adapter stores, to unload the adapters of runs
+    # that are gone; {pool}, {namespace} and {replica} are filled in. Empty = their Pods' DNS names.
+    engine_pool_server_url_template: str = ""
+    engine_pool_store_url_template: str = ""
     workers: int = Field(4, ge=1, le=64, description="reconciles running at once (different objects)")
     request_timeout_s: float = Field(10.0, gt=0)
     leader_election: LeaderElection | None = Field(None, description="None: this replica always reconciles")

@@ -14,6 +14,7 @@ from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.enginepool import KIND, EnginePoolSpec, EnginePoolStatus
 from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.handlers import adapters
 from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import engine_pool_status, pool_blocked_status
@@ -54,8 +55,9 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     servers = kube.get("apps/v1", "StatefulSet", namespace, plan.engine.name)
     pods = kube.list_objects("v1", "Pod", namespace, selector(name, ComponentKind.ENGINE_POOL))
-    runs = kube.list_objects(API_VERSION, RUN_KIND, namespace, {})
-    write_status(kube, KIND, body, old, engine_pool_status(generation, old, servers, pods, runs_on(runs, name)))
+    runs = runs_on(kube.list_objects(API_VERSION, RUN_KIND, namespace, {}), name)
+    write_status(kube, KIND, body, old, engine_pool_status(generation, old, servers, pods, runs))
+    adapters.collect(kube, plan, runs, ctx.options)
 
 
 def runs_on(runs: list[Manifest], pool: str) -> list[str]:

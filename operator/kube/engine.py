@@ -29,6 +29,7 @@ from harnessrl.operator.kube.common import (
     volumes_and_mounts,
     writable_scratch,
 )
+from harnessrl.operator.kube.network import OPERATOR
 from harnessrl.operator.kube.storage import engine_model
 from harnessrl.operator.plan import (
     AdapterStorePlan,
@@ -53,7 +54,10 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
 
 
 def pool_manifests(pool: EnginePoolPlan, owner: Owner) -> list[Manifest]:
-    """An EnginePool's servers, and the NetworkPolicy that lets only its runs' proxies and learners reach them."""
+    """An EnginePool's servers, and the NetworkPolicy that lets only its runs' proxies and learners reach them (and
+the operator, which unloads the adapters of runs that are gone: handlers/adapters.py)."""
+    runs = [{"podSelector": {"matchLabels": {ENGINE_POOL_LABEL: pool.pool, COMPONENT: str(kind)}}}
+            for kind in (ComponentKind.PROXY, ComponentKind.LEARNER)]
     policy = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -61,8 +65,7 @@ def pool_manifests(pool: EnginePoolPlan, owner: Owner) -> list[Manifest]:
         "spec": {
             "podSelector": {"matchLabels": selector(pool.pool, pool.engine.kind)},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {ENGINE_POOL_LABEL: pool.pool, COMPONENT: str(kind)}}}
-                                  for kind in (ComponentKind.PROXY, ComponentKind.LEARNER)]}],
+            "ingress": [{"from": [*runs, OPERATOR]}],
         },
     }
     return [*servers(pool, owner, pool.engine, pool.adapter_store, pool.spec.model.base), policy]

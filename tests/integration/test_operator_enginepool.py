@@ -1,33 +1,96 @@
 """EnginePools through the operator (kopf over HTTP) against the API emulator: a pool's servers, two runs on one
-pool with no engine of their own, their EngineReady following the pool's servers, and a run blocked with a reason
-while its pool is missing. The emulator runs no controllers: the test writes the pool's StatefulSet status as the
-StatefulSet controller would."""
+pool with no engine of their own, their EngineReady following the pool's servers, a run blocked with a reason
+while its pool is missing, and the adapters of a deleted run unloaded from the pool. The emulator runs no
+controllers: the test writes the pool's StatefulSet status as the StatefulSet controller would. The pool's server
+is the scripted engine (vLLM's LoRA endpoints) and its adapter store the real one, both on 127.0.0.1, where the
+operator's URL templates send it (in a cluster: the servers' Pod DNS names)."""
 
 from __future__ import annotations
 
+import base64
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
+from harnessrl.operator.handlers import OperatorOptions, build_registry
+from harnessrl.runtime.engine.adapter_store import adapter_tar, create_app
 
 from tests.integration.test_operator_reconcile import (  # noqa: F401 (fixtures)
     NS,
     ROOT,
     TR,
+    FakeLearnerStatus,
     apply_pools,
     children,
     cluster,
     learner_status,
-    operator,
     ready_workload,
     small_run,
     wait_condition,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 EP = ("harnessrl.io/v1alpha1", "EnginePool")
 POOL = yaml.safe_load((ROOT / "examples" / "enginepools" / "qwen3-8b.yaml").read_text())
 BASE = {"hub": {"repo": "Qwen/Qwen3-0.6B"}}
+
+
+@dataclass
+class PoolServer:
+    """The pool's server (the scripted engine) and the port its adapter store will listen on."""
+
+    engine: Any
+    store_port: int
+    store_root: Path
+
+
+@pytest.fixture
+def pool_server(scripted_engine: Any, tmp_path: Path) -> PoolServer:
+    return PoolServer(scripted_engine, free_port(), tmp_path / "adapters")
+
+
+@pytest.fixture
+def operator(cluster: Any, learner_status: FakeLearnerStatus, pool_server: PoolServer) -> Iterator[Any]:  # noqa: F811
+    options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_status.url, request_timeout_s=5,
+                              engine_pool_server_url_template=pool_server.engine.root_url,
+                              engine_pool_store_url_template=f"http://127.0.0.1:{pool_server.store_port}")
+    registry, _ = build_registry(options, cluster.client())
+    with cluster.kopf_runner(registry, namespace=NS):
+        yield cluster
+
+
+@contextmanager
+def adapter_store(pool_server: PoolServer, token: str) -> Iterator[str]:
+    """The real adapter store app on the port the operator was told, taking the pool's token."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(create_app(pool_server.store_root, token), host="127.0.0.1",
+                                           port=pool_server.store_port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{pool_server.store_port}"
+    try:
+        wait_until(lambda: server.started)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def wait_until(check: Any, timeout: float = 10) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
 
 
 def engine_pool(replicas: int = 1) -> dict[str, Any]:
@@ -49,7 +112,7 @@ def config_of(kube: Any, configmap: str) -> dict[str, Any]:
     return data
 
 
-def test_two_runs_share_one_pool_and_follow_its_servers(operator: Any) -> None:  # noqa: F811 (the fixture)
+def test_two_runs_share_one_pool_and_follow_its_servers(operator: Any) -> None:
     apply_pools(operator, "mini-swe-agent")
     operator.apply(engine_pool())
     servers = operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "shared-enginepool", namespace=NS),
@@ -86,7 +149,7 @@ def test_two_runs_share_one_pool_and_follow_its_servers(operator: Any) -> None: 
     operator.wait_for(lambda: len(config_of(operator, "run-a-proxy-config")["upstream_urls"]) == 2, timeout=15)
 
 
-def test_a_run_waits_with_a_reason_until_its_pool_exists(operator: Any) -> None:  # noqa: F811 (the fixture)
+def test_a_run_waits_with_a_reason_until_its_pool_exists(operator: Any) -> None:
     apply_pools(operator, "mini-swe-agent")
     operator.apply(on_pool("run-a"))
     ready = wait_condition(operator, "run-a", "Ready", "False", "EnginePoolUnavailable")
@@ -104,3 +167,34 @@ def test_a_run_waits_with_a_reason_until_its_pool_exists(operator: Any) -> None:
     operator.apply(other)
     ready = wait_condition(operator, "run-a", "Ready", "False", "EnginePoolUnavailable")
     assert "another base model" in ready["message"]
+
+
+def test_the_adapters_of_a_deleted_run_are_unloaded_from_the_pool(operator: Any, pool_server: PoolServer,
+                                                                   tmp_path: Path) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(engine_pool())
+    for run in ("run-a", "run-b"):
+        operator.apply(on_pool(run))
+    operator.wait_for(lambda: pool_status(operator).get("runs") == ["run-a", "run-b"], timeout=15)
+    secret = operator.wait_for(lambda: operator.get("v1", "Secret", "shared-enginepool-store", namespace=NS), timeout=15)
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with adapter_store(pool_server, token) as store:
+        # What the two learners did: upload each version to the store, then load it on the server.
+        for name in ("run-a-v1", "run-a-v2", "run-b-v1"):
+            stored = httpx.put(f"{store}/adapters/{name}", content=adapter_tar(adapter),
+                               headers={"Authorization": f"Bearer {token}"}, timeout=10).raise_for_status().json()
+            httpx.post(f"{pool_server.engine.root_url}/v1/load_lora_adapter", timeout=10,
+                       json={"lora_name": name, "lora_path": stored["path"]}).raise_for_status()
+
+        def served() -> set[str]:
+            return {m["id"] for m in httpx.get(f"{pool_server.engine.base_url}/models", timeout=10).json()["data"]}
+
+        operator.delete(*TR, "run-a", NS)
+        wait_until(lambda: "run-a-v1" not in served() and "run-a-v2" not in served(), timeout=15)
+        # run-b's adapter stays, on the server and in the store; run-a's are gone from both.
+        assert "run-b-v1" in served()
+        assert sorted(p.name for p in pool_server.store_root.iterdir()) == ["run-b-v1"]
+        operator.wait_for(lambda: pool_status(operator).get("runs") == ["run-b"], timeout=15)

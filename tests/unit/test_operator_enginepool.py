@@ -13,6 +13,7 @@ from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.handlers.adapters import orphans
 from harnessrl.operator.kube import Owner, engine, kueue, render
 from harnessrl.operator.kube.common import selector
 from harnessrl.operator.plan import (
@@ -74,8 +75,11 @@ def test_a_pool_serves_lora_with_an_adapter_store_beside_each_server_and_admits_
     assert out[("Service", "qwen3-8b-enginepool")]["spec"]["clusterIP"] == "None"
     policy = out[("NetworkPolicy", "qwen3-8b-enginepool")]["spec"]
     assert policy["podSelector"]["matchLabels"] == servers["spec"]["selector"]["matchLabels"]
-    assert [peer["podSelector"]["matchLabels"] for peer in policy["ingress"][0]["from"]] == [
+    runs, operator = policy["ingress"][0]["from"][:2], policy["ingress"][0]["from"][2:]
+    assert [peer["podSelector"]["matchLabels"] for peer in runs] == [
         {"harnessrl.io/engine-pool": "qwen3-8b", "harnessrl.io/component": c} for c in ("proxy", "learner")]
+    # The operator's Pod (any namespace: the chart's), which unloads the adapters of runs that are gone.
+    assert operator == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}]
 
 
 def test_a_run_on_a_pool_has_no_engine_and_samples_the_pools_servers_under_its_own_name() -> None:
@@ -147,3 +151,9 @@ def test_the_pool_servers_selector_differs_from_a_same_named_runs_engine() -> No
     assert selector("qwen3-8b", ComponentKind.ENGINE_POOL) != selector("qwen3-8b", ComponentKind.ENGINE)
     plan = build_engine_pool_plan("qwen3-8b", "team", pool_spec(), ClusterPlacement("team"))
     assert isinstance(plan.engine.config, EngineConfig) and plan.engine.config.lora.enabled
+
+
+def test_orphans_are_the_adapters_of_runs_gone_from_the_pool() -> None:
+    served = ["qwen3-8b", "team-a-v3", "team-a-v4", "team-b-v1", "old-run-v12", "adapter-by-hand", "x-v1-eval"]
+    assert orphans(served, ["team-a", "team-b"]) == ["old-run-v12"]
+    assert orphans(served, []) == ["team-a-v3", "team-a-v4", "team-b-v1", "old-run-v12"]
