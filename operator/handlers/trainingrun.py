@@ -257,7 +257,10 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list
     wanted = {c.pool for c in plan.runners}
     for (api_version, kind, name), child in snapshot.items():
         labels = child["metadata"].get("labels") or {}
-        if labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted and owner_uid(child) == owner.uid:
+        # A pool the run no longer uses; its own engine once it samples from an EnginePool.
+        stale = (labels.get(COMPONENT) == str(ComponentKind.RUNNER) and labels.get(POOL) not in wanted) or (
+            labels.get(COMPONENT) == str(ComponentKind.ENGINE) and plan.engine is None)
+        if stale and owner_uid(child) == owner.uid:
             changed |= kube.delete(api_version, kind, plan.namespace, name)
     return (kube.snapshot(plan.namespace, {RUN: plan.run}, kinds) if changed else snapshot), replaced
 

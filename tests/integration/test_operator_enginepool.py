@@ -57,7 +57,7 @@ def pool_server(scripted_engine: Any, tmp_path: Path) -> PoolServer:
 
 
 @pytest.fixture
-def operator(cluster: Any, learner_status: FakeLearnerStatus, pool_server: PoolServer) -> Iterator[Any]:  # noqa: F811
+def operator(cluster: Any, learner_status: FakeLearnerStatus, pool_server: PoolServer) -> Iterator[Any]:  # noqa: F811 (the fixtures)
     options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_status.url, request_timeout_s=5,
                               engine_pool_server_url_template=pool_server.engine.root_url,
                               engine_pool_store_url_template=f"http://127.0.0.1:{pool_server.store_port}")
@@ -147,6 +147,18 @@ def test_two_runs_share_one_pool_and_follow_its_servers(operator: Any) -> None:
     # A second server: the runs' proxies and learners are pointed at both.
     operator.patch(*EP, "shared", {"spec": {"engine": {"replicas": 2}}}, namespace=NS)
     operator.wait_for(lambda: len(config_of(operator, "run-a-proxy-config")["upstream_urls"]) == 2, timeout=15)
+
+
+def test_a_run_moved_onto_a_pool_gives_up_its_own_engine(operator: Any) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(engine_pool())
+    operator.apply(small_run("run-a"))
+    operator.wait_for(lambda: ("StatefulSet", "run-a-engine") in children(operator, "run-a"), timeout=15)
+    operator.patch(*TR, "run-a", {"spec": {"engine": {"pool": "shared"}}}, namespace=NS)
+    operator.wait_for(lambda: not {c for c in children(operator, "run-a") if c[1].startswith("run-a-engine")},
+                      timeout=15)
+    proxy = config_of(operator, "run-a-proxy-config")
+    assert proxy["upstream_urls"] == ["http://shared-enginepool-0.shared-enginepool.default.svc:8000/"]
 
 
 def test_a_run_waits_with_a_reason_until_its_pool_exists(operator: Any) -> None:
