@@ -56,8 +56,10 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     servers = kube.get("apps/v1", "StatefulSet", namespace, plan.engine.name)
     pods = kube.list_objects("v1", "Pod", namespace, selector(name, ComponentKind.ENGINE_POOL))
     runs = runs_on(kube.list_objects(API_VERSION, RUN_KIND, namespace, {}), name)
-    write_status(kube, KIND, body, old, engine_pool_status(generation, old, servers, pods, runs))
-    adapters.collect(kube, plan, runs, ctx.options)
+    new = engine_pool_status(generation, old, servers, pods, runs)
+    write_status(kube, KIND, body, old, new)
+    if new.ready_replicas:  # servers still starting have nothing loaded, and would only time out
+        adapters.collect(kube, plan, runs, ctx.options)
 
 
 def runs_on(runs: list[Manifest], pool: str) -> list[str]:

@@ -188,6 +188,7 @@ def test_the_adapters_of_a_deleted_run_are_unloaded_from_the_pool(operator: Any,
     for run in ("run-a", "run-b"):
         operator.apply(on_pool(run))
     operator.wait_for(lambda: pool_status(operator).get("runs") == ["run-a", "run-b"], timeout=15)
+    ready_workload(operator, "apps/v1", "StatefulSet", "shared-enginepool", 1)
     secret = operator.wait_for(lambda: operator.get("v1", "Secret", "shared-enginepool-store", namespace=NS), timeout=15)
     token = base64.b64decode(secret["data"]["token"]).decode()
     adapter = tmp_path / "adapter"
