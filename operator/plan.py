@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import yaml
@@ -325,11 +325,15 @@ class EnginePoolPlan(_Model):
     engine: Component
     adapter_store: AdapterStorePlan
     spec: EnginePoolSpec
-    suspended: bool = False  # a pool has no suspend; the manifest helpers ask it of every owner
+    suspended: bool = False  # a pool has no suspend: True only while Kueue has not admitted it (`stopped`)
 
     @property
     def scope_name(self) -> str:
         return self.pool
+
+
+# What Kueue admits as one Workload, and what runs or stops as a whole: a run, or an EnginePool's servers.
+Admissible = TypeVar("Admissible", Plan, EnginePoolPlan)
 
 
 def child_name(run: str, component: ComponentKind, pool: str | None = None) -> str:
@@ -418,9 +422,9 @@ def _build(
     )
 
 
-def stopped(plan: Plan) -> Plan:
-    """The plan with no Pod running (a suspended run, or one Kueue has not admitted): its workloads at zero
-    replicas and the learner's Job suspended (kube/common.py running_replicas). Configs stay as they are."""
+def stopped(plan: Admissible) -> Admissible:
+    """The plan with no Pod running (a suspended run, or a run or pool Kueue has not admitted): its workloads at
+    zero replicas and a run's learner Job suspended (kube/common.py running_replicas). Configs stay as they are."""
     return plan.model_copy(update={"suspended": True})
 
 

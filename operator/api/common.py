@@ -279,6 +279,16 @@ def name_rule(kind: str) -> Rule:
     )
 
 
+def queue_name_field(kind: str, admitted: str) -> Any:
+    """spec.queueName of a kind the operator admits through Kueue as one Workload (handlers/admission.py)."""
+    return Field(
+        default=None,
+        description=f"Kueue LocalQueue that admits {admitted}: its Pods start only once Kueue admits it, and "
+        f"stop when Kueue evicts it. Kueue must list `{kind}.{VERSION}.{GROUP}` in "
+        "`integrations.externalFrameworks`. A change re-queues it.",
+    )
+
+
 def immutable(what: str) -> dict[str, Any]:
     """Schema extra for a field that may not change once set (a CEL transition rule)."""
     return {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": f"{what} is immutable"}]}

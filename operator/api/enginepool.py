@@ -15,6 +15,7 @@ from harnessrl.operator.api.common import (
     PodOverrides,
     ResourceName,
     name_rule,
+    queue_name_field,
 )
 from harnessrl.operator.api.status import Conditions, conditions_field, kopf_field
 from harnessrl.operator.api.trainingrun import EngineServers, ServedModel
@@ -47,6 +48,7 @@ class EnginePoolSpec(ApiModel):
     engine: EngineServers = Field(default_factory=EngineServers, description="The vLLM servers.")
     lora: PoolLora = Field(default_factory=PoolLora, description="Adapter capacity.")
     pod: PodOverrides = Field(default_factory=PodOverrides, description="Scheduling settings of the server Pods.")
+    queue_name: ResourceName | None = queue_name_field(KIND, "the pool's servers as one Workload (one pod set, `engine`)")
 
 
 class EnginePoolStatus(ApiModel):

@@ -87,11 +87,12 @@ TOO_MANY_POD_SETS = _reason(
     warning=True,
 )
 AWAITING_ADMISSION = _reason(
-    "AwaitingAdmission", "the run's Kueue Workload waits for quota; nothing that holds a GPU runs until Kueue admits it"
+    "AwaitingAdmission", "the Kueue Workload of the run (or of its EnginePool, or the EnginePool's own) waits for quota; "
+    "nothing that holds a GPU runs until Kueue admits it"
 )
 EVICTED_BY_KUEUE = _reason(
-    "EvictedByKueue", "Kueue evicted the run's Workload (preemption, deactivation): its Pods stop, its checkpoints "
-    "stay, and it resumes from the last one when Kueue admits it again", warning=True,
+    "EvictedByKueue", "Kueue evicted the Workload of the run (or EnginePool) (preemption, deactivation): its Pods stop; "
+    "a run keeps its checkpoints and resumes from the last one when Kueue admits it again", warning=True,
 )
 INVALID_HARNESS_POOL = _reason(
     "InvalidHarnessPool", "a HarnessPool the run uses fails the current model (also a condition on the pool)", warning=True

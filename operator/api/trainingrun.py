@@ -24,6 +24,7 @@ from harnessrl.operator.api.common import (
     exactly_one,
     immutable,
     name_rule,
+    queue_name_field,
 )
 from harnessrl.operator.api.status import Conditions, conditions_field, kopf_field
 from pydantic import Field, StringConstraints
@@ -577,11 +578,8 @@ class TrainingRunSpec(ApiModel):
         default=False,
         description="Stop the run's Pods, keeping its state; false resumes from the last checkpoint.",
     )
-    queue_name: ResourceName | None = Field(
-        default=None,
-        description="Kueue LocalQueue that admits the whole run as one Workload (a pod set per component): its "
-        "Pods start only once Kueue admits it, and stop when Kueue evicts it. Kueue must list "
-        "`TrainingRun.v1alpha1.harnessrl.io` in `integrations.externalFrameworks`. A change re-queues the run. In a cluster only.",
+    queue_name: ResourceName | None = queue_name_field(
+        KIND, "the whole run as one Workload (a pod set per component; in a cluster only)"
     )
     active_deadline_seconds: int | None = Field(
         default=None,

@@ -1,41 +1,51 @@
-"""Whole-run admission through Kueue: keep the run's Workload, and say what of the run may run now.
+"""Admission through Kueue of a whole run, or of an EnginePool's servers: keep its Workload, and say what of it
+may run now.
 
 Read the Workload → create or replace it → the plan to apply (placed on the admitted flavors, or every Pod
-stopped) → after the children are applied, give back the quota of an evicted Workload once the run's Pods are
-gone, and mark it Finished when the run ends. The rules are in kube/kueue.py.
+stopped) → after the children are applied, give back the quota of an evicted Workload once its Pods are gone,
+and mark a run's Workload Finished when the run ends. The rules are in kube/kueue.py.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Generic, NamedTuple
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import COMPONENT_LABEL
 from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, holder
-from harnessrl.operator.handlers.status import Observed, QueueState
-from harnessrl.operator.kube import Manifest, Owner, kueue, render
-from harnessrl.operator.plan import ComponentKind, Plan, stopped
+from harnessrl.operator.handlers.status import QueueState
+from harnessrl.operator.kube import Manifest, Owner, kueue
+from harnessrl.operator.plan import Admissible, ComponentKind, stopped
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("harnessrl.operator.admission")
-WORKLOAD_KINDS = {"Job", "JobSet", "StatefulSet", "Deployment"}
 FINISHED_PHASES = {"Succeeded", "Failed"}
+# The Pods of a Workload's pod sets (sandbox Pods are the runners' business, not in a pod set).
+POD_SET_COMPONENTS = {str(k) for k in (ComponentKind.LEARNER, ComponentKind.ENGINE, ComponentKind.PROXY,
+                                       ComponentKind.RUNNER, ComponentKind.ENGINE_POOL)}
 
 
-class Gate(NamedTuple):
-    plan: Plan  # what to apply now
+class Gate(NamedTuple, Generic[Admissible]):
+    plan: Admissible  # what to apply now
     queue: QueueState
     workload: Manifest | None  # as last read or written
-    release: bool  # the Workload holds quota it must give back once the run's Pods are gone
+    release: bool  # the Workload holds quota it must give back once its Pods are gone
 
 
-def gate(kube: Kube, plan: Plan, owner: Owner) -> Gate:
-    """The run's Workload converged on the plan, and the plan the run may apply now."""
-    running = plan.model_copy(update={"suspended": False})  # the pod sets ask for what the run needs to run
-    rendered = {m["metadata"]["name"]: m for m in render(running, owner) if m["kind"] in WORKLOAD_KINDS}
-    desired = kueue.workload(plan, owner, kueue.pod_sets(running, rendered))
+def kueue_missing(kube: Kube, queue: str | None, what: str) -> str | None:
+    """Why `what` cannot be queued on `queue` here (Kueue's API is not served); None when it can, or is not queued."""
+    if queue is None or kube.serves(kueue.WORKLOAD_GROUP_VERSION):
+        return None
+    return (f"spec.queueName {queue} admits {what} through Kueue, and this cluster does not serve "
+            f"{kueue.WORKLOAD_API}: install Kueue or remove spec.queueName")
+
+
+def gate(kube: Kube, plan: Admissible, owner: Owner, render: kueue.Render[Admissible]) -> Gate[Admissible]:
+    """The Workload converged on the plan (a run's, or an EnginePool's rendered by `render`), and the plan to
+    apply now."""
+    desired = kueue.desired_workload(plan, owner, render)
     name, queue = desired["metadata"]["name"], desired["spec"]["queueName"]
     live = kube.get(kueue.WORKLOAD_API, "Workload", plan.namespace, name)
     if live is not None and (other := holder(desired, live)) is not None:
@@ -61,7 +71,7 @@ def gate(kube: Kube, plan: Plan, owner: Owner) -> Gate:
     leaving = evicted is not None or kueue.is_stale(live, desired) or not desired["spec"]["active"]
     if kueue.holds_quota(live) and leaving:
         why = f"{evicted.get('reason')}: {evicted.get('message')}" if evicted else "its pod sets changed or it was deactivated"
-        message = f"Kueue evicted Workload {name} ({why}); the run's Pods stop, then its quota is given back"
+        message = f"Kueue evicted Workload {name} ({why}); its Pods stop, then its quota is given back"
         return Gate(stopped(plan), QueueState(admitted=False, reason=R.EVICTED_BY_KUEUE, message=message), live,
                     release=True)
     if kueue.is_admitted(live):
@@ -80,18 +90,18 @@ def gate(kube: Kube, plan: Plan, owner: Owner) -> Gate:
     return Gate(stopped(plan), waiting, live, release=False)
 
 
-def pods_gone(observed: Observed) -> bool:
-    """No Pod of the Workload's pod sets still runs (sandbox Pods are the runners' business, not in a pod set)."""
-    sets = {str(k) for k in (ComponentKind.LEARNER, ComponentKind.ENGINE, ComponentKind.PROXY, ComponentKind.RUNNER)}
-    return not any((p.get("status") or {}).get("phase") not in FINISHED_PHASES for p in observed.pods
-                   if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in sets)
+def pods_gone(pods: list[Manifest]) -> bool:
+    """No Pod of the Workload's pod sets among the owner's `pods` still runs."""
+    return not any((p.get("status") or {}).get("phase") not in FINISHED_PHASES for p in pods
+                   if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in POD_SET_COMPONENTS)
 
 
-def release(kube: Kube, gate: Gate, observed: Observed) -> None:
-    """Give back an evicted Workload's quota once the run's Pods are gone, so that Kueue can admit others."""
-    if gate.release and gate.workload is not None and pods_gone(observed):
+def release(kube: Kube, gate: Gate[Admissible], pods: list[Manifest]) -> None:
+    """Give back an evicted Workload's quota once its Pods (of the owner's `pods`) are gone, so that Kueue can admit
+    others."""
+    if gate.release and gate.workload is not None and pods_gone(pods):
         meta = gate.workload["metadata"]
-        log.info("Workload %s/%s: the run's Pods are gone; giving its quota back", meta["namespace"], meta["name"])
+        log.info("Workload %s/%s: its Pods are gone; giving its quota back", meta["namespace"], meta["name"])
         kube.patch_status(kueue.WORKLOAD_API, "Workload", meta["namespace"], meta["name"],
                           kueue.release_status(gate.workload, now()))
 

@@ -1,6 +1,8 @@
-"""Reconcile one EnginePool: read -> plan -> apply its servers -> write status (readiness, the runs on it).
+"""Reconcile one EnginePool: read -> plan -> admit (with spec.queueName) -> apply its servers -> write status
+(readiness, the runs on it).
 
-The servers run whether or not a run uses the pool: a platform team sizes the pool for its teams' runs. A spec
+The servers run whether or not a run uses the pool: a platform team sizes the pool for its teams' runs. With
+spec.queueName they run only while Kueue admits the pool's Workload (handlers/admission.py, as a run's). A spec
 change (e.g. more replicas) triggers the runs in its namespace, which point their proxies and learners at the
 servers the pool now has."""
 
@@ -14,7 +16,7 @@ from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.enginepool import KIND, EnginePoolSpec, EnginePoolStatus
 from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers import adapters
+from harnessrl.operator.handlers import adapters, admission
 from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import engine_pool_status, pool_blocked_status
@@ -43,10 +45,14 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     except PlanError as exc:
         _blocked(kube, body, old, generation, exc.reason, str(exc))
         return
+    if (missing := admission.kueue_missing(kube, spec.queue_name, "the pool's servers")) is not None:
+        _blocked(kube, body, old, generation, R.KUEUE_NOT_INSTALLED, missing)
+        return
     owner = Owner(name=name, uid=body["metadata"]["uid"], kind=KIND)
     try:
         kube.ensure(engine.store_secret(plan, owner, secrets.token_urlsafe(32)))  # generated once and kept
-        for manifest in engine.pool_manifests(plan, owner):
+        gate = admission.gate(kube, plan, owner, engine.pool_manifests) if spec.queue_name else None
+        for manifest in engine.pool_manifests(gate.plan if gate else plan, owner):
             ensure_child(kube, manifest)
     except (ChildRefused, ChildConflict) as refused:
         log.warning("EnginePool %s/%s: %s", namespace, name, refused)
@@ -55,8 +61,10 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     servers = kube.get("apps/v1", "StatefulSet", namespace, plan.engine.name)
     pods = kube.list_objects("v1", "Pod", namespace, selector(name, ComponentKind.ENGINE_POOL))
+    if gate is not None:
+        admission.release(kube, gate, pods)
     runs = runs_on(kube.list_objects(API_VERSION, RUN_KIND, namespace, {}), name)
-    new = engine_pool_status(generation, old, servers, pods, runs)
+    new = engine_pool_status(generation, old, servers, pods, runs, gate.queue if gate else None)
     write_status(kube, KIND, body, old, new)
     if new.ready_replicas:  # servers still starting have nothing loaded, and would only time out
         adapters.collect(kube, plan, runs, ctx.options)

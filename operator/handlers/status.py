@@ -40,6 +40,8 @@ Manifest = dict[str, Any]
 IMAGE_PULL = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 GPU = "nvidia.com/gpu"
+# The reasons an EnginePool's Ready condition gives while Kueue holds its servers back.
+KUEUE_HOLDS = {R.AWAITING_ADMISSION, R.EVICTED_BY_KUEUE, R.KUEUE_NOT_INSTALLED}
 # GPU time is written at most once a minute per run: a status write on every reconcile would load the API server.
 USAGE_PERIOD_S = 60.0
 
@@ -52,7 +54,7 @@ class Trouble(BaseModel):
 
 
 class QueueState(BaseModel):
-    """The run's Kueue Workload as last read: admitted, or why not (a reason of api/reasons.py)."""
+    """A run's (or EnginePool's) Kueue Workload as last read: admitted, or why not (a reason of api/reasons.py)."""
 
     admitted: bool
     reason: str = ""
@@ -67,6 +69,7 @@ class Observed(BaseModel):
     learner: Manifest | None = None  # the Job (of a multi-node learner: its JobSet, seen as a Job)
     runners: dict[str, Manifest | None] = {}  # pool -> Deployment
     engine_pods: list[Manifest] | None = None  # an EnginePool's servers; None: the run's own engine's, among pods
+    engine_pool_held: Trouble | None = None  # why Kueue holds the EnginePool's servers back (its Ready condition)
     pods: list[Manifest] = []
     progress: CoordinatorStatus | None = None
     queue: QueueState | None = None  # None: the run has no spec.queueName
@@ -195,7 +198,12 @@ def run_status(
     else:
         put(SUSPENDED, "False", R.NOT_SUSPENDED, "")
         engine_pods = observed.engine_pods if observed.engine_pods is not None else _pods_of(pods, "engine")
-        put(ENGINE_READY, *workload_condition(observed.engine, engine_pods, "engine"))
+        engine = workload_condition(observed.engine, engine_pods, "engine")
+        held = observed.engine_pool_held
+        # Servers at zero (or not there yet) on a pool Kueue holds back: the pool's reason says when they come.
+        if held is not None and engine[1] in (R.SUSPENDED_REASON, R.CREATING):
+            engine = ("False", held.reason, held.message)
+        put(ENGINE_READY, *engine)
         put(PROXY_READY, *workload_condition(observed.proxy, _pods_of(pods, "proxy"), "proxy"))
         put(HARNESSES_READY, *_harnesses_condition(observed, pods))
         parts = [c for c in conds if c.type in (ENGINE_READY, PROXY_READY, HARNESSES_READY)]
@@ -412,13 +420,29 @@ def engine_pool_status(
     servers: Manifest | None,
     pods: list[Manifest],
     runs: list[str],
+    queue: QueueState | None = None,
     now: datetime | None = None,
 ) -> EnginePoolStatus:
-    """An EnginePool's status: its servers' readiness, and the runs sampling from it."""
+    """An EnginePool's status: its servers' readiness (or why Kueue holds them back: `queue`, None when the pool
+    is not queued), and the runs sampling from it."""
     old = old or EnginePoolStatus()
-    status, reason, message = workload_condition(servers, pods, "servers")
     ready = int(((servers or {}).get("status") or {}).get("readyReplicas") or 0)
-    conds = set_condition(list(old.conditions), READY, status, reason, message, generation, now)
-    phase: Literal["Pending", "Ready", "Degraded"] = "Ready" if status == "True" else ("Degraded" if ready else "Pending")
+    phase: Literal["Pending", "Ready", "Degraded"]
+    if queue is not None and not queue.admitted:
+        cond: tuple[ConditionStatus, str, str] = ("False", queue.reason, queue.message)
+        phase = "Pending"
+    else:
+        cond = workload_condition(servers, pods, "servers")
+        phase = "Ready" if cond[0] == "True" else ("Degraded" if ready else "Pending")
+    conds = set_condition(list(old.conditions), READY, *cond, generation=generation, now=now)
     return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": phase,
                                   "ready_replicas": ready, "runs": runs})
+
+
+def engine_pool_held(pool: str, body: Manifest | None) -> Trouble | None:
+    """Why Kueue holds an EnginePool's servers back, from its Ready condition; None when it does not."""
+    conditions = ((body or {}).get("status") or {}).get("conditions") or []
+    ready: Manifest = next((c for c in conditions if c.get("type") == READY), {})
+    if ready.get("status") == "True" or ready.get("reason") not in KUEUE_HOLDS:
+        return None
+    return Trouble(reason=ready["reason"], message=f"EnginePool {pool} awaits Kueue's admission: {ready.get('message', '')}")

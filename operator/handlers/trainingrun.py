@@ -35,11 +35,12 @@ from harnessrl.operator.handlers.status import (
     Event,
     Observed,
     blocked_status,
+    engine_pool_held,
     is_terminal,
     run_status,
     transitions,
 )
-from harnessrl.operator.kube import Owner, kueue, learner, proxy, render
+from harnessrl.operator.kube import Owner, learner, proxy, render
 from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN, selector
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
@@ -184,10 +185,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
                    f"serve {JOBSET_API}: install JobSet (kubernetes-sigs/jobset) or set learner.nodes to 1")
         _finish(kube, body, old, blocked_status(generation, old, R.JOBSET_NOT_INSTALLED, message))
         return
-    if spec.queue_name and not kube.serves(kueue.WORKLOAD_GROUP_VERSION):
-        message = (f"spec.queueName {spec.queue_name} admits the run through Kueue, and this cluster does not serve "
-                   f"{kueue.WORKLOAD_API}: install Kueue or remove spec.queueName")
-        _finish(kube, body, old, blocked_status(generation, old, R.KUEUE_NOT_INSTALLED, message))
+    if (missing := admission.kueue_missing(kube, spec.queue_name, "the run")) is not None:
+        _finish(kube, body, old, blocked_status(generation, old, R.KUEUE_NOT_INSTALLED, missing))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
     key = (namespace, name)
@@ -195,7 +194,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     if not ctx.refusals.due(key, version):
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
-        gate = admission.gate(kube, plan, owner) if spec.queue_name else None
+        gate = admission.gate(kube, plan, owner, render) if spec.queue_name else None
         snapshot, replaced = apply_children(kube, gate.plan if gate else plan, owner)
     except (ChildRefused, ChildConflict) as refused:
         # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
@@ -210,7 +209,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         observed = observed.model_copy(update=observe_engine_pool(kube, namespace, plan.engine_pool))
     if gate is not None:
         observed = observed.model_copy(update={"queue": gate.queue})
-        admission.release(kube, gate, observed)
+        admission.release(kube, gate, observed.pods)
     if int(((observed.learner or {}).get("status") or {}).get("active") or 0) >= 1:
         url = ctx.options.learner_url_template.format(run=name, namespace=namespace) or placement.coordinator_url(name)
         progress = fetch(url)
@@ -281,10 +280,12 @@ def observe(plan: Plan, snapshot: Snapshot, pods: list[Manifest]) -> Observed:
 
 
 def observe_engine_pool(kube: Kube, namespace: str, pool: str) -> dict[str, Any]:
-    """The servers of the EnginePool a run samples from, as its engine (Observed fields)."""
+    """The servers of the EnginePool a run samples from, as its engine, and whether Kueue holds them back
+    (Observed fields)."""
     name = child_name(pool, ComponentKind.ENGINE_POOL)
     return {"engine": kube.get("apps/v1", "StatefulSet", namespace, name),
-            "engine_pods": kube.list_objects("v1", "Pod", namespace, selector(pool, ComponentKind.ENGINE_POOL))}
+            "engine_pods": kube.list_objects("v1", "Pod", namespace, selector(pool, ComponentKind.ENGINE_POOL)),
+            "engine_pool_held": engine_pool_held(pool, kube.get(API_VERSION, ENGINE_POOL_KIND, namespace, pool))}
 
 
 def jobset_as_job(jobset: Manifest | None) -> Manifest | None:

@@ -1,25 +1,27 @@
-"""A run as one Kueue Workload, and what Kueue's answer means for the run. Pure.
+"""A run (or an EnginePool's servers) as one Kueue Workload, and what Kueue's answer means for it. Pure.
 
 Kueue admits custom jobs through their own controller ("external frameworks"): the controller creates a
-Workload owned by the job, with one pod set per group of identical Pods; Kueue reserves quota and marks it
-Admitted; the controller starts the Pods with the admitted flavors' node labels and tolerations; when Kueue
-evicts the Workload (preemption, `spec.active: false`), the controller stops the Pods and then gives the quota
-back (clears `status.admission`); when the job ends, it marks the Workload Finished.
+Workload owned by the job, with one pod set per group of identical Pods (a run's components; a pool's servers);
+Kueue reserves quota and marks it Admitted; the controller starts the Pods with the admitted flavors' node
+labels and tolerations; when Kueue evicts the Workload (preemption, `spec.active: false`), the controller stops
+the Pods and then gives the quota back (clears `status.admission`); when the job ends, it marks the Workload
+Finished.
 
 The pod sets carry only what quota and flavor assignment read (counts, requests, nodeSelector, tolerations,
-affinity, priority class), so a config change does not re-queue a run; a change there does (pod sets are
-immutable: the Workload is replaced once the run has stopped).
+affinity, priority class), so a config change does not re-queue a run or pool; a change there does (pod sets
+are immutable: the Workload is replaced once its Pods have stopped).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from harnessrl.operator.api.common import Toleration
 from harnessrl.operator.kube.common import Manifest, Owner, metadata
-from harnessrl.operator.plan import Component, Plan
+from harnessrl.operator.plan import Admissible, Component, ComponentKind, EnginePoolPlan, Plan
 
 WORKLOAD_API = "kueue.x-k8s.io/v1beta1"
 WORKLOAD_GROUP_VERSION = "/apis/kueue.x-k8s.io/v1beta1"
@@ -28,15 +30,19 @@ POD_SETS_DIGEST = "harnessrl.io/pod-sets-digest"
 # The pod template fields Kueue's quota and flavor assignment read.
 SCHEDULING_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName", "overhead")
 CONTAINER_FIELDS = ("name", "image", "resources")
+WORKLOAD_KINDS = {"Job", "JobSet", "StatefulSet", "Deployment"}
+Render = Callable[[Admissible, Owner], list[Manifest]]
 
 
-def workload_name(run: str) -> str:
-    return run  # one Workload per run, named as the run (kubectl get workloads shows the run's name)
+def workload_name(owner: str) -> str:
+    return owner  # one Workload per run or pool, named as it (kubectl get workloads shows the owner's name)
 
 
-def pod_set_components(plan: Plan) -> list[tuple[str, Component]]:
+def pod_set_components(plan: Plan | EnginePoolPlan) -> list[tuple[str, Component]]:
     """(pod set name, component) for every component with Pods. Runners are numbered: pool names may be longer
     than a pod set name allows; their template's pool label says which pool each is."""
+    if isinstance(plan, EnginePoolPlan):
+        return [("engine", plan.engine)]
     # A run on an EnginePool has no engine of its own: the pool's servers are not the run's to queue.
     named = [("learner", plan.learner), *([("engine", plan.engine)] if plan.engine else []), ("proxy", plan.proxy)]
     return named + [(f"runner-{i}", c) for i, c in enumerate(plan.runners)]
@@ -73,7 +79,7 @@ def quota_template(template: Manifest) -> Manifest:
     return {"metadata": {"labels": dict(template["metadata"].get("labels") or {})}, "spec": reduced}
 
 
-def pod_sets(plan: Plan, workloads: dict[str, Manifest]) -> list[Manifest]:
+def pod_sets(plan: Plan | EnginePoolPlan, workloads: dict[str, Manifest]) -> list[Manifest]:
     """The Workload's pod sets from the rendered workloads (by child name) of the plan as it runs (not stopped)."""
     return [
         {"name": name, "count": pod_count(workloads[c.name]), "template": quota_template(pod_template(workloads[c.name]))}
@@ -81,15 +87,25 @@ def pod_sets(plan: Plan, workloads: dict[str, Manifest]) -> list[Manifest]:
     ]
 
 
-def workload(plan: Plan, owner: Owner, sets: list[Manifest]) -> Manifest:
+def desired_workload(plan: Admissible, owner: Owner, render: Render[Admissible]) -> Manifest:
+    """The Workload of `plan` as built (suspended only by its spec): its pod sets ask for what it needs to run,
+    read from its workloads as `render` gives them."""
+    running = plan.model_copy(update={"suspended": False})
+    rendered = {m["metadata"]["name"]: m for m in render(running, owner) if m["kind"] in WORKLOAD_KINDS}
+    return workload(plan, owner, pod_sets(running, rendered))
+
+
+def workload(plan: Plan | EnginePoolPlan, owner: Owner, sets: list[Manifest]) -> Manifest:
     assert plan.spec.queue_name is not None
-    meta = metadata(plan, owner, workload_name(plan.run), "run")
+    # The owner's labels: the operator's watch on Workloads triggers the run's (or pool's) reconcile by them.
+    meta = metadata(plan, owner, workload_name(plan.scope_name),
+                    ComponentKind.ENGINE_POOL if isinstance(plan, EnginePoolPlan) else "run")
     meta["annotations"] = {POD_SETS_DIGEST: digest(plan.spec.queue_name, sets)}
     return {
         "apiVersion": WORKLOAD_API,
         "kind": "Workload",
         "metadata": meta,
-        "spec": {"queueName": plan.spec.queue_name, "active": not plan.spec.suspend, "podSets": sets},
+        "spec": {"queueName": plan.spec.queue_name, "active": not plan.suspended, "podSets": sets},
     }
 
 
@@ -122,7 +138,7 @@ def assigned_flavors(live: Manifest) -> dict[str, list[str]]:
     return {a["name"]: sorted(set((a.get("flavors") or {}).values())) for a in admission.get("podSetAssignments") or []}
 
 
-def place(plan: Plan, flavors: dict[str, list[str]], flavor_specs: dict[str, Manifest]) -> Plan:
+def place(plan: Admissible, flavors: dict[str, list[str]], flavor_specs: dict[str, Manifest]) -> Admissible:
     """The plan with each component's Pods pinned to its admitted flavors' nodes (their nodeLabels join the
     nodeSelector, their tolerations the Pod's), as Kueue's own integrations do on admission."""
     updates: dict[str, Any] = {}
@@ -136,8 +152,11 @@ def place(plan: Plan, flavors: dict[str, list[str]], flavor_specs: dict[str, Man
         pod = component.pod.model_copy(update={"node_selector": component.pod.node_selector | node_labels,
                                                "tolerations": tolerations})
         updates[name] = component.model_copy(update={"pod": pod})
+    if isinstance(plan, EnginePoolPlan):
+        return plan.model_copy(update={"engine": updates["engine"]})
     return plan.model_copy(update={
-        "learner": updates["learner"], "engine": updates["engine"], "proxy": updates["proxy"],
+        # A run on an EnginePool has no engine (nor its pod set).
+        "learner": updates["learner"], "engine": updates.get("engine"), "proxy": updates["proxy"],
         "runners": [updates[f"runner-{i}"] for i in range(len(plan.runners))],
     })
 
@@ -153,11 +172,11 @@ def set_condition(live: Manifest, type_: str, status: str, reason: str, message:
 
 
 def release_status(live: Manifest, now: str) -> Manifest:
-    """The status that gives an evicted Workload's quota back once the run's Pods are gone (what Kueue's job
+    """The status that gives an evicted Workload's quota back once its Pods are gone (what Kueue's job
     framework writes after stopping a job): no admission, QuotaReserved and Admitted False."""
     conditions = {**live, "status": {**(live.get("status") or {}),
                                      "conditions": set_condition(live, "QuotaReserved", "False", "Pending",
-                                                                 "the run's Pods are stopped", now)}}
+                                                                 "its Pods are stopped", now)}}
     return {"admission": None,
             "conditions": set_condition(conditions, "Admitted", "False", "NoReservation",
                                         "the Workload has no quota reservation", now)}

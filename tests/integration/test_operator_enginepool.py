@@ -93,9 +93,9 @@ def wait_until(check: Any, timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
-def engine_pool(replicas: int = 1) -> dict[str, Any]:
+def engine_pool(replicas: int = 1, **changes: Any) -> dict[str, Any]:
     spec = POOL["spec"] | {"model": {"base": BASE, "servedName": "qwen3"},
-                           "engine": POOL["spec"]["engine"] | {"replicas": replicas}}
+                           "engine": POOL["spec"]["engine"] | {"replicas": replicas}} | changes
     return {"apiVersion": EP[0], "kind": EP[1], "metadata": {"name": "shared", "namespace": NS}, "spec": spec}
 
 

@@ -1,5 +1,5 @@
-"""Whole-run admission through Kueue: the operator (kopf over HTTP) against the API emulator with Kueue's
-Workload and ResourceFlavor CRDs applied (tests/fixtures/crds). Kueue itself does not run here: each test plays
+"""Admission through Kueue of a whole run, and of an EnginePool's servers: the operator (kopf over HTTP) against
+the API emulator with Kueue's Workload and ResourceFlavor CRDs applied (tests/fixtures/crds). Kueue itself does not run here: each test plays
 its part, writing the Workload's status as Kueue's scheduler does (quota reserved and admitted with flavors,
 evicted on preemption), and checks what the operator does with each answer.
 """
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.test_operator_enginepool import EP, engine_pool, on_pool, pool_status
 from tests.integration.test_operator_reconcile import (  # noqa: F401 (fixtures)
     MINI_REPLICAS,
     NS,
@@ -209,3 +210,94 @@ def test_a_queued_run_without_kueue_installed_says_so(operator: Any) -> None:  #
     ready = wait_condition(operator, "run-a", "Ready", "False", "KueueNotInstalled")
     assert "kueue.x-k8s.io/v1beta1" in ready["message"]
     assert operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS) is None
+
+
+SERVERS = "shared-enginepool"  # the StatefulSet of EnginePool `shared`
+
+
+def pool_ready(kube: Any, reason: str) -> dict[str, Any]:
+    """The pool's Ready condition, once it is False with `reason`."""
+    return kube.wait_for(lambda: next((c for c in pool_status(kube).get("conditions") or []
+                                       if c["type"] == "Ready" and c["status"] == "False" and c["reason"] == reason),
+                                      None), timeout=15)
+
+
+def servers_at(kube: Any, replicas: int) -> dict[str, Any]:
+    return kube.wait_for(lambda: (s := sts(kube, SERVERS)) and s["spec"]["replicas"] == replicas and s, timeout=15)
+
+
+def admitted_pool(kube: Any) -> dict[str, Any]:
+    """A queued pool (one server) that Kueue admitted; returns its Workload as first created."""
+    kube.apply(engine_pool(queueName="team-a"))
+    first: dict[str, Any] = kube.wait_for(lambda: kube.get(*WL, "shared", namespace=NS), timeout=15)
+    admit(kube, "shared")
+    servers_at(kube, 1)
+    return first
+
+
+def test_a_queued_pool_runs_no_server_until_kueue_admits_it_then_on_its_flavors_nodes(kueue: Any) -> None:
+    kueue.apply(engine_pool(queueName="team-a"))
+    wl = kueue.wait_for(lambda: kueue.get(*WL, "shared", namespace=NS), timeout=15)
+    pool = kueue.get(*EP, "shared", namespace=NS)
+    owner = wl["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("EnginePool", pool["metadata"]["uid"], True)
+    assert wl["spec"]["queueName"] == "team-a"
+    [engine] = wl["spec"]["podSets"]
+    assert engine["name"] == "engine" and engine["count"] == 1
+    assert engine["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # The servers exist with no Pod; the pool, and a run on it, say why.
+    assert "kueue.x-k8s.io/queue-name" not in servers_at(kueue, 0)["metadata"].get("labels", {})
+    assert "LocalQueue team-a" in pool_ready(kueue, "AwaitingAdmission")["message"]
+    assert pool_status(kueue)["phase"] == "Pending"
+    kueue.apply(on_pool("run-a"))
+    engine_ready = wait_condition(kueue, "run-a", "EngineReady", "False", "AwaitingAdmission")
+    assert engine_ready["message"].startswith("EnginePool shared awaits Kueue's admission")
+
+    admit(kueue, "shared")
+    servers = servers_at(kueue, 1)["spec"]["template"]["spec"]
+    assert servers["nodeSelector"]["gpu"] == "h100" and GPU_TOLERATION in servers["tolerations"]
+    pool_ready(kueue, "ReplicasNotReady")  # admitted: now the servers' own progress
+    wait_condition(kueue, "run-a", "EngineReady", "False", "ReplicasNotReady")
+
+
+def test_eviction_stops_the_pools_servers_then_gives_the_quota_back(kueue: Any) -> None:
+    admitted_pool(kueue)
+    labels = {"harnessrl.io/engine-pool": "shared", "harnessrl.io/component": "enginepool"}
+    kueue.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{SERVERS}-0", "namespace": NS, "labels": labels},
+                 "spec": {"containers": [{"name": "vllm", "image": "x"}]}})
+    kueue.patch("v1", "Pod", f"{SERVERS}-0", {"status": {"phase": "Running"}}, namespace=NS, subresource="status")
+
+    evict(kueue, "shared")
+    servers_at(kueue, 0)
+    assert "Preempted" in pool_ready(kueue, "EvictedByKueue")["message"]
+    # A server Pod still runs: the quota stays held until it is gone. (A config change proves a later reconcile.)
+    generation = kueue.patch(*EP, "shared", {"spec": {"lora": {"maxLoras": 9}}}, namespace=NS)["metadata"]["generation"]
+    kueue.wait_for(lambda: pool_status(kueue).get("observedGeneration") == generation, timeout=15)
+    assert kueue.get(*WL, "shared", namespace=NS)["status"].get("admission")
+
+    kueue.delete("v1", "Pod", f"{SERVERS}-0", NS)
+    released = kueue.wait_for(lambda: (w := kueue.get(*WL, "shared", namespace=NS)) and not w["status"].get("admission")
+                              and w, timeout=15)
+    by_type = {c["type"]: c for c in released["status"]["conditions"]}
+    assert by_type["QuotaReserved"]["status"] == "False" and by_type["Admitted"]["status"] == "False"
+    pool_ready(kueue, "EvictedByKueue")  # waits to be admitted again
+
+    kueue.patch(*WL, "shared", {"status": {"conditions": []}}, namespace=NS, subresource="status")
+    admit(kueue, "shared")
+    servers_at(kueue, 1)
+
+
+def test_a_change_to_what_the_pools_quota_counts_requeues_it_once_stopped(kueue: Any) -> None:
+    first = admitted_pool(kueue)
+    kueue.patch(*EP, "shared", {"spec": {"engine": {"replicas": 2}}}, namespace=NS)
+    second = kueue.wait_for(lambda: (w := kueue.get(*WL, "shared", namespace=NS))
+                            and w["metadata"]["uid"] != first["metadata"]["uid"] and w, timeout=20)
+    assert [s["count"] for s in second["spec"]["podSets"]] == [2]
+    servers_at(kueue, 0)
+    pool_ready(kueue, "AwaitingAdmission")
+
+
+def test_a_queued_pool_without_kueue_installed_says_so(operator: Any) -> None:  # noqa: F811
+    operator.apply(engine_pool(queueName="team-a"))
+    assert "kueue.x-k8s.io/v1beta1" in pool_ready(operator, "KueueNotInstalled")["message"]
+    assert sts(operator, SERVERS) is None

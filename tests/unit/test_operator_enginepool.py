@@ -14,6 +14,13 @@ from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.handlers.adapters import orphans
+from harnessrl.operator.handlers.status import (
+    Observed,
+    QueueState,
+    engine_pool_held,
+    engine_pool_status,
+    run_status,
+)
 from harnessrl.operator.kube import Owner, engine, kueue, render
 from harnessrl.operator.kube.common import selector
 from harnessrl.operator.plan import (
@@ -24,6 +31,7 @@ from harnessrl.operator.plan import (
     PlanError,
     build_engine_pool_plan,
     build_plan,
+    stopped,
 )
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.learner.config import LearnerConfig
@@ -47,6 +55,15 @@ def pool_spec(**changes: Any) -> EnginePoolSpec:
 def run_plan(name: str = "team-a-codex", pool: EnginePoolSpec | None = None, **changes: Any) -> Any:
     spec = TrainingRunSpec.model_validate(RUN["spec"] | changes)
     return build_plan(name, "team", spec, {"codex": CODEX}, ClusterPlacement("team"), engine_pool=pool or pool_spec())
+
+
+def pool_plan(**changes: Any) -> Any:
+    return build_engine_pool_plan("qwen3-8b", "team", pool_spec(**changes), ClusterPlacement("team"))
+
+
+def pool_workload(**changes: Any) -> dict[str, Any]:
+    """The pool's Workload as handlers/admission.py builds it."""
+    return kueue.desired_workload(pool_plan(**changes), POOL_OWNER, engine.pool_manifests)
 
 
 def by_name(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -157,3 +174,62 @@ def test_orphans_are_the_adapters_of_runs_gone_from_the_pool() -> None:
     served = ["qwen3-8b", "team-a-v3", "team-a-v4", "team-b-v1", "old-run-v12", "adapter-by-hand", "x-v1-eval"]
     assert orphans(served, ["team-a", "team-b"]) == ["old-run-v12"]
     assert orphans(served, []) == ["team-a-v3", "team-a-v4", "team-b-v1", "old-run-v12"]
+
+
+def test_a_queued_pool_is_one_workload_whose_engine_pod_set_counts_its_servers() -> None:
+    workload = pool_workload(queueName="gpus")
+    meta = workload["metadata"]
+    assert meta["name"] == "qwen3-8b" and meta["ownerReferences"] == [POOL_OWNER.reference()]
+    assert meta["ownerReferences"][0]["controller"] is True
+    assert meta["labels"]["harnessrl.io/engine-pool"] == "qwen3-8b"  # the operator's watch finds the pool by it
+    assert workload["spec"]["queueName"] == "gpus" and workload["spec"]["active"] is True
+    [servers] = workload["spec"]["podSets"]
+    assert servers["name"] == "engine" and servers["count"] == POOL["spec"]["engine"]["replicas"] == 2
+    vllm, store = servers["template"]["spec"]["containers"]
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "1" and set(vllm) == {"name", "image", "resources"}
+    assert "nvidia.com/gpu" not in store["resources"]["limits"]
+    # A valid core/v1 PodTemplateSpec (the part the fixture CRD leaves open).
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+                                  "template": servers["template"]}, K8S_VERSION, strict=True)
+    # What quota counts replaces the Workload; adapter capacity (a server flag) does not.
+    engine_spec = POOL["spec"]["engine"]
+    for changes in ({"engine": engine_spec | {"replicas": 3}}, {"engine": engine_spec | {"gpus": 2}},
+                    {"queueName": "other"}, {"pod": {"nodeSelector": {"zone": "b"}}}):
+        assert kueue.is_stale(workload, pool_workload(**({"queueName": "gpus"} | changes))), changes
+    assert not kueue.is_stale(workload, pool_workload(queueName="gpus", lora={"maxLoras": 16}))
+
+
+def test_a_pool_runs_no_server_until_admitted_then_on_its_flavors_nodes() -> None:
+    plan = pool_plan(queueName="gpus")
+    held = by_name(engine.pool_manifests(stopped(plan), POOL_OWNER))[("StatefulSet", "qwen3-8b-enginepool")]
+    assert held["spec"]["replicas"] == 0
+    toleration = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    placed = kueue.place(plan, {"engine": ["h100"]}, {"h100": {"nodeLabels": {"gpu": "h100"}, "tolerations": [toleration]}})
+    servers = by_name(engine.pool_manifests(placed, POOL_OWNER))[("StatefulSet", "qwen3-8b-enginepool")]
+    assert servers["spec"]["replicas"] == 2
+    assert servers["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "h100"}
+    assert servers["spec"]["template"]["spec"]["tolerations"] == [toleration]
+    # A queued run on the pool is placed without an engine of its own.
+    run = kueue.place(run_plan(queueName="team-queue"), {"learner": ["h100"]}, {"h100": {"nodeLabels": {"gpu": "h100"}}})
+    assert run.engine is None and run.learner.pod.node_selector == {"gpu": "h100"}
+
+
+def test_a_pool_kueue_holds_back_says_so_and_so_do_its_runs() -> None:
+    waiting = QueueState(admitted=False, reason=R.AWAITING_ADMISSION, message="Workload qwen3-8b waits for Kueue")
+    servers = {"spec": {"replicas": 0}, "status": {"readyReplicas": 0}}
+    status = engine_pool_status(1, None, servers, [], ["team-a-codex"], waiting)
+    ready = status.conditions[0]
+    assert (ready.type, ready.status, ready.reason) == ("Ready", "False", R.AWAITING_ADMISSION)
+    assert status.phase == "Pending" and ready.message == waiting.message
+    body = {"status": status.model_dump(mode="json", by_alias=True)}
+    held = engine_pool_held("qwen3-8b", body)
+    assert held is not None and held.reason == R.AWAITING_ADMISSION
+    run = run_status(TrainingRunSpec.model_validate(RUN["spec"]), 1, None,
+                     Observed(engine=servers, engine_pods=[], engine_pool_held=held))
+    engine_ready = next(c for c in run.conditions if c.type == "EngineReady")
+    assert engine_ready.reason == R.AWAITING_ADMISSION
+    assert engine_ready.message.startswith("EnginePool qwen3-8b awaits Kueue's admission: Workload qwen3-8b waits")
+    # Admitted: the pool's own readiness, and nothing held.
+    admitted = engine_pool_status(1, status, servers | {"spec": {"replicas": 2}}, [], [], QueueState(admitted=True))
+    assert admitted.conditions[0].reason == R.REPLICAS_NOT_READY
+    assert engine_pool_held("qwen3-8b", {"status": admitted.model_dump(mode="json", by_alias=True)}) is None

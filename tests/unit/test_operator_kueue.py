@@ -24,9 +24,7 @@ def plan_of(**changes: Any) -> Any:
 
 def workload_of(plan: Any) -> dict[str, Any]:
     """The Workload as handlers/admission.py builds it: pod sets from the running plan."""
-    running = plan.model_copy(update={"suspended": False})
-    rendered = {m["metadata"]["name"]: m for m in render(running, OWNER) if m["kind"] in ("Job", "JobSet", "StatefulSet", "Deployment")}
-    return kueue.workload(plan, OWNER, kueue.pod_sets(running, rendered))
+    return kueue.desired_workload(plan, OWNER, render)
 
 
 def test_the_example_run_is_one_workload_with_a_pod_set_per_component() -> None:
