@@ -6,7 +6,8 @@ name, each run's proxy samples only that adapter, and a run that finishes unload
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
 
 from harnessrl.operator.api.common import (
     API_VERSION,
@@ -51,6 +52,17 @@ class EnginePoolSpec(ApiModel):
     queue_name: ResourceName | None = queue_name_field(KIND, "the pool's servers as one Workload (one pod set, `engine`)")
 
 
+class PoolUsage(ApiModel):
+    """What the pool's servers consumed so far, for chargeback (also Prometheus `harnessrl_enginepool_gpu_seconds`).
+    The runs on the pool count none of it in their own usage; their tokensSampled is the share each drew."""
+
+    gpu_seconds: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="GPUs requested by the running servers times their running time, summed."
+    )
+    # JSON carries times as strings; strict typing would refuse them.
+    observed_time: datetime | None = Field(default=None, description="Until when gpuSeconds is counted.", strict=False)
+
+
 class EnginePoolStatus(ApiModel):
     """Observed state of an EnginePool, written by the operator."""
 
@@ -63,6 +75,7 @@ class EnginePoolStatus(ApiModel):
     runs: list[ResourceName] = Field(
         default_factory=list, max_length=1024, description="TrainingRuns that name this pool in spec.engine.pool."
     )
+    usage: PoolUsage = Field(default_factory=PoolUsage, description="What the servers consumed (chargeback).")
     kopf: dict[str, Any] | None = kopf_field()
 
 

@@ -23,8 +23,10 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 import kubernetes.client
+from harnessrl.operator.api.enginepool import KIND as ENGINE_POOL_KIND
+from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.handlers.apply import Kube
-from harnessrl.operator.handlers.metrics import OperatorMetrics, Usages
+from harnessrl.operator.handlers.metrics import OperatorMetrics, PoolUsages, Usages
 from harnessrl.operator.leader import Elector, LeaderElection
 from harnessrl.operator.plan import Images
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
@@ -92,6 +94,7 @@ class Context:
         self.known: set[Key] = set()
         self.progress: dict[tuple[str, str], CoordinatorStatus] = {}  # (namespace, run) -> last learner status
         self.usage: Usages = {}  # (namespace, run) -> its status.usage as last written
+        self.pool_usage: PoolUsages = {}  # (namespace, EnginePool) -> the same
         self._pool_users: dict[tuple[str, str], set[str]] = {}  # (namespace, pool) -> active runs using it
         self._reconcilers: dict[str, Callable[[Context, str, str], None]] = {}
         self._mu = threading.Lock()
@@ -102,7 +105,7 @@ class Context:
         self._resync: threading.Thread | None = None
         self.metrics = OperatorMetrics()
         self.metrics.observe_queue(lambda: float(len(self._running)))
-        self.metrics.observe_usage(lambda: dict(self.usage))
+        self.metrics.observe_usage(lambda: dict(self.usage), lambda: dict(self.pool_usage))
         for kind in ("TrainingRun", "HarnessPool"):
             self.metrics.observe_known(kind, functools.partial(self._count, kind))
         self._leading = threading.Event()
@@ -177,8 +180,11 @@ class Context:
             else:
                 self.known.add(key)
         if deleted:
-            self.progress.pop((namespace, name), None)
-            self.usage.pop((namespace, name), None)
+            if kind == RUN_KIND:  # a HarnessPool or EnginePool may have a run's name
+                self.progress.pop((namespace, name), None)
+                self.usage.pop((namespace, name), None)
+            elif kind == ENGINE_POOL_KIND:
+                self.pool_usage.pop((namespace, name), None)
             self.kube.forget(kind, namespace, name)
         else:
             self.trigger(key)

@@ -66,6 +66,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     runs = runs_on(kube.list_objects(API_VERSION, RUN_KIND, namespace, {}), name)
     new = engine_pool_status(generation, old, servers, pods, runs, gate.queue if gate else None)
     write_status(kube, KIND, body, old, new)
+    ctx.pool_usage[(namespace, name)] = new.usage
     if new.ready_replicas:  # servers still starting have nothing loaded, and would only time out
         adapters.collect(kube, plan, runs, ctx.options)
 

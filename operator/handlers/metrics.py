@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from harnessrl.operator.api.enginepool import PoolUsage
 from harnessrl.operator.api.trainingrun import RunUsage
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
@@ -12,14 +13,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 Usages = dict[tuple[str, str], RunUsage]  # (namespace, run) -> its status.usage
+PoolUsages = dict[tuple[str, str], PoolUsage]  # (namespace, EnginePool) -> its status.usage
 
 
 class UsageCollector(Collector):
-    """Each run's status.usage as counters labelled by namespace and run (chargeback): read at scrape time from
-    what the leader last wrote, so a run's series go when the run does."""
+    """Each run's and EnginePool's status.usage as counters labelled by namespace and name (chargeback): read at
+    scrape time from what the leader last wrote, so an object's series go when it does."""
 
-    def __init__(self, usages: Callable[[], Usages]) -> None:
+    def __init__(self, usages: Callable[[], Usages], pool_usages: Callable[[], PoolUsages]) -> None:
         self.usages = usages
+        self.pool_usages = pool_usages
 
     def collect(self) -> Iterator[Metric]:
         run = ["namespace", "run"]
@@ -35,7 +38,11 @@ class UsageCollector(Collector):
             sandbox.add_metric([namespace, name], usage.sandbox_seconds)
             tokens.add_metric([namespace, name, "sampled"], usage.tokens_sampled)
             tokens.add_metric([namespace, name, "trained"], usage.tokens_trained)
-        yield from (gpu, rollouts, sandbox, tokens)
+        pool_gpu = CounterMetricFamily("harnessrl_enginepool_gpu_seconds", "GPU-seconds of an EnginePool's servers, "
+                                       "which the runs on it share", labels=["namespace", "pool"])
+        for (namespace, name), pool_usage in sorted(self.pool_usages().items()):
+            pool_gpu.add_metric([namespace, name], pool_usage.gpu_seconds)
+        yield from (gpu, rollouts, sandbox, tokens, pool_gpu)
 
 
 class OperatorMetrics:
@@ -53,8 +60,8 @@ class OperatorMetrics:
         self._known = Gauge("harnessrl_operator_objects", "TrainingRuns and HarnessPools the operator knows",
                             ["kind"], registry=self.registry)
 
-    def observe_usage(self, usages: Callable[[], Usages]) -> None:
-        self.registry.register(UsageCollector(usages))
+    def observe_usage(self, usages: Callable[[], Usages], pool_usages: Callable[[], PoolUsages]) -> None:
+        self.registry.register(UsageCollector(usages, pool_usages))
 
     def observe_queue(self, depth: Callable[[], float]) -> None:
         self._queue.set_function(depth)

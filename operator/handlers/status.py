@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import COMPONENT_LABEL, POOL_LABEL
-from harnessrl.operator.api.enginepool import EnginePoolStatus
+from harnessrl.operator.api.enginepool import EnginePoolStatus, PoolUsage
 from harnessrl.operator.api.harnesspool import HarnessPoolStatus, PoolRolloutCounts
 from harnessrl.operator.api.reasons import (
     COMPLETE,
@@ -257,20 +257,30 @@ def _time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
+def gpu_time(pods: list[Manifest], since: datetime | None, now: datetime) -> tuple[dict[str, float], datetime | None]:
+    """GPU-seconds of the running GPU Pods among `pods` from `since` (or their start) to `now`, by component label,
+    and the time counted up to. Counted at most once per USAGE_PERIOD_S and only while a GPU Pod runs, so that a
+    quiet object causes no status writes: otherwise ({}, since)."""
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running" and pod_gpus(p) > 0]
+    if not running or (since is not None and (now - since).total_seconds() < USAGE_PERIOD_S):
+        return {}, since
+    added: dict[str, float] = {}
+    for pod in running:
+        started = _time((pod.get("status") or {}).get("startTime")) or now
+        begin = max(started, since) if since is not None else started
+        component = (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL, "")
+        added[component] = added.get(component, 0.0) + pod_gpus(pod) * max(0.0, (now - begin).total_seconds())
+    return added, now
+
+
 def run_usage(old: RunUsage, observed: Observed, now: datetime) -> RunUsage:
-    """Usage with GPU time counted up to `now` (at most once per USAGE_PERIOD_S, and only while a GPU Pod runs,
-    so that a quiet run causes no status writes) and the learner's counters (never lower than already said)."""
-    gpu = dict(old.gpu_seconds)
-    since = observed_time = old.observed_time
-    running = [p for p in observed.pods if (p.get("status") or {}).get("phase") == "Running" and pod_gpus(p) > 0
-               and (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in ("learner", "engine")]
-    if running and (since is None or (now - since).total_seconds() >= USAGE_PERIOD_S):
-        for pod in running:
-            started = _time((pod.get("status") or {}).get("startTime")) or now
-            begin = max(started, since) if since is not None else started
-            component = pod["metadata"]["labels"][COMPONENT_LABEL]
-            gpu[component] = round(gpu.get(component, 0.0) + pod_gpus(pod) * max(0.0, (now - begin).total_seconds()), 1)
-        observed_time = now
+    """Usage with GPU time counted up to `now` (gpu_time) and the learner's counters (never lower than already
+    said)."""
+    own = [p for p in observed.pods if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in ("learner", "engine")]
+    added, observed_time = gpu_time(own, old.observed_time, now)
+    gpu: dict[str, float] = {component: s for component, s in old.gpu_seconds.items()}
+    for component, seconds in added.items():
+        gpu[component] = round(gpu.get(component, 0.0) + seconds, 1)
     usage = old.model_copy(update={"gpu_seconds": gpu, "observed_time": observed_time})
     progress = observed.progress
     if progress is None:
@@ -424,7 +434,7 @@ def engine_pool_status(
     now: datetime | None = None,
 ) -> EnginePoolStatus:
     """An EnginePool's status: its servers' readiness (or why Kueue holds them back: `queue`, None when the pool
-    is not queued), and the runs sampling from it."""
+    is not queued), the runs sampling from it, and its servers' GPU time (gpu_time)."""
     old = old or EnginePoolStatus()
     ready = int(((servers or {}).get("status") or {}).get("readyReplicas") or 0)
     phase: Literal["Pending", "Ready", "Degraded"]
@@ -435,8 +445,10 @@ def engine_pool_status(
         cond = workload_condition(servers, pods, "servers")
         phase = "Ready" if cond[0] == "True" else ("Degraded" if ready else "Pending")
     conds = set_condition(list(old.conditions), READY, *cond, generation=generation, now=now)
+    added, observed_time = gpu_time(pods, old.usage.observed_time, (now or datetime.now(UTC)).replace(microsecond=0))
+    usage = PoolUsage(gpu_seconds=round(old.usage.gpu_seconds + sum(added.values()), 1), observed_time=observed_time)
     return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": phase,
-                                  "ready_replicas": ready, "runs": runs})
+                                  "ready_replicas": ready, "runs": runs, "usage": usage})
 
 
 def engine_pool_held(pool: str, body: Manifest | None) -> Trouble | None:

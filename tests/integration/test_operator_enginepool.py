@@ -12,14 +12,19 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from harnessrl.operator.handlers import OperatorOptions, build_registry
+from harnessrl.operator.handlers import Context, OperatorOptions, build_registry
+from harnessrl.operator.kube.common import selector
+from harnessrl.operator.plan import ComponentKind
 from harnessrl.runtime.engine.adapter_store import adapter_tar, create_app
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_operator_reconcile import (  # noqa: F401 (fixtures)
     NS,
@@ -57,13 +62,19 @@ def pool_server(scripted_engine: Any, tmp_path: Path) -> PoolServer:
 
 
 @pytest.fixture
-def operator(cluster: Any, learner_status: FakeLearnerStatus, pool_server: PoolServer) -> Iterator[Any]:  # noqa: F811 (the fixtures)
+def running(cluster: Any, learner_status: FakeLearnerStatus, pool_server: PoolServer) -> Iterator[tuple[Any, Context]]:  # noqa: F811 (the fixtures)
+    """The emulator with the operator running on it, and the operator's context (its metrics)."""
     options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_status.url, request_timeout_s=5,
                               engine_pool_server_url_template=pool_server.engine.root_url,
                               engine_pool_store_url_template=f"http://127.0.0.1:{pool_server.store_port}")
-    registry, _ = build_registry(options, cluster.client())
+    registry, ctx = build_registry(options, cluster.client())
     with cluster.kopf_runner(registry, namespace=NS):
-        yield cluster
+        yield cluster, ctx
+
+
+@pytest.fixture
+def operator(running: tuple[Any, Context]) -> Any:
+    return running[0]
 
 
 @contextmanager
@@ -211,3 +222,27 @@ def test_the_adapters_of_a_deleted_run_are_unloaded_from_the_pool(operator: Any,
         assert "run-b-v1" in served()
         assert sorted(p.name for p in pool_server.store_root.iterdir()) == ["run-b-v1"]
         operator.wait_for(lambda: pool_status(operator).get("runs") == ["run-b"], timeout=15)
+
+
+def test_a_pools_servers_gpu_time_is_the_pools_usage_not_its_runs(running: tuple[Any, Context]) -> None:
+    """Chargeback of a shared engine: its servers' GPU-seconds are the pool's (status.usage and
+    `harnessrl_enginepool_gpu_seconds` by namespace and pool); a run on the pool counts no engine GPU time."""
+    kube, ctx = running
+    apply_pools(kube, "mini-swe-agent")
+    kube.apply(engine_pool())
+    kube.apply(on_pool("run-a"))
+    kube.wait_for(lambda: pool_status(kube).get("runs") == ["run-a"], timeout=15)
+    started = (datetime.now(UTC) - timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube.apply({"apiVersion": "v1", "kind": "Pod",  # the server Pod the StatefulSet controller would make
+                "metadata": {"name": "shared-enginepool-0", "namespace": NS,
+                             "labels": selector("shared", ComponentKind.ENGINE_POOL)},
+                "spec": {"containers": [{"name": "vllm", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
+    kube.patch("v1", "Pod", "shared-enginepool-0", {"status": {"phase": "Running", "startTime": started}}, namespace=NS,
+               subresource="status")
+    seconds = kube.wait_for(lambda: (pool_status(kube).get("usage") or {}).get("gpuSeconds"), timeout=15)
+    assert seconds >= 2 * 120
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(generate_latest(ctx.metrics.registry).decode()) for s in f.samples}
+    assert samples[("harnessrl_enginepool_gpu_seconds_total", (("namespace", NS), ("pool", "shared")))] == seconds
+    run_usage = (kube.get(*TR, "run-a", namespace=NS).get("status") or {}).get("usage") or {}
+    assert "engine" not in run_usage.get("gpuSeconds", {})

@@ -7,6 +7,7 @@ import threading
 import time
 
 import kubernetes.client
+from harnessrl.operator.api.enginepool import PoolUsage
 from harnessrl.operator.api.trainingrun import RunUsage
 from harnessrl.operator.handlers.context import Context, OperatorOptions
 
@@ -104,10 +105,13 @@ def test_what_the_context_keeps_of_an_object_goes_with_it() -> None:
     """The records kept per object (its last status write, its usage, the pools it runs on) are dropped when it is
     deleted: they do not grow with every run the operator ever saw."""
     ctx = make_context()
-    ctx.kube._own_status[("Run", "ns", "a")] = "41"
+    ctx.kube._own_status[("TrainingRun", "ns", "a")] = "41"
     ctx.usage[("ns", "a")] = RunUsage(rollouts=3)
+    ctx.pool_usage[("ns", "a")] = PoolUsage(gpu_seconds=60)
     assert ctx.use_pools("ns", "a", {"p"}) == set() and ctx.use_pools("ns", "b", {"p"}) == {"a"}
-    ctx.seen("Run", "ns", "a", deleted=True)
+    ctx.seen("EnginePool", "ns", "a", deleted=True)  # a pool named as a run: the run's records stay
+    assert ("ns", "a") not in ctx.pool_usage and ("ns", "a") in ctx.usage
+    ctx.seen("TrainingRun", "ns", "a", deleted=True)
     assert ctx.use_pools("ns", "a", set()) == {"b"}  # b's share of p grows
-    assert ("Run", "ns", "a") not in ctx.kube._own_status and ("ns", "a") not in ctx.usage
+    assert ("TrainingRun", "ns", "a") not in ctx.kube._own_status and ("ns", "a") not in ctx.usage
     assert ctx.pool_users("ns", "p") == {"b"}

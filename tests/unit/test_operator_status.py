@@ -7,7 +7,14 @@ from typing import Any
 
 from harnessrl.operator.api.harnesspool import PoolRolloutCounts
 from harnessrl.operator.api.trainingrun import TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers.status import Observed, blocked_status, pool_status, run_status, transitions
+from harnessrl.operator.handlers.status import (
+    Observed,
+    blocked_status,
+    engine_pool_status,
+    pool_status,
+    run_status,
+    transitions,
+)
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus, EvalRegression
 
 SPEC = TrainingRunSpec.model_validate({
@@ -237,3 +244,14 @@ def test_usage_counts_gpu_seconds_of_running_pods_once_a_minute_and_the_learners
     # No GPU Pod running: the count stays, and so does its time (a suspended run writes nothing).
     idle = run_status(SPEC, 1, first, Observed(pods=[]), now=T0 + timedelta(hours=1)).usage
     assert idle == usage
+
+
+def test_an_engine_pools_usage_counts_its_servers_gpu_seconds_once_a_minute() -> None:
+    servers = [gpu_pod("enginepool", 2, T0, name="s-0"), gpu_pod("enginepool", 2, T0 + timedelta(seconds=60), name="s-1"),
+               gpu_pod("enginepool", 2, T0, phase="Pending", name="s-2")]
+    first = engine_pool_status(1, None, ready(2), servers, ["run-a"], now=T0 + timedelta(seconds=120))
+    assert first.usage.gpu_seconds == 2 * 120 + 2 * 60  # a Pending server holds none
+    assert engine_pool_status(1, first, ready(2), servers, [], now=T0 + timedelta(seconds=150)).usage == first.usage
+    later = engine_pool_status(1, first, ready(2), servers, [], now=T0 + timedelta(seconds=210)).usage
+    assert later.gpu_seconds == first.usage.gpu_seconds + 2 * 2 * 90
+    assert engine_pool_status(1, first, ready(0), [], [], now=T0 + timedelta(hours=1)).usage == first.usage
