@@ -19,6 +19,7 @@ import pytest
 
 from tests.fixtures.hub_server import HubServer
 from tests.fixtures.learner_process import ProxyStandIn, start_learner
+from tests.fixtures.tiny_model import REPO_ROOT
 from tests.integration.test_learner_resume import SyntheticHarness, config
 
 HOME = "/tmp/home"  # in the tmpfs: a Pod's HOME is an emptyDir of its own
@@ -26,7 +27,9 @@ HOME = "/tmp/home"  # in the tmpfs: a Pod's HOME is an emptyDir of its own
 
 def read_only_root(*writable: Path) -> list[str]:
     """A launcher: what follows runs with / read-only but for /tmp, HOME and `writable`."""
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", HOME]
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", HOME,
+            # The tmpfs hides a checkout under /tmp (a CI clone): its venv and tiny model are bound back, read-only.
+            "--ro-bind", str(REPO_ROOT), str(REPO_ROOT)]
     for path in writable:
         argv += ["--bind", str(path), str(path)]
     return [*argv, "--setenv", "HOME", HOME, "--"]
