@@ -88,7 +88,7 @@ transfer: venv
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -P examples/transfer/experiment.py --out runs/transfer $(TRANSFER_ARGS)
 
-# Its reduced run (2 seeds, ~20 min) checks the direction of the effect; too long and too noisy for `make test`.
+# Its full-sized check (2 seeds, real runners and sandbox, ~20 min); `make test` checks a reduced one (~6.5 min).
 transfer-check: venv
 	$(VENV)/bin/pytest -m experiment tests/e2e/test_transfer.py
 
