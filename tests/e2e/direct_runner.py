@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -31,7 +31,6 @@ from harnessrl.runtime.contracts.coordinator import (
     Completion,
     Lease,
     LeaseRequest,
-    LeaseResponse,
     OutcomeKind,
     Timings,
 )
@@ -44,7 +43,7 @@ from harnessrl.runtime.learner.config import LearnerConfig
 
 from harnessrl.local.run import read_inputs
 from tests.e2e import program_worker
-from tests.fixtures.learning import VOWEL
+from tests.fixtures.learning import VOWEL, lease_loop
 from tests.fixtures.transfer import EXPERIMENT
 
 TRANSFER = EXPERIMENT.parent
@@ -114,12 +113,6 @@ async def sampled(http: httpx.AsyncClient, pool: ProcessPoolExecutor, admin_toke
     return s.session_id, s.base_url, reward
 
 
-@dataclass
-class RunnerLog:
-    completions: int = 0
-    solved: dict[str, int] = field(default_factory=dict)  # by pool
-
-
 async def _rollout(http: httpx.AsyncClient, pool: ProcessPoolExecutor, admin_token: str, lease: Lease,
                    harness: Custom, task: Task) -> Completion:
     started = time.time()
@@ -133,30 +126,15 @@ async def _rollout(http: httpx.AsyncClient, pool: ProcessPoolExecutor, admin_tok
 
 
 async def direct_runner(coordinator: str, runner_auth: dict[str, str], admin_token: str, pool: ProcessPoolExecutor,
-                        harnesses: dict[str, Custom], deadline_s: float, concurrency: int = 8) -> RunnerLog:
+                        harnesses: dict[str, Custom], deadline_s: float, concurrency: int = 8) -> None:
     """Lease, roll out and complete in every pool of `harnesses` until the coordinator says training is done."""
     train = split("train")
-    log = RunnerLog()
-    end = time.monotonic() + deadline_s
+    deadline = time.monotonic() + deadline_s
 
     async def serve(name: str, harness: Custom) -> None:
+        request = LeaseRequest(runner_id="direct", pool=name, harness=harness.spec.name, max=concurrency)
         async with httpx.AsyncClient(timeout=60, headers=runner_auth) as http:
-            while time.monotonic() < end:
-                req = LeaseRequest(runner_id="direct", pool=name, harness=harness.spec.name, max=concurrency)
-                answer = await http.post(f"{coordinator}/v1/leases", json=req.model_dump())
-                answer.raise_for_status()
-                lr = LeaseResponse.model_validate(answer.json())
-                if lr.done:
-                    return
-                if not lr.leases:
-                    await asyncio.sleep(min(lr.retry_after_s, 0.1))
-                    continue
-                done = await asyncio.gather(*(_rollout(http, pool, admin_token, le, harness, train[le.task_id])
-                                              for le in lr.leases))
-                for c in done:
-                    (await http.post(f"{coordinator}/v1/completions", json=c.model_dump(mode="json"))).raise_for_status()
-                    log.completions += 1
-                    log.solved[name] = log.solved.get(name, 0) + (c.outcome is OutcomeKind.solved)
+            await lease_loop(http, coordinator, request, deadline,
+                             lambda lease: _rollout(http, pool, admin_token, lease, harness, train[lease.task_id]))
 
     await asyncio.gather(*(serve(name, harness) for name, harness in harnesses.items()))
-    return log
