@@ -32,6 +32,11 @@ class Condition(ApiModel):
     )
 
 
+def status_time(now: datetime | None = None) -> datetime:
+    """`now` (default: the clock) as status timestamps carry it: whole seconds, as the API server stores them."""
+    return (now or datetime.now(UTC)).replace(microsecond=0)
+
+
 def set_condition(
     conditions: list[Condition],
     type_: str,
@@ -43,10 +48,7 @@ def set_condition(
 ) -> list[Condition]:
     """Return `conditions` with `type_` set; lastTransitionTime moves only when status changes."""
     old = next((c for c in conditions if c.type == type_), None)
-    if old is not None and old.status == status:
-        when = old.last_transition_time
-    else:
-        when = (now or datetime.now(UTC)).replace(microsecond=0)
+    when = old.last_transition_time if old is not None and old.status == status else status_time(now)
     new = Condition(
         type=type_,
         status=status,

@@ -11,7 +11,7 @@ final checkpoint and export), so a Job success is the run's success. `Failed` co
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from harnessrl.operator.api import reasons as R
@@ -28,7 +28,7 @@ from harnessrl.operator.api.reasons import (
     SUSPENDED,
     TRAINING,
 )
-from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition
+from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition, status_time
 from harnessrl.operator.api.trainingrun import RolloutCounts, RunUsage, TrainingRunSpec, TrainingRunStatus
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from harnessrl.runtime.learner.failure import parse_termination_message
@@ -153,7 +153,7 @@ def run_status(
     now: datetime | None = None,
 ) -> TrainingRunStatus:
     """The run's new status from its children. A terminal run stays terminal."""
-    now = (now or datetime.now(UTC)).replace(microsecond=0)
+    now = status_time(now)
     old = old or TrainingRunStatus()
     conds = list(old.conditions)
 
@@ -445,7 +445,7 @@ def engine_pool_status(
         cond = workload_condition(servers, pods, "servers")
         phase = "Ready" if cond[0] == "True" else ("Degraded" if ready else "Pending")
     conds = set_condition(list(old.conditions), READY, *cond, generation=generation, now=now)
-    added, observed_time = gpu_time(pods, old.usage.observed_time, (now or datetime.now(UTC)).replace(microsecond=0))
+    added, observed_time = gpu_time(pods, old.usage.observed_time, status_time(now))
     usage = PoolUsage(gpu_seconds=round(old.usage.gpu_seconds + sum(added.values()), 1), observed_time=observed_time)
     return old.model_copy(update={"conditions": conds, "observed_generation": generation, "phase": phase,
                                   "ready_replicas": ready, "runs": runs, "usage": usage})
