@@ -85,6 +85,7 @@ def main(argv: list[str]) -> int:
         resync_seconds=args.resync_seconds, images=images, learner_url_template=args.learner_url_template,
         engine_pool_server_url_template=args.engine_pool_server_url_template,
         engine_pool_store_url_template=args.engine_pool_store_url_template, leader_election=election,
+        namespaces=args.namespace,
     )
     client = api_client(args.kubeconfig)
     registry, ctx = build_registry(options, client)

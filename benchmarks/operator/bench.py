@@ -10,6 +10,7 @@ controllers: "every child exists" is the operator's whole job here. See README.m
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -84,6 +85,16 @@ class Idle:
     requests_per_min: float
     writes_per_min: float
     writes: list[str]  # what was written at rest (at most 10 distinct), to say why
+    run_reconciles_per_min: float  # each reconcile of a run starts with a GET of the run
+    requests_by_resource: dict[str, int]  # "METHOD resource" -> count: what the resyncs cost
+
+
+def resource(path: str) -> str:
+    """The resource a request path names: its plural, or the one before a name (`.../trainingruns/run-001`)."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts[:-2]:  # namespaced: the plural follows the namespace's name
+        return parts[parts.index("namespaces") + 2]
+    return parts[-1]
 
 
 class Cluster:
@@ -172,8 +183,11 @@ def idle(cluster: Cluster, seconds: float) -> Idle:
     new = cluster.operator_requests()[len(before):]
     per_min = 60.0 / seconds
     writes = [f"{m} {p}" for m, p in new if m in WRITES]
+    reconciles = sum(1 for m, p in new if m == "GET" and "/trainingruns/" in p)
+    by_resource = collections.Counter(f"{m} {resource(p)}" for m, p in new)
     return Idle(seconds=seconds, requests_per_min=round(len(new) * per_min, 1),
-                writes_per_min=round(len(writes) * per_min, 1), writes=sorted(set(writes))[:10])
+                writes_per_min=round(len(writes) * per_min, 1), writes=sorted(set(writes))[:10],
+                run_reconciles_per_min=round(reconciles * per_min, 1), requests_by_resource=dict(by_resource.most_common()))
 
 
 def main() -> None:

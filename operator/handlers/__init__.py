@@ -16,13 +16,16 @@ from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.api.trainingrun import PLURAL as RUN_PLURAL
 from harnessrl.operator.handlers import enginepool, harnesspool, trainingrun
 from harnessrl.operator.handlers.context import Context, OperatorOptions
-from harnessrl.operator.kube.common import MANAGED_BY, RUN
+from harnessrl.operator.handlers.trainingrun import CHILD_KINDS
+from harnessrl.operator.kube.common import MANAGED_BY, MANAGED_BY_LABEL, RUN
 
 __all__ = ["Context", "OperatorOptions", "build_registry"]
 
-# Children whose changes (status, deletion) are worth an immediate reconcile of their run.
-WATCHED_CHILDREN = [("apps", "v1", "statefulsets"), ("apps", "v1", "deployments"), ("batch", "v1", "jobs"),
-                    ("kueue.x-k8s.io", "v1beta1", "workloads")]  # Kueue admits or evicts a run
+# The kinds of children the operator reads from its cache (handlers/cache.py): all a run has but its Secrets (read
+# by name only: listing them would read every Secret) and the kinds that need a CRD (JobSet, Kueue's Workload).
+CACHED_CHILDREN = [*CHILD_KINDS, ("v1", "Pod")]
+# Children whose changes (status, deletion) are worth an immediate reconcile of their owner.
+TRIGGERING_CHILDREN = {"StatefulSet", "Deployment", "Job"}
 
 
 def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -> tuple[kopf.OperatorRegistry, Context]:
@@ -36,6 +39,20 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
     ctx.register(RUN_KIND, trainingrun.reconcile)
     ctx.register(POOL_KIND, harnesspool.reconcile)
     ctx.register(ENGINE_POOL_KIND, enginepool.reconcile)
+
+    def child_changed(kind: str, child: dict[str, Any]) -> None:
+        if kind not in TRIGGERING_CHILDREN:
+            return
+        meta = child["metadata"]
+        namespace, labels = meta.get("namespace") or "", meta.get("labels") or {}
+        if run := labels.get(RUN):
+            ctx.trigger((RUN_KIND, namespace, run))
+            ctx.trigger_namespace(POOL_KIND, namespace)
+        elif pool := labels.get(ENGINE_POOL_LABEL):  # an EnginePool's servers: its runs' EngineReady too
+            ctx.trigger((ENGINE_POOL_KIND, namespace, pool))
+            ctx.trigger_namespace(RUN_KIND, namespace)
+
+    ctx.cache_children(CACHED_CHILDREN, f"{MANAGED_BY_LABEL}={MANAGED_BY}", child_changed)
 
     @kopf.on.startup(registry=registry)
     def start(**_: Any) -> None:
@@ -70,17 +87,10 @@ def build_registry(options: OperatorOptions, api: kubernetes.client.ApiClient) -
             ctx.seen(ENGINE_POOL_KIND, namespace, name, deleted=type == "DELETED")
             ctx.trigger_namespace(RUN_KIND, namespace)  # the runs on it follow its servers (or its absence)
 
-    for group, version, plural in WATCHED_CHILDREN:
-
-        @kopf.on.event(group, version, plural, labels={"app.kubernetes.io/managed-by": MANAGED_BY}, registry=registry,
-                       id=f"child-{plural}")
-        def child_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
-            run = labels.get(RUN)
-            if run:
-                ctx.trigger((RUN_KIND, namespace, run))
-                ctx.trigger_namespace(POOL_KIND, namespace)
-            elif pool := labels.get(ENGINE_POOL_LABEL):  # an EnginePool's servers: its runs' EngineReady too
-                ctx.trigger((ENGINE_POOL_KIND, namespace, pool))
-                ctx.trigger_namespace(RUN_KIND, namespace)
+    # Kueue admits or evicts a run (optional CRD, so not in the cache: kopf watches it once it is served).
+    @kopf.on.event("kueue.x-k8s.io", "v1beta1", "workloads", labels={MANAGED_BY_LABEL: MANAGED_BY}, registry=registry)
+    def workload_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
+        if run := labels.get(RUN):
+            ctx.trigger((RUN_KIND, namespace, run))
 
     return registry, ctx

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import kubernetes.client
 from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
+from harnessrl.operator.handlers.cache import ChildCache
 from harnessrl.operator.kube.common import SCHEDULING_DIRECTIVES, TEMPLATE_HASH
 from kubernetes.client.exceptions import ApiException
 
@@ -280,11 +281,13 @@ def drifted(desired: Any, live: Any, key: str = "") -> bool:
 
 
 class Kube:
-    """A thin JSON-over-HTTP layer on `kubernetes.client.ApiClient` for any kind in PLURALS."""
+    """A thin JSON-over-HTTP layer on `kubernetes.client.ApiClient` for any kind in PLURALS. With a `cache`,
+    LISTs of the kinds it holds are answered from it, and writes of them go into it (cache.py)."""
 
     def __init__(self, api: kubernetes.client.ApiClient, timeout: float = 10.0) -> None:
         self.api = api
         self.timeout = timeout
+        self.cache: ChildCache | None = None
         # The resourceVersion of each object's last status write by this operator: its watch event is no news.
         self._own_status: dict[tuple[str, str, str], str] = {}
         self._own_mu = threading.Lock()
@@ -337,27 +340,37 @@ class Kube:
         return True
 
     def list_objects(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
+        if self.cache is not None and (cached := self.cache.select(api_version, kind, namespace, selector)) is not None:
+            return cached
         query = urlencode({"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))})
         items: list[Manifest] = self.request("GET", f"{path(api_version, kind, namespace)}?{query}").get("items") or []
         return items
 
     def create(self, manifest: Manifest) -> Manifest:
         meta = manifest["metadata"]
-        return self.request("POST", path(manifest["apiVersion"], manifest["kind"], meta["namespace"]), manifest)
+        return self._wrote(self.request("POST", path(manifest["apiVersion"], manifest["kind"], meta["namespace"]), manifest))
 
     def replace(self, manifest: Manifest) -> Manifest:
         """PUT: a compare-and-swap on the manifest's resourceVersion (409 when another writer came first)."""
         meta = manifest["metadata"]
-        return self.request("PUT", path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"]), manifest)
+        return self._wrote(self.request("PUT", path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"]),
+                                        manifest))
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Manifest) -> Manifest:
-        return self.request("PATCH", path(api_version, kind, namespace, name), body, content_type=MERGE_PATCH)
+        return self._wrote(self.request("PATCH", path(api_version, kind, namespace, name), body, content_type=MERGE_PATCH))
+
+    def _wrote(self, answer: Manifest) -> Manifest:
+        if self.cache is not None:
+            self.cache.wrote(answer)
+        return answer
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Manifest) -> Manifest:
         return self.request("PATCH", path(api_version, kind, namespace, name) + "/status", {"status": status},
                             content_type=MERGE_PATCH)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        if self.cache is not None:
+            self.cache.deleted(api_version, kind, namespace, name)
         try:
             self.request("DELETE", path(api_version, kind, namespace, name), {"propagationPolicy": "Background"})
         except ApiException as exc:

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 import kubernetes.client
 from harnessrl.operator.api.enginepool import KIND as ENGINE_POOL_KIND
 from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
-from harnessrl.operator.handlers.apply import Kube
+from harnessrl.operator.handlers.apply import Kube, path
+from harnessrl.operator.handlers.cache import ChildCache, KindKey, OnChange
 from harnessrl.operator.handlers.metrics import OperatorMetrics, PoolUsages, Usages
 from harnessrl.operator.leader import Elector, LeaderElection
 from harnessrl.operator.plan import Images
@@ -50,6 +51,7 @@ class OperatorOptions(BaseModel):
     engine_pool_server_url_template: str = ""
     engine_pool_store_url_template: str = ""
     workers: int = Field(4, ge=1, le=64, description="reconciles running at once (different objects)")
+    namespaces: list[str] = Field(default_factory=list, description="the watched namespaces; empty: all")
     request_timeout_s: float = Field(10.0, gt=0)
     leader_election: LeaderElection | None = Field(None, description="None: this replica always reconciles")
 
@@ -115,9 +117,19 @@ class Context:
     def register(self, kind: str, reconcile: Callable[[Context, str, str], None]) -> None:
         self._reconcilers[kind] = reconcile
 
+    def cache_children(self, kinds: list[KindKey], label_selector: str, on_change: OnChange) -> None:
+        """Read these kinds (the objects with `label_selector`) from a watched cache from `start` on."""
+        scopes: list[str | None] = [*self.options.namespaces] or [None]
+        self.kube.cache = ChildCache(self.kube.api, {k: [path(*k, ns) for ns in scopes] for k in kinds},
+                                     label_selector, on_change, self.options.request_timeout_s)
+
     # -- lifecycle (kopf startup / cleanup) ---------------------------------------------------------
     def start(self) -> None:
         self._stop.clear()
+        if self.kube.cache is not None:
+            self.kube.cache.start()
+            if not self.kube.cache.wait_synced(self.options.request_timeout_s):
+                log.warning("some children are not listed yet; reconciles read those from the API server meanwhile")
         self._executor = ThreadPoolExecutor(self.options.workers, thread_name_prefix="harnessrl-reconcile")
         self._resync = threading.Thread(target=self._resync_loop, name="harnessrl-resync", daemon=True)
         self._resync.start()
@@ -128,6 +140,8 @@ class Context:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.kube.cache is not None:
+            self.kube.cache.stop()
         if self._elector is not None:
             self._elector.stop()
         if self._resync is not None:

@@ -26,6 +26,7 @@ Manifest = dict[str, Any]
 
 NAME = "harnessrl"
 MANAGED_BY = "harnessrl-operator"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"  # on every child: what the operator's watches select
 # Selectors use only the operator's own labels (see api/common.py); app.kubernetes.io/* are informative, and
 # app.kubernetes.io/instance is left to Helm and Argo CD, which track their applications by it.
 RUN = RUN_LABEL
@@ -109,7 +110,7 @@ def labels(run: str, component: str, pool: str | None = None) -> dict[str, str]:
         "app.kubernetes.io/name": NAME,
         APP_COMPONENT: str(component),
         "app.kubernetes.io/part-of": NAME,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        MANAGED_BY_LABEL: MANAGED_BY,
         **selector(run, component, pool),
     }
 

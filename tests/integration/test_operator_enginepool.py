@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 from harnessrl.operator.handlers import Context, OperatorOptions, build_registry
-from harnessrl.operator.kube.common import selector
+from harnessrl.operator.kube.common import labels
 from harnessrl.operator.plan import ComponentKind
 from harnessrl.runtime.engine.adapter_store import adapter_tar, create_app
 from prometheus_client import generate_latest
@@ -235,7 +235,7 @@ def test_a_pools_servers_gpu_time_is_the_pools_usage_not_its_runs(running: tuple
     started = (datetime.now(UTC) - timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
     kube.apply({"apiVersion": "v1", "kind": "Pod",  # the server Pod the StatefulSet controller would make
                 "metadata": {"name": "shared-enginepool-0", "namespace": NS,
-                             "labels": selector("shared", ComponentKind.ENGINE_POOL)},
+                             "labels": labels("shared", ComponentKind.ENGINE_POOL)},  # its template's
                 "spec": {"containers": [{"name": "vllm", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
     kube.patch("v1", "Pod", "shared-enginepool-0", {"status": {"phase": "Running", "startTime": started}}, namespace=NS,
                subresource="status")

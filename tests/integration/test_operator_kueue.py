@@ -262,7 +262,7 @@ def test_a_queued_pool_runs_no_server_until_kueue_admits_it_then_on_its_flavors_
 
 def test_eviction_stops_the_pools_servers_then_gives_the_quota_back(kueue: Any) -> None:
     admitted_pool(kueue)
-    labels = {"harnessrl.io/engine-pool": "shared", "harnessrl.io/component": "enginepool"}
+    labels = sts(kueue, SERVERS)["spec"]["template"]["metadata"]["labels"]  # as the StatefulSet controller copies them
     kueue.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{SERVERS}-0", "namespace": NS, "labels": labels},
                  "spec": {"containers": [{"name": "vllm", "image": "x"}]}})
     kueue.patch("v1", "Pod", f"{SERVERS}-0", {"status": {"phase": "Running"}}, namespace=NS, subresource="status")

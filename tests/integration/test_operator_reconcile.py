@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from harnessrl.operator.handlers import OperatorOptions, build_registry
+from harnessrl.operator.handlers import CACHED_CHILDREN, OperatorOptions, build_registry
+from harnessrl.operator.handlers.apply import PLURALS
 from harnessrl.runtime.contracts.coordinator import Completion, CoordinatorStatus, LeaseRequest
 from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig
@@ -36,6 +37,7 @@ from tests.kube_emulator.client import KubeApiError
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "default"
+CACHED = {PLURALS[kind] for kind in CACHED_CHILDREN}  # what the operator watches instead of listing
 TR = ("harnessrl.io/v1alpha1", "TrainingRun")
 HP = ("harnessrl.io/v1alpha1", "HarnessPool")
 CHILD_KINDS = [
@@ -593,13 +595,36 @@ def test_quantities_the_server_rewrites_cause_no_patches_at_rest(operator: Any) 
     def child_writes() -> list[str]:
         return [w for w in writes_to(operator, "") if any(k in w for k in workloads)]
 
-    def reconciles() -> int:  # each reconcile starts by reading the run
-        return sum(1 for r in list(operator.emulator._requests)
-                   if getattr(r.method, "value", r.method) == "GET" and r.url.path.endswith("/trainingruns/run-a"))
-
-    writes, start = len(child_writes()), reconciles()
-    operator.wait_for(lambda: reconciles() >= start + 5, timeout=30)  # resyncs at rest
+    writes, start = len(child_writes()), reconciles(operator, "run-a")
+    operator.wait_for(lambda: reconciles(operator, "run-a") >= start + 5, timeout=30)  # resyncs at rest
     assert child_writes()[writes:] == []
+
+
+def reconciles(kube_api: Any, run: str) -> int:
+    """How many reconciles of `run` have started: each starts by reading the run."""
+    return sum(1 for r in list(kube_api.emulator._requests)
+               if getattr(r.method, "value", r.method) == "GET" and r.url.path.endswith(f"/trainingruns/{run}"))
+
+
+def test_resyncs_read_children_from_label_filtered_watches_not_lists(operator: Any) -> None:
+    """The operator keeps its children in a cache fed by one watch per kind, filtered by its managed-by label on
+    the server: a resync reads them from memory, not with a LIST per kind and run."""
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    reconciled_after_a_spec_change(operator, "run-a")
+    handlers = "OpenAPI-Generator"  # the official client's user agent: the reconcilers' requests, not kopf's or ours
+
+    def collection_reads() -> list[Any]:
+        return [r for r in list(operator.emulator._requests) if getattr(r.method, "value", r.method) == "GET"
+                and r.headers.get("User-Agent", "").startswith(handlers) and r.url.path.split("/")[-1] in CACHED]
+
+    before, start = len(collection_reads()), reconciles(operator, "run-a")
+    operator.wait_for(lambda: reconciles(operator, "run-a") >= start + 5, timeout=30)  # resyncs at rest
+    lists = [f"{r.url.path}?{r.url.query_string}" for r in collection_reads()[before:]]
+    assert lists == []
+    watched = {r.url.path.split("/")[-1]: dict(r.url.query) for r in collection_reads() if r.url.query.get("watch")}
+    assert set(watched) == CACHED
+    assert {q["labelSelector"] for q in watched.values()} == {"app.kubernetes.io/managed-by=harnessrl-operator"}
 
 
 def test_an_object_another_owner_holds_is_never_adopted_or_changed(operator: Any) -> None:
