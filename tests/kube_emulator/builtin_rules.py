@@ -104,12 +104,6 @@ def resources_causes(resources: Any, path: str) -> list[Cause]:
 
 
 # -- pod spec (ValidatePodSpec, validateContainers, ValidateTolerations) -----------------------------------------
-def _toleration_struct(tol: dict[str, Any]) -> str:
-    seconds = "(*int64)(nil)" if tol.get("tolerationSeconds") is None else "(*int64)(0xc000000000)"
-    return (f'core.Toleration{{Key:"{tol.get("key") or ""}", Operator:"{tol.get("operator") or ""}", '
-            f'Value:"{tol.get("value") or ""}", Effect:"{tol.get("effect") or ""}", TolerationSeconds:{seconds}}}')
-
-
 def tolerations_causes(tolerations: Any, path: str) -> list[Cause]:
     causes: list[Cause] = []
     for n, tol in enumerate(tolerations or []):
@@ -127,9 +121,8 @@ def tolerations_causes(tolerations: Any, path: str) -> list[Cause]:
             if errs:
                 causes.append(t.invalid(f"{at}.operator", value, ";".join(errs)))
         elif operator == "Exists":
-            if value:
-                causes.append({"field": f"{at}.operator", "reason": "FieldValueInvalid", "message":
-                               f"Invalid value: {_toleration_struct(tol)}: value must be empty when `operator` is 'Exists'"})
+            if value:  # the bad value is the value since 1.32 (kubernetes/kubernetes#128119), the whole Toleration before
+                causes.append(t.invalid(f"{at}.operator", value, "value must be empty when `operator` is 'Exists'"))
         else:
             causes.append(t.not_supported(f"{at}.operator", operator, ["Equal", "Exists"]))
         if effect and effect not in _EFFECTS:
