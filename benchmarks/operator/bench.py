@@ -86,6 +86,7 @@ class Idle:
     writes_per_min: float
     writes: list[str]  # what was written at rest (at most 10 distinct), to say why
     run_reconciles_per_min: float  # each reconcile of a run starts with a GET of the run
+    operator_cpu_s_per_min: float  # the operator's CPU at rest
     requests_by_resource: dict[str, int]  # "METHOD resource" -> count: what the resyncs cost
 
 
@@ -176,10 +177,11 @@ def phase(cluster: Cluster, proc: psutil.Process, namespace: str, runs: int, tim
                  emulator_cpu_s=round(sum(psutil.Process().cpu_times()[:2]) - own_cpu_before, 2))
 
 
-def idle(cluster: Cluster, seconds: float) -> Idle:
-    """Requests the operator makes with nothing to do (resyncs), per minute."""
-    before = cluster.operator_requests()
+def idle(cluster: Cluster, proc: psutil.Process, seconds: float) -> Idle:
+    """Requests the operator makes with nothing to do (resyncs), and its CPU, per minute."""
+    before, cpu_before = cluster.operator_requests(), sum(proc.cpu_times()[:2])
     time.sleep(seconds)
+    cpu = sum(proc.cpu_times()[:2]) - cpu_before
     new = cluster.operator_requests()[len(before):]
     per_min = 60.0 / seconds
     writes = [f"{m} {p}" for m, p in new if m in WRITES]
@@ -187,7 +189,8 @@ def idle(cluster: Cluster, seconds: float) -> Idle:
     by_resource = collections.Counter(f"{m} {resource(p)}" for m, p in new)
     return Idle(seconds=seconds, requests_per_min=round(len(new) * per_min, 1),
                 writes_per_min=round(len(writes) * per_min, 1), writes=sorted(set(writes))[:10],
-                run_reconciles_per_min=round(reconciles * per_min, 1), requests_by_resource=dict(by_resource.most_common()))
+                run_reconciles_per_min=round(reconciles * per_min, 1), operator_cpu_s_per_min=round(cpu * per_min, 1),
+                requests_by_resource=dict(by_resource.most_common()))
 
 
 def main() -> None:
@@ -214,7 +217,7 @@ def main() -> None:
             load = phase(cluster, proc, "load", args.runs, args.timeout)
             print(f"  {asdict(load)}\nidle: {args.idle:.0f} s after {args.settle:.0f} s", flush=True)
             time.sleep(args.settle)
-            rest = idle(cluster, args.idle)
+            rest = idle(cluster, proc, args.idle)
             print(f"  {asdict(rest)}", flush=True)
     result = {
         "command": " ".join(["benchmarks/operator/bench.py", *sys.argv[1:]]),
