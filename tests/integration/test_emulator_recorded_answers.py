@@ -74,6 +74,12 @@ CASES = {
         deployment("sentry-cron", {"app": "sentry", "role": "cron"}, selector={"app": "sentry-cron"}),
         422, 'Deployment.apps "sentry-cron" is invalid: spec.template.metadata.labels: Invalid value: '
              'map[string]string{"app":"sentry", "role":"cron"}: `selector` does not match template `labels`'),
+    "annotations above 256 KiB": Recorded(
+        "https://github.com/open-telemetry/opentelemetry-demo/issues/2166 (k3s v1.32.3)", f"/api/v1/namespaces/{NS}/configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "grafana-dashboards",  # kubectl apply's last-applied-configuration of a big dashboard
+                      "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 300_000 + "}"}}},
+        422, 'ConfigMap "grafana-dashboards" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes'),
     "unknown field under strict validation": Recorded(
         "https://github.com/zakkg3/ClusterSecret/issues/51", DEPLOYMENTS,
         {**deployment("clustersecret", {"app": "clustersecret"}),
