@@ -40,6 +40,7 @@ TRAINING = _condition("Training", "the learner is taking steps")
 COMPLETE = _condition("Complete", "the run reached spec.grpo.steps")
 FAILED = _condition("Failed", "the run stopped for good (restart budget spent, bad spec discovered late, ...)")
 SUSPENDED = _condition("Suspended", "spec.suspend is true and the run's Pods are gone")
+SPEC_APPLIED = _condition("SpecApplied", "every change of the run's spec is in effect, not waiting for a restart")
 
 # Reasons.
 ALL_COMPONENTS_READY = _reason("AllComponentsReady", "engine, proxy and harness runners are ready")
@@ -55,6 +56,11 @@ WAITING_FOR_LEARNER = _reason("WaitingForLearner", "the learner is not running y
 TRAINING_COMPLETE = _reason("TrainingComplete", "the learner finished spec.grpo.steps steps")
 TRAINING_NOT_FINISHED = _reason("TrainingNotFinished", "the learner has steps left")
 NO_FAILURE = _reason("NoFailure", "nothing has failed for good")
+SPEC_IN_EFFECT = _reason("SpecInEffect", "the spec's current generation is in effect")
+APPLIES_AT_NEXT_START = _reason(
+    "AppliesAtNextStart", "a change the running learner cannot take (its Pods' placement: nodeSelector, tolerations, "
+    "affinity) applies when it next starts; suspend and resume the run to apply it now",
+)
 NOT_IN_USE = _reason("NotInUse", "no TrainingRun uses this HarnessPool")
 IMAGE_PULL_BACK_OFF = _reason("ImagePullBackOff", "a container image cannot be pulled", warning=True)
 INSUFFICIENT_GPU = _reason("InsufficientGPU", "a Pod cannot be scheduled for lack of GPUs", warning=True)

@@ -639,7 +639,7 @@ class TrainingRunStatus(ApiModel):
         default=None, description="Summary of the conditions."
     )
     observed_generation: int = Field(default=0, ge=0, description="metadata.generation last acted on.")
-    conditions: Conditions = conditions_field("Ready, Training, Complete, Failed, Suspended.")
+    conditions: Conditions = conditions_field("Ready, EngineReady, ProxyReady, HarnessesReady, Training, Complete, Failed, Suspended, SpecApplied.")
     step: int = Field(default=0, ge=0, description="Optimiser steps taken.")
     policy_version: int = Field(default=0, ge=0, description="Version of the weights the engine serves.")
     rollouts: RolloutCounts = Field(default_factory=RolloutCounts, description="Rollout counters.")

@@ -197,13 +197,32 @@ def suspended_template_patch(desired: Manifest, live: Manifest) -> Manifest | No
     return None
 
 
-def _pod_template_labels(manifest: Manifest) -> dict[str, str]:
+def _pod_template(manifest: Manifest) -> Manifest:
+    """A workload's Pod template (a JobSet's: its first replicated Job's)."""
     spec = manifest.get("spec") or {}
     if manifest["kind"] == "JobSet":
         jobs = spec.get("replicatedJobs") or [{}]
         spec = ((jobs[0].get("template") or {}).get("spec")) or {}
-    labels: dict[str, str] = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    template: Manifest = spec.get("template") or {}
+    return template
+
+
+def _pod_template_labels(manifest: Manifest) -> dict[str, str]:
+    labels: dict[str, str] = (_pod_template(manifest).get("metadata") or {}).get("labels") or {}
     return labels
+
+
+def deferred_change(desired: Manifest, live: Manifest) -> str | None:
+    """What a running Job (or JobSet) cannot take of `desired`: its Pods' placement (SCHEDULING_DIRECTIVES), which
+    only a suspended Job that has not started since may change. None when it has nothing to wait for."""
+    if desired["kind"] not in ("Job", "JobSet") or suspended_template_patch(desired, live) is not None:
+        return None
+    want, have = _pod_template(desired).get("spec") or {}, _pod_template(live).get("spec") or {}
+    moved = [f for f in SCHEDULING_DIRECTIVES if (drifted(want[f], have.get(f)) if want.get(f) else bool(have.get(f)))]
+    if not moved:
+        return None
+    return (f"{desired['kind']} {desired['metadata']['name']} keeps its Pods' {', '.join(moved)} while it runs: the "
+            "new placement applies when it next starts (suspend and resume the run to apply it now)")
 
 
 def replacement_reason(desired: Manifest, live: Manifest) -> str | None:

@@ -25,6 +25,7 @@ from harnessrl.operator.api.reasons import (
     HARNESSES_READY,
     PROXY_READY,
     READY,
+    SPEC_APPLIED,
     SUSPENDED,
     TRAINING,
 )
@@ -73,6 +74,7 @@ class Observed(BaseModel):
     pods: list[Manifest] = []
     progress: CoordinatorStatus | None = None
     queue: QueueState | None = None  # None: the run has no spec.queueName
+    deferred: list[str] = []  # what running children take only when they next start
 
 
 class Event(BaseModel):
@@ -183,6 +185,11 @@ def run_status(
         put(FAILED, "False", R.NO_FAILURE, "")
 
     pods = observed.pods
+    if not finished:  # a finished run's spec changes nothing any more: the condition keeps its last word
+        if observed.deferred:
+            put(SPEC_APPLIED, "False", R.APPLIES_AT_NEXT_START, "; ".join(observed.deferred)[:4000])
+        else:
+            put(SPEC_APPLIED, "True", R.SPEC_IN_EFFECT, f"generation {generation} is in effect")
     if finished:
         for type_ in (ENGINE_READY, PROXY_READY, HARNESSES_READY, READY, TRAINING):
             put(type_, "False", R.RUN_FINISHED, "the run has finished; its Pods are scaled to zero")

@@ -12,7 +12,7 @@ import secrets
 import socket
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import API_VERSION
@@ -27,6 +27,7 @@ from harnessrl.operator.handlers.apply import (
     ChildRefused,
     Kube,
     Snapshot,
+    deferred_change,
     ensure_child,
     owner_uid,
 )
@@ -195,7 +196,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
         gate = admission.gate(kube, plan, owner, render) if spec.queue_name else None
-        snapshot, replaced = apply_children(kube, gate.plan if gate else plan, owner)
+        applied = apply_children(kube, gate.plan if gate else plan, owner)
     except (ChildRefused, ChildConflict) as refused:
         # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
         delay = ctx.refusals.failed(key, version)
@@ -204,7 +205,8 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         _finish(kube, body, old, blocked_status(generation, old, reason, str(refused)[:4000]))
         return
     ctx.refusals.succeeded(key)
-    observed = observe(plan, snapshot, kube.list_objects("v1", "Pod", namespace, {RUN: name}))
+    observed = observe(plan, applied.snapshot, kube.list_objects("v1", "Pod", namespace, {RUN: name}))
+    observed = observed.model_copy(update={"deferred": applied.deferred})
     if plan.engine_pool is not None:
         observed = observed.model_copy(update=observe_engine_pool(kube, namespace, plan.engine_pool))
     if gate is not None:
@@ -219,7 +221,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     new = run_status(spec, generation, old, observed)
     _finish(kube, body, old, new)
     ctx.usage[(namespace, name)] = new.usage
-    post_events(kube, body, replaced)
+    post_events(kube, body, applied.replaced)
     if is_terminal(new):
         scale_to_zero(kube, namespace, name, owner.uid)
         finish_workload(kube, body, spec, new)
@@ -236,9 +238,14 @@ def active_pools(body: Manifest) -> set[str]:
     return set(pool_names(spec))
 
 
-def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list[Event]]:
-    """Converge every child on the plan; returns what exists afterwards (for observing) and an Event for each
-    child replaced (one an older operator made, selecting its Pods by other labels)."""
+class Applied(NamedTuple):
+    snapshot: Snapshot  # what exists afterwards (for observing)
+    replaced: list[Event]  # one for each child replaced (one that could not take the change in place)
+    deferred: list[str]  # what a running child takes only when it next starts (apply.deferred_change)
+
+
+def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Applied:
+    """Converge every child on the plan."""
     kinds = child_kinds(plan)
     snapshot = kube.snapshot(plan.namespace, {RUN: plan.run}, kinds)
     # Generated once and kept (a Secret's data is never patched): the proxy admin token (proxy, learner, runners)
@@ -247,7 +254,8 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list
         kube.ensure(generated(plan, owner, secrets.token_urlsafe(32)))
     changed = False
     replaced: list[Event] = []
-    for manifest in render(plan, owner):
+    manifests = render(plan, owner)
+    for manifest in manifests:
         outcome = ensure_child(kube, manifest, snapshot)
         changed |= outcome.action != "unchanged"
         if outcome.action == "replaced":
@@ -261,7 +269,12 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> tuple[Snapshot, list
             labels.get(COMPONENT) == str(ComponentKind.ENGINE) and plan.engine is None)
         if stale and owner_uid(child) == owner.uid:
             changed |= kube.delete(api_version, kind, plan.namespace, name)
-    return (kube.snapshot(plan.namespace, {RUN: plan.run}, kinds) if changed else snapshot), replaced
+    if changed:
+        snapshot = kube.snapshot(plan.namespace, {RUN: plan.run}, kinds)
+    deferred = [why for m in manifests
+                if (live := snapshot.get((m["apiVersion"], m["kind"], m["metadata"]["name"]))) is not None
+                and (why := deferred_change(m, live)) is not None]
+    return Applied(snapshot, replaced, deferred)
 
 
 def child_kinds(plan: Plan) -> list[tuple[str, str]]:

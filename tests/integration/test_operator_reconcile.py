@@ -544,6 +544,35 @@ def test_a_learner_config_edit_restarts_the_learner_and_says_so(operator: Any) -
     assert operator.get("batch/v1", "Job", "run-a-learner", namespace=NS)["metadata"]["uid"] == second["metadata"]["uid"]
 
 
+def test_a_placement_edit_moves_the_workloads_now_and_the_running_learner_at_its_next_start(operator: Any) -> None:
+    """spec.pod's placement reaches the engine, proxy and runners at once (they roll); a running learner's Job
+    cannot take it, and SpecApplied says so until the learner next starts (here: suspend, then resume)."""
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(small_run())
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS), timeout=15)
+    wait_condition(operator, "run-a", "SpecApplied", "True", "SpecInEffect")
+
+    operator.patch(*TR, "run-a", {"spec": {"pod": {"nodeSelector": {"pool": "b"}}}}, namespace=NS)
+    waiting = wait_condition(operator, "run-a", "SpecApplied", "False", "AppliesAtNextStart")
+    assert waiting["message"].startswith("Job run-a-learner keeps its Pods' nodeSelector while it runs")
+    proxy = operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)
+    assert proxy["spec"]["template"]["spec"]["nodeSelector"]["pool"] == "b"
+    job = operator.get("batch/v1", "Job", "run-a-learner", namespace=NS)
+    assert "pool" not in (job["spec"]["template"]["spec"].get("nodeSelector") or {})
+    event = operator.wait_for(lambda: next((e for e in operator.list_objects("v1", "Event", NS)
+                                            if e["reason"] == "AppliesAtNextStart"), None))
+    assert event["type"] == "Normal" and "suspend and resume" in event["message"]
+
+    # Suspended, the Job (which never started here: no Job controller) takes the placement; resumed, it runs there.
+    operator.patch(*TR, "run-a", {"spec": {"suspend": True}}, namespace=NS)
+    operator.wait_for(lambda: (operator.get("batch/v1", "Job", "run-a-learner", namespace=NS)["spec"]["template"]["spec"]
+                               .get("nodeSelector") or {}).get("pool") == "b", timeout=15)
+    wait_condition(operator, "run-a", "SpecApplied", "True", "SpecInEffect")
+    operator.patch(*TR, "run-a", {"spec": {"suspend": False}}, namespace=NS)
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS)["spec"]["suspend"] is False)
+    assert condition(operator, "run-a", "SpecApplied")["status"] == "True"
+
+
 def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: FakeLearnerStatus) -> None:
     apply_pools(cluster, "mini-swe-agent")
     cluster.apply(small_run())

@@ -137,3 +137,20 @@ def test_a_suspended_jobset_moves_to_its_admitted_nodes_and_keeps_everything_els
     # Running (not suspended), the template is fixed: no patch.
     live["spec"]["suspend"] = False
     assert suspended_template_patch(desired[("JobSet", "run-learner")], live) is None
+
+
+@pytest.mark.parametrize(("learner", "kind"), [({}, "Job"), ({"gpus": 4, "nodes": 2}, "JobSet")])
+def test_a_running_learner_keeps_its_placement_and_says_it_waits_for_its_next_start(learner: dict[str, Any],
+                                                                                   kind: str) -> None:
+    """A running Job's Pod template is fixed: a placement edit (spec.pod) waits for the learner's next start, and
+    the operator says so (status.py's SpecApplied); a suspended Job that has not started since moves at once."""
+    from harnessrl.operator.handlers.apply import deferred_change
+
+    live = copy.deepcopy(manifests(learner=learner)[(kind, "run-learner")])
+    placed = manifests(learner=learner, pod={"nodeSelector": {"gpu": "h100"}})[(kind, "run-learner")]
+    why = deferred_change(placed, live)
+    assert why is not None and why.startswith(f"{kind} run-learner keeps its Pods' nodeSelector, tolerations while it runs")
+    assert deferred_change(live, placed) is not None  # taking a placement away waits too
+    assert deferred_change(live, copy.deepcopy(live)) is None
+    live["spec"]["suspend"] = True
+    assert deferred_change(placed, live) is None  # suspended and not started since: suspended_template_patch moves it

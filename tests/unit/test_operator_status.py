@@ -185,6 +185,7 @@ def test_every_condition_and_reason_written_is_documented() -> None:
         run_status(SPEC, 1, None, Observed(engine=ready(), proxy=ready(), runners={"p": ready()}, learner=learner,
                                            progress=learner_status(step=1, policy_version=1, export_error="x")), T0),
         run_status(SPEC.model_copy(update={"suspend": True}), 1, None, Observed(), T0),
+        run_status(SPEC, 2, None, Observed(deferred=["Job x-learner keeps its Pods' nodeSelector while it runs"]), T0),
         run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Complete", "status": "True"}]}}), T0),
         run_status(SPEC, 1, None, Observed(learner={"status": {"conditions": [{"type": "Failed", "status": "True"}]}}), T0),
         failed_with_reason_state(),
@@ -199,6 +200,22 @@ def test_every_condition_and_reason_written_is_documented() -> None:
     for s in states:
         for event in transitions([], s.conditions):
             assert (event.type == "Warning") == REASONS[event.reason].warning, event
+
+
+def test_spec_applied_says_what_waits_for_the_learners_next_start_and_a_finished_run_keeps_its_last_word() -> None:
+    waits = "Job x-learner keeps its Pods' nodeSelector while it runs: the new placement applies when it next starts"
+    first = run_status(SPEC, 1, None, Observed(), T0)
+    assert conds(first)["SpecApplied"] == ("True", "SpecInEffect")
+    edited = run_status(SPEC, 2, first, Observed(deferred=[waits]), T0)
+    applied = next(c for c in edited.conditions if c.type == "SpecApplied")
+    assert (applied.status, applied.reason, applied.message) == ("False", "AppliesAtNextStart", waits)
+    assert applied.observed_generation == 2 and edited.observed_generation == 2
+    assert [(e.type, e.reason) for e in transitions(first.conditions, edited.conditions)] == [("Normal", "AppliesAtNextStart")]
+    restarted = run_status(SPEC, 2, edited, Observed(), T0)
+    assert conds(restarted)["SpecApplied"] == ("True", "SpecInEffect")
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    finished = run_status(SPEC, 3, edited, Observed(learner=complete), T0)
+    assert conds(finished)["SpecApplied"] == ("False", "AppliesAtNextStart")
 
 
 def failed_with_reason_state() -> TrainingRunStatus:
