@@ -573,6 +573,49 @@ def test_a_placement_edit_moves_the_workloads_now_and_the_running_learner_at_its
     assert condition(operator, "run-a", "SpecApplied")["status"] == "True"
 
 
+def rbac_attributes(method: str, path: str, watch: bool) -> tuple[str, str, str] | None:
+    """(apiGroup, resource[/subresource], verb) of a request, as RBAC authorizes it; None for discovery paths."""
+    parts = path.strip("/").split("/")
+    if parts[0] not in ("api", "apis") or len(parts) < 3 + (parts[0] == "apis"):
+        return None
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if not rest:
+        return None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]
+    named = len(rest) >= 2
+    verb = {"GET": "watch" if watch else "get" if named else "list", "POST": "create", "PUT": "update",
+            "PATCH": "patch", "DELETE": "delete" if named else "deletecollection"}[method]
+    return group, rest[0] + (f"/{rest[2]}" if len(rest) > 2 else ""), verb
+
+
+def test_every_request_of_the_operator_is_one_its_chart_role_grants(operator: Any) -> None:
+    """A run's whole life (created, its sandbox pool's RoleBinding, training, complete, scaled to zero, deleted),
+    watched and reconciled by kopf and the operator's cache: each request they made is granted by the chart's
+    default roles (operator, discovery, leader election), so a cluster enforcing RBAC refuses none of them."""
+    from tests.unit.test_chart_harnessrl import VALUES, grants, render
+
+    apply_pools(operator, "codex")
+    operator.apply(small_run(harnesses=[{"pool": "codex"}]))
+    operator.wait_for(lambda: operator.get("rbac.authorization.k8s.io/v1", "RoleBinding", "run-a-codex-runner",
+                                           namespace=NS), timeout=15)
+    operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 0, "succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True"}]}}, namespace=NS, subresource="status")
+    wait_condition(operator, "run-a", "Complete", "True", "TrainingComplete")
+    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["spec"]["replicas"] == 0)
+    operator.delete(*TR, "run-a", namespace=NS)
+    operator.wait_for(lambda: operator.get(*TR, "run-a", namespace=NS) is None)
+
+    roles = [d for d in render(VALUES["default"]) if d["kind"] in ("Role", "ClusterRole")
+             and d["metadata"]["name"] in ("harnessrl", "harnessrl-discovery", "harnessrl-leader-election")]
+    granted = set().union(*(grants(role) for role in roles))
+    made = {attrs for r in list(operator.emulator._requests) if not r.headers.get("User-Agent", "").startswith("python-httpx")
+            and (attrs := rbac_attributes(str(getattr(r.method, "value", r.method)), r.url.path,
+                                          r.params.get("watch") in ("1", "true"))) is not None}
+    assert ("", "configmaps", "watch") in made and ("apps", "statefulsets", "patch") in made  # the cache, the reconciler
+    assert made - granted == set()
+
+
 def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: FakeLearnerStatus) -> None:
     apply_pools(cluster, "mini-swe-agent")
     cluster.apply(small_run())
