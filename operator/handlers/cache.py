@@ -53,31 +53,37 @@ class Store:
         meta = obj["metadata"]
         return meta.get("namespace") or "", meta["name"]
 
+    @staticmethod
+    def _entry(obj: Manifest) -> tuple[dict[str, str], str, str]:
+        meta = obj["metadata"]
+        return dict(meta.get("labels") or {}), str(meta.get("resourceVersion") or ""), json.dumps(obj)
+
     def put(self, obj: Manifest) -> bool:
         """Store `obj` unless the store holds a newer version; whether it changed anything."""
-        meta = obj["metadata"]
-        rv = str(meta.get("resourceVersion") or "")
+        entry = self._entry(obj)
         with self._mu:
             have = self._objects.get(self._key(obj))
-            if have is not None and (have[1] == rv or not _newer(have[1], rv)):
+            if have is not None and (have[1] == entry[1] or not _newer(have[1], entry[1])):
                 return False
-            self._objects[self._key(obj)] = (dict(meta.get("labels") or {}), rv, json.dumps(obj))
+            self._objects[self._key(obj)] = entry
             return True
 
     def drop(self, namespace: str, name: str) -> bool:
         with self._mu:
             return self._objects.pop((namespace, name), None) is not None
 
-    def replace(self, objects: list[Manifest]) -> list[Manifest]:
-        """Hold exactly `objects` (a fresh LIST); returns those that are new or changed, and those gone."""
-        fresh = {self._key(o): o for o in objects}
+    def replace(self, objects: list[Manifest], namespace: str | None) -> list[Manifest]:
+        """Hold exactly `objects` in `namespace` (None: every namespace), a fresh LIST of that scope; returns those
+        that are new or changed, and those gone. Other namespaces' objects (another reflector's scope) stay."""
+        fresh = {self._key(o): self._entry(o) for o in objects}
         with self._mu:
-            gone = [json.loads(entry[2]) for key, entry in self._objects.items() if key not in fresh]
-            changed = [o for key, o in fresh.items()
-                       if (have := self._objects.get(key)) is None
-                       or have[1] != str(o["metadata"].get("resourceVersion") or "")]
-            self._objects = {key: (dict(o["metadata"].get("labels") or {}), str(o["metadata"].get("resourceVersion") or ""),
-                                   json.dumps(o)) for key, o in fresh.items()}
+            scoped = {key: entry for key, entry in self._objects.items() if namespace is None or key[0] == namespace}
+            gone = [json.loads(entry[2]) for key, entry in scoped.items() if key not in fresh]
+            changed = [json.loads(entry[2]) for key, entry in fresh.items()
+                       if (have := scoped.get(key)) is None or have[1] != entry[1]]
+            for key in scoped:
+                del self._objects[key]
+            self._objects.update(fresh)
         return changed + gone
 
     def select(self, namespace: str, selector: dict[str, str]) -> list[Manifest]:
@@ -90,9 +96,10 @@ class Store:
 class Reflector:
     """Keeps one Store current for one kind in one scope, in its own daemon thread."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, kind: str, list_path: str, label_selector: str,
-                 store: Store, on_change: OnChange, stop: threading.Event, timeout: float) -> None:
-        self.api, self.kind, self.list_path, self.label_selector = api, kind, list_path, label_selector
+    def __init__(self, api: kubernetes.client.ApiClient, kind: str, namespace: str | None, list_path: str,
+                 label_selector: str, store: Store, on_change: OnChange, stop: threading.Event, timeout: float) -> None:
+        self.api, self.kind, self.namespace, self.list_path = api, kind, namespace, list_path
+        self.label_selector = label_selector
         self.store, self.on_change, self._stop, self.timeout = store, on_change, stop, timeout
         self.synced = threading.Event()
         self.thread = threading.Thread(target=self._loop, name=f"harnessrl-watch-{kind}", daemon=True)
@@ -111,7 +118,7 @@ class Reflector:
         """LIST into the store; the list's resourceVersion to watch from."""
         response = self._call({"labelSelector": self.label_selector}, self.timeout)
         body = json.loads(response.read() or b"{}")
-        for obj in self.store.replace(body.get("items") or []):
+        for obj in self.store.replace(body.get("items") or [], self.namespace):
             self.on_change(self.kind, obj)
         self.synced.set()
         return str(body.get("metadata", {}).get("resourceVersion") or "")
@@ -170,15 +177,15 @@ class Reflector:
 class ChildCache:
     """The stores of the kinds the operator caches, their reflectors, and the reads and writes through them."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, kinds: dict[KindKey, list[str]], label_selector: str,
-                 on_change: OnChange, timeout: float = 10.0) -> None:
-        """`kinds`: each (apiVersion, kind) with the LIST paths of its scopes (one cluster-wide path, or one per
-        watched namespace)."""
+    def __init__(self, api: kubernetes.client.ApiClient, kinds: dict[KindKey, dict[str | None, str]],
+                 label_selector: str, on_change: OnChange, timeout: float = 10.0) -> None:
+        """`kinds`: each (apiVersion, kind) with its LIST path per scope: None (cluster-wide), or each watched
+        namespace."""
         self._stop = threading.Event()
         self._stores = {key: Store() for key in kinds}
-        self._reflectors = {key: [Reflector(api, key[1], p, label_selector, self._stores[key], on_change, self._stop,
-                                            timeout) for p in paths]
-                            for key, paths in kinds.items()}
+        self._reflectors = {key: [Reflector(api, key[1], ns, p, label_selector, self._stores[key], on_change,
+                                            self._stop, timeout) for ns, p in scopes.items()]
+                            for key, scopes in kinds.items()}
 
     def start(self) -> None:
         self._stop.clear()

@@ -46,7 +46,7 @@ class Changes:
 @pytest.fixture
 def cache(kube_api: Any) -> Iterator[tuple[ChildCache, Changes]]:
     changes = Changes()
-    cache = ChildCache(kube_api.client(), {CONFIGMAP: [path(*CONFIGMAP, NS)], JOBSET: [path(*JOBSET, NS)]},
+    cache = ChildCache(kube_api.client(), {CONFIGMAP: {NS: path(*CONFIGMAP, NS)}, JOBSET: {NS: path(*JOBSET, NS)}},
                        SELECTOR, changes, timeout=5)
     cache.start()
     try:
@@ -105,14 +105,20 @@ def test_after_a_410_the_cache_lists_again_and_reports_what_it_missed(kube_api: 
     assert len(lists) == 2  # the first LIST, and the one after 410 Gone
 
 
-def test_a_write_is_read_back_at_once_and_an_older_version_never_replaces_it() -> None:
+def test_a_write_is_read_back_at_once_and_a_relist_replaces_only_its_own_scope() -> None:
     store = Store()
     newer = configmap("a", "new") | {"metadata": {"name": "a", "namespace": NS, "resourceVersion": "12"}}
     older = configmap("a", "old") | {"metadata": {"name": "a", "namespace": NS, "resourceVersion": "9"}}
     assert store.put(newer) is True
     assert store.put(older) is False and store.put(newer) is False
     assert [o["data"]["v"] for o in store.select(NS, {})] == ["new"]
-    # A fresh LIST is the truth: what it lacks is gone, what it changed is reported.
+    # A fresh LIST is the truth of its scope: what it lacks is gone, what it changed is reported. Another watched
+    # namespace's objects (another reflector's LIST) stay.
+    elsewhere = configmap("c", "c") | {"metadata": {"name": "c", "namespace": "team-b", "resourceVersion": "10"}}
+    assert store.put(elsewhere) is True
     relisted = configmap("b", "b") | {"metadata": {"name": "b", "namespace": NS, "resourceVersion": "13"}}
-    assert sorted(o["metadata"]["name"] for o in store.replace([relisted])) == ["a", "b"]
+    assert sorted(o["metadata"]["name"] for o in store.replace([relisted], NS)) == ["a", "b"]
     assert [o["metadata"]["name"] for o in store.select(NS, {})] == ["b"]
+    assert [o["metadata"]["name"] for o in store.select("team-b", {})] == ["c"]
+    assert [o["metadata"]["name"] for o in store.replace([relisted], None)] == ["c"]  # cluster-wide: c is gone
+    assert store.select("team-b", {}) == []
