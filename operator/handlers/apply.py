@@ -173,12 +173,17 @@ def _scheduling(want: Manifest, have: Manifest) -> Manifest:
     return {"metadata": meta, "spec": spec}
 
 
+def _may_move(live: Manifest) -> bool:
+    """Whether a live Job's or JobSet's Pod placement may change: suspended, and not started since."""
+    return bool((live.get("spec") or {}).get("suspend")) and not (live.get("status") or {}).get("startTime")
+
+
 def suspended_template_patch(desired: Manifest, live: Manifest) -> Manifest | None:
     """The spec patch that moves a suspended, not started Job's or JobSet's Pod template to where `desired`
     schedules it; None for other kinds and for a running workload (its template is fixed)."""
-    live_spec = live.get("spec") or {}
-    if not live_spec.get("suspend") or (live.get("status") or {}).get("startTime"):
+    if not _may_move(live):
         return None
+    live_spec = live.get("spec") or {}
     if desired["kind"] == "Job":
         return {"template": _scheduling(desired["spec"]["template"], live_spec.get("template") or {})}
     if desired["kind"] == "JobSet":
@@ -215,7 +220,7 @@ def _pod_template_labels(manifest: Manifest) -> dict[str, str]:
 def deferred_change(desired: Manifest, live: Manifest) -> str | None:
     """What a running Job (or JobSet) cannot take of `desired`: its Pods' placement (SCHEDULING_DIRECTIVES), which
     only a suspended Job that has not started since may change. None when it has nothing to wait for."""
-    if desired["kind"] not in ("Job", "JobSet") or suspended_template_patch(desired, live) is not None:
+    if desired["kind"] not in ("Job", "JobSet") or _may_move(live):
         return None
     want, have = _pod_template(desired).get("spec") or {}, _pod_template(live).get("spec") or {}
     moved = [f for f in SCHEDULING_DIRECTIVES if (drifted(want[f], have.get(f)) if want.get(f) else bool(have.get(f)))]
