@@ -37,6 +37,7 @@ from harnessrl.operator.api.trainingrun import TrainingRunSpec  # noqa: E402
 from harnessrl.operator.kube import Owner, render  # noqa: E402
 from harnessrl.operator.plan import ClusterPlacement, build_plan  # noqa: E402
 
+from tests.kube_emulator.routing import parse_path  # noqa: E402
 from tests.kube_emulator.thread import EmulatorThread  # noqa: E402
 
 POOL = yaml.safe_load((ROOT / "examples" / "harnesspools" / "codex.yaml").read_text())
@@ -91,11 +92,8 @@ class Idle:
 
 
 def resource(path: str) -> str:
-    """The resource a request path names: its plural, or the one before a name (`.../trainingruns/run-001`)."""
-    parts = path.strip("/").split("/")
-    if "namespaces" in parts[:-2]:  # namespaced: the plural follows the namespace's name
-        return parts[parts.index("namespaces") + 2]
-    return parts[-1]
+    """The resource a request path names (`.../trainingruns/run-001` -> trainingruns); a discovery path as is."""
+    return parse_path(path).plural or path
 
 
 class Cluster:

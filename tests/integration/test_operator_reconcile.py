@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kube_emulator import pod_security
 from tests.kube_emulator.client import KubeApiError
+from tests.kube_emulator.routing import parse_path
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "default"
@@ -575,18 +576,13 @@ def test_a_placement_edit_moves_the_workloads_now_and_the_running_learner_at_its
 
 def rbac_attributes(method: str, path: str, watch: bool) -> tuple[str, str, str] | None:
     """(apiGroup, resource[/subresource], verb) of a request, as RBAC authorizes it; None for discovery paths."""
-    parts = path.strip("/").split("/")
-    if parts[0] not in ("api", "apis") or len(parts) < 3 + (parts[0] == "apis"):
+    route = parse_path(path)
+    if route.kind != "resource":
         return None
-    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
-    if not rest:
-        return None
-    if rest[0] == "namespaces" and len(rest) >= 3:
-        rest = rest[2:]
-    named = len(rest) >= 2
+    named = route.name is not None
     verb = {"GET": "watch" if watch else "get" if named else "list", "POST": "create", "PUT": "update",
             "PATCH": "patch", "DELETE": "delete" if named else "deletecollection"}[method]
-    return group, rest[0] + (f"/{rest[2]}" if len(rest) > 2 else ""), verb
+    return route.group, route.plural + (f"/{route.subresource}" if route.subresource else ""), verb
 
 
 def test_every_request_of_the_operator_is_one_its_chart_role_grants(operator: Any) -> None:
