@@ -12,14 +12,16 @@ import logging
 import re
 import threading
 from decimal import Decimal
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 import kubernetes.client
 from harnessrl.operator.api.common import API_VERSION, COMPONENT_LABEL, POOL_LABEL, RUN_LABEL, RUN_UID_LABEL
-from harnessrl.operator.handlers.cache import ChildCache
 from harnessrl.operator.kube.common import SCHEDULING_DIRECTIVES, TEMPLATE_HASH
 from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:
+    from harnessrl.operator.handlers.cache import ChildCache
 
 Manifest = dict[str, Any]
 Snapshot = dict[tuple[str, str, str], Manifest]  # (apiVersion, kind, name) -> live object
@@ -331,19 +333,29 @@ class Kube:
         with self._own_mu:
             return bool(resource_version) and self._own_status.get((kind, namespace, name)) == resource_version
 
-    def request(self, method: str, url: str, body: Any = None, *, content_type: str | None = None) -> Manifest:
+    def _send(self, method: str, url: str, body: Any = None, content_type: str | None = None,
+              timeout: float | tuple[float, float] | None = None) -> Any:
+        """The response, its body unread; an error status raises ApiException."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         method, full_url, headers, serialized, _ = self.api.param_serialize(
             method=method, resource_path=url, header_params=headers, body=body, auth_settings=["BearerToken"]
         )
-        response = self.api.call_api(method, full_url, header_params=headers, body=serialized, _request_timeout=self.timeout)
-        response.read()
+        response = self.api.call_api(method, full_url, header_params=headers, body=serialized,
+                                     _request_timeout=timeout or self.timeout)
         if response.status >= 400:
+            response.read()
             raise ApiException(http_resp=response)
-        result: Manifest = json.loads(response.data or b"{}")
+        return response
+
+    def request(self, method: str, url: str, body: Any = None, *, content_type: str | None = None) -> Manifest:
+        result: Manifest = json.loads(self._send(method, url, body, content_type).read() or b"{}")
         return result
+
+    def stream(self, url: str, read_timeout: float) -> Any:
+        """GET a watch: the response, its body unread (`.response` yields one JSON event per line)."""
+        return self._send("GET", url, timeout=(self.timeout, read_timeout))
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
         try:

@@ -17,11 +17,13 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import kubernetes.client
 from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:
+    from harnessrl.operator.handlers.apply import Kube
 
 log = logging.getLogger("harnessrl.operator.cache")
 Manifest = dict[str, Any]
@@ -96,28 +98,19 @@ class Store:
 class Reflector:
     """Keeps one Store current for one kind in one scope, in its own daemon thread."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, kind: str, namespace: str | None, list_path: str,
-                 label_selector: str, store: Store, on_change: OnChange, stop: threading.Event, timeout: float) -> None:
-        self.api, self.kind, self.namespace, self.list_path = api, kind, namespace, list_path
-        self.label_selector = label_selector
-        self.store, self.on_change, self._stop, self.timeout = store, on_change, stop, timeout
+    def __init__(self, kube: Kube, kind: str, namespace: str | None, list_path: str, label_selector: str,
+                 store: Store, on_change: OnChange, stop: threading.Event) -> None:
+        self.kube, self.kind, self.namespace, self.list_path = kube, kind, namespace, list_path
+        self.label_selector, self.store, self.on_change, self._stop = label_selector, store, on_change, stop
         self.synced = threading.Event()
         self.thread = threading.Thread(target=self._loop, name=f"harnessrl-watch-{kind}", daemon=True)
 
-    def _call(self, query: dict[str, str], read_timeout: float) -> Any:
-        method, url, headers, _, _ = self.api.param_serialize(
-            method="GET", resource_path=f"{self.list_path}?{urlencode(query)}",
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        response = self.api.call_api(method, url, header_params=headers, _request_timeout=(self.timeout, read_timeout))
-        if response.status >= 400:
-            response.read()
-            raise ApiException(http_resp=response)
-        return response
+    def _url(self, query: dict[str, str]) -> str:
+        return f"{self.list_path}?{urlencode(query)}"
 
     def _list(self) -> str:
         """LIST into the store; the list's resourceVersion to watch from."""
-        response = self._call({"labelSelector": self.label_selector}, self.timeout)
-        body = json.loads(response.read() or b"{}")
+        body = self.kube.request("GET", self._url({"labelSelector": self.label_selector}))
         for obj in self.store.replace(body.get("items") or [], self.namespace):
             self.on_change(self.kind, obj)
         self.synced.set()
@@ -128,7 +121,7 @@ class Reflector:
         seconds = int(WATCH_SECONDS * random.uniform(0.8, 1.2))
         query = {"watch": "1", "labelSelector": self.label_selector, "resourceVersion": rv,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(seconds)}
-        response = self._call(query, seconds + self.timeout)
+        response = self.kube.stream(self._url(query), seconds + self.kube.timeout)
         try:
             for line in response.response:  # one JSON event per line
                 if self._stop.is_set():
@@ -177,14 +170,14 @@ class Reflector:
 class ChildCache:
     """The stores of the kinds the operator caches, their reflectors, and the reads and writes through them."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, kinds: dict[KindKey, dict[str | None, str]],
-                 label_selector: str, on_change: OnChange, timeout: float = 10.0) -> None:
+    def __init__(self, kube: Kube, kinds: dict[KindKey, dict[str | None, str]], label_selector: str,
+                 on_change: OnChange) -> None:
         """`kinds`: each (apiVersion, kind) with its LIST path per scope: None (cluster-wide), or each watched
         namespace."""
         self._stop = threading.Event()
         self._stores = {key: Store() for key in kinds}
-        self._reflectors = {key: [Reflector(api, key[1], ns, p, label_selector, self._stores[key], on_change,
-                                            self._stop, timeout) for ns, p in scopes.items()]
+        self._reflectors = {key: [Reflector(kube, key[1], ns, p, label_selector, self._stores[key], on_change, self._stop)
+                                  for ns, p in scopes.items()]
                             for key, scopes in kinds.items()}
 
     def start(self) -> None:

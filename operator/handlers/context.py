@@ -120,8 +120,8 @@ class Context:
     def cache_children(self, kinds: list[KindKey], label_selector: str, on_change: OnChange) -> None:
         """Read these kinds (the objects with `label_selector`) from a watched cache from `start` on."""
         scopes: list[str | None] = [*self.options.namespaces] or [None]
-        self.kube.cache = ChildCache(self.kube.api, {k: {ns: path(*k, ns) for ns in scopes} for k in kinds},
-                                     label_selector, on_change, self.options.request_timeout_s)
+        self.kube.cache = ChildCache(self.kube, {k: {ns: path(*k, ns) for ns in scopes} for k in kinds},
+                                     label_selector, on_change)
 
     # -- lifecycle (kopf startup / cleanup) ---------------------------------------------------------
     def start(self) -> None:

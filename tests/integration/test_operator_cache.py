@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harnessrl.operator.handlers.apply import path
+from harnessrl.operator.handlers.apply import Kube, path
 from harnessrl.operator.handlers.cache import ChildCache, Store
 
 from tests.kube_emulator.server import KubeEmulator
@@ -46,8 +46,8 @@ class Changes:
 @pytest.fixture
 def cache(kube_api: Any) -> Iterator[tuple[ChildCache, Changes]]:
     changes = Changes()
-    cache = ChildCache(kube_api.client(), {CONFIGMAP: {NS: path(*CONFIGMAP, NS)}, JOBSET: {NS: path(*JOBSET, NS)}},
-                       SELECTOR, changes, timeout=5)
+    cache = ChildCache(Kube(kube_api.client(), timeout=5),
+                       {CONFIGMAP: {NS: path(*CONFIGMAP, NS)}, JOBSET: {NS: path(*JOBSET, NS)}}, SELECTOR, changes)
     cache.start()
     try:
         yield cache, changes
