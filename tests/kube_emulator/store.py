@@ -136,6 +136,7 @@ class Store:
         self.rv = 0
         self.types: dict[tuple[str, str, str], ResourceType] = {}
         self.objects: dict[StorageKey, dict[ObjectKey, dict[str, Any]]] = collections.defaultdict(dict)
+        self.live_uids: set[str] = set()  # of every stored object: owner checks without a scan of all objects
         self.history: collections.deque[WatchEvent] = collections.deque(maxlen=history_limit)
         self.floor = 0  # the events after this resourceVersion are all still in `history`
         self.listeners: set[Callable[[WatchEvent], None]] = set()
@@ -172,8 +173,10 @@ class Store:
         object_key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if event_type == "DELETED":
             self.objects[key].pop(object_key, None)
+            self.live_uids.discard(obj["metadata"]["uid"])
         else:
             self.objects[key][object_key] = obj
+            self.live_uids.add(obj["metadata"]["uid"])
         self._publish(WatchEvent(self.rv, key, event_type, clone(obj), old))
         return clone(obj)
 
@@ -266,7 +269,7 @@ class Store:
         if rt.storage_key == CRD_KEY:
             self._serve_crd(created)
         refs = meta.get("ownerReferences") or []
-        if refs and not self._any_live({ref.get("uid") for ref in refs}):
+        if refs and not self.live_uids & {ref.get("uid") for ref in refs}:
             # Every owner is already gone (a controller raced its owner's deletion): the garbage collector
             # deletes such a dangling dependent soon after; here at once, after answering its creation.
             self._delete(rt.storage_key, clone(created), "Background")
@@ -557,19 +560,13 @@ class Store:
         return [(key, obj) for key, obj in self.all_objects()
                 if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
 
-    def _any_live(self, uids: set[str | None]) -> bool:
-        return any(obj["metadata"]["uid"] in uids for _, obj in self.all_objects())
-
-    def _live_uids(self) -> set[str]:
-        return {obj["metadata"]["uid"] for _, obj in self.all_objects()}
-
     def _collect_dependents(self, owner_uid: str, *, only_if_gone: bool) -> None:
         """Background garbage collection: a dependent whose owners are all gone is deleted (cascading)."""
         for key, dependent in self._dependents(owner_uid):
             current = self.objects[key].get((dependent["metadata"].get("namespace", ""), dependent["metadata"]["name"]))
             if current is None:
                 continue
-            live = self._live_uids() - ({owner_uid} if only_if_gone else set())
+            live = self.live_uids - ({owner_uid} if only_if_gone else set())
             refs = current["metadata"].get("ownerReferences") or []
             if only_if_gone and any(ref.get("uid") in live for ref in refs):
                 self._drop_owner_refs(key, current, {owner_uid})
