@@ -10,12 +10,13 @@ prefix and line wrapping removed)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fixtures.kube import KubeApi
+from tests.fixtures.kube import KubeApi, running_emulator
 
 NS = "default"
 
@@ -113,3 +114,81 @@ def test_the_emulator_answers_as_a_real_server_answered(kube_api: KubeApi, case:
     status = answer.json()
     assert (answer.status_code, status.get("kind"), status.get("code")) == (case.status, "Status", case.status), status
     assert status["message"] == case.message, case.source
+
+
+@dataclass(frozen=True)
+class RecordedRefusal:
+    """A request a ServiceAccount sent to a server with RBAC, and the refusal the server answered."""
+
+    source: str
+    namespace: str
+    account: str
+    method: str
+    path: str
+    message: str
+    body: dict[str, Any] | None = None
+    details: dict[str, Any] | None = None  # the Status's details, where the recording shows them
+
+
+def secret_owned_by_job(name: str, job: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"],
+         "controller": True, "blockOwnerDeletion": True}]}, "stringData": {"token": "x"}}
+
+
+X2A_SECRET = "x2a-job-secret-init-2bbdf196-34c8-41dd-a17e-9b24c1df38f3"
+REFUSALS = {
+    "list at the cluster scope": RecordedRefusal(
+        "https://github.com/k0rdent/kcm/issues/1710 (client-go 0.33)", "kcm-system", "kcm-controller-manager",
+        "GET", "/api/v1/configmaps",
+        'configmaps is forbidden: User "system:serviceaccount:kcm-system:kcm-controller-manager" cannot list resource '
+        '"configmaps" in API group "" at the cluster scope'),
+    "list in a namespace": RecordedRefusal(
+        "https://github.com/caddyserver/ingress/issues/61", "caddy-system", "caddy-ingress-controller",
+        "GET", "/api/v1/namespaces/caddy-system/configmaps",
+        'configmaps is forbidden: User "system:serviceaccount:caddy-system:caddy-ingress-controller" cannot list '
+        'resource "configmaps" in API group "" in the namespace "caddy-system"'),
+    "get by name": RecordedRefusal(
+        "https://github.com/ministryofjustice/cloud-platform-environments/issues/3145", "hmpps-ems-dev", "github-actions",
+        "GET", "/api/v1/namespaces/hmpps-ems-dev/configmaps/grafana-dev",
+        'configmaps "grafana-dev" is forbidden: User "system:serviceaccount:hmpps-ems-dev:github-actions" cannot get '
+        'resource "configmaps" in API group "" in the namespace "hmpps-ems-dev"'),
+    "blockOwnerDeletion without the owner's finalizers": RecordedRefusal(
+        "https://github.com/redhat-developer/rhdh-plugins/pull/2757 (the whole Status body)", "x2a", "x2a-backend",
+        "POST", "/api/v1/namespaces/x2a/secrets",
+        f'secrets "{X2A_SECRET}" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a '
+        "resource you can't set finalizers on: , <nil>",
+        details={"name": X2A_SECRET, "kind": "secrets"}),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS.values(), ids=list(REFUSALS))
+def test_the_emulator_refuses_as_a_real_server_with_rbac_refused(tmp_path: Path, case: RecordedRefusal) -> None:
+    from tests.kube_emulator.authz import service_account
+
+    with running_emulator(tmp_path, {"sa-token": service_account(case.namespace, case.account)}) as admin:
+        admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": case.namespace}})
+        # The account may create Secrets (the blockOwnerDeletion case's own right), nothing else.
+        admin.apply([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                      "metadata": {"name": "secret-writer", "namespace": case.namespace},
+                      "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]},
+                     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                      "metadata": {"name": "secret-writer", "namespace": case.namespace},
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secret-writer"},
+                      "subjects": [{"kind": "ServiceAccount", "name": case.account, "namespace": case.namespace}]}])
+        body = case.body
+        if case.method == "POST":
+            job = admin.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x2a-init",
+                                                                                    "namespace": case.namespace},
+                               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                                   {"name": "main", "image": "busybox"}]}}}})[0]
+            body = secret_owned_by_job(X2A_SECRET, job)
+        answer = httpx.request(case.method, f"{admin.url}{case.path}", json=body, timeout=10,
+                               headers={"Authorization": "Bearer sa-token"})
+        status = answer.json()
+        assert (answer.status_code, status["kind"], status["reason"]) == (403, "Status", "Forbidden"), status
+        assert status["message"] == case.message, case.source
+        if case.details is not None:
+            assert status["details"] == case.details
+        unknown = httpx.get(f"{admin.url}{case.path}", headers={"Authorization": "Bearer another"}, timeout=10)
+        assert (unknown.status_code, unknown.json()["reason"]) == (401, "Unauthorized")

@@ -83,6 +83,17 @@ def forbidden(message: str) -> KubernetesError:
     return status_error(403, "Forbidden", message)
 
 
+def forbidden_resource(group: str, plural: str, name: str | None, why: str) -> KubernetesError:
+    """403 for one resource (NewForbidden): `secrets "x" is forbidden: why`; Go omits the empty details."""
+    subject = resource_label(group, plural) + (f' "{name}"' if name else "")
+    details = {key: value for key, value in (("name", name), ("group", group), ("kind", plural)) if value}
+    return status_error(403, "Forbidden", f"{subject} is forbidden: {why}", details)
+
+
+def unauthorized() -> KubernetesError:
+    return status_error(401, "Unauthorized", "Unauthorized")
+
+
 def status_body(error: KubernetesError) -> dict[str, Any]:
     """The Status object as it appears inside a watch ERROR event."""
     return {

@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp.web
@@ -14,7 +14,8 @@ import attrs
 import kmock
 from kmock._internal import rendering
 
-from . import errors
+from . import authz, errors
+from .authz import User
 from .podexec import PodExec
 from .resources import ResourceType
 from .routing import Route, parse_path
@@ -59,6 +60,10 @@ class KubeEmulator(kmock.KubernetesScaffold):
     store: Store = attrs.field(factory=Store)
     _server_address: str = attrs.field(default="127.0.0.1:0")
     pod_exec: PodExec = attrs.field(factory=PodExec)
+    # Bearer token -> user. None: no authentication, every request may do anything (most tests); set: an
+    # unknown or missing token is 401 and each resource request is authorized by the stored RBAC objects.
+    users: dict[str, User] | None = None
+    refusals: list[str] = attrs.field(factory=list, init=False)  # every 401/403 answered, for assertions
     _own: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -87,6 +92,8 @@ class KubeEmulator(kmock.KubernetesScaffold):
         except Exception as e:
             if not isinstance(e, kmock.KubernetesError) and self._errors:
                 self._errors[-1].append(e)  # an emulator fault, kept for assertions (kmock's convention)
+            if isinstance(e, kmock.KubernetesError) and e.status in (401, 403):
+                self.refusals.append(f"{e.status} {raw_request.method} {raw_request.path}: {e.message}")
             if raw_response is None or not raw_response.prepared:
                 return await self._render_error(e)
             await self._stream_error(e, raw_response)
@@ -106,6 +113,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
         route = parse_path(raw_request.path)
         if (route.kind, route.plural, route.subresource) != ("resource", "pods", "exec") or route.name is None:
             raise errors.bad_request(f"no WebSocket endpoint at {raw_request.path}")
+        self._authorize(self._authenticate(raw_request.headers), authz.request_attributes("POST", route, False))
         pod = self.store.get(self.store.resource_type("", "v1", "pods"), route.namespace, route.name)
         phase = pod.get("status", {}).get("phase")
         if phase != "Running":
@@ -141,8 +149,9 @@ class KubeEmulator(kmock.KubernetesScaffold):
 
     async def _serve(self, request: rendering.Request) -> rendering.Response:
         route = parse_path(request.url.path)
+        user = self._authenticate(request.headers)
         if route.kind == "resource":
-            return await self._serve_resource(request, route)
+            return await self._serve_resource(request, route, user)
         if route.kind == "root":
             return _response({"paths": sorted(["/api", "/api/v1", "/apis", "/version", "/healthz"]
                                               + [f"/apis/{g}" for g in self.store.groups() if g])})
@@ -177,7 +186,22 @@ class KubeEmulator(kmock.KubernetesScaffold):
         return {"name": group, "versions": entries, "preferredVersion": entries[0]}
 
     # -- resources ---------------------------------------------------------------------------------------
-    async def _serve_resource(self, request: rendering.Request, route: Route) -> rendering.Response:
+    def _authenticate(self, headers: Mapping[str, str]) -> User | None:
+        if self.users is None:
+            return None
+        scheme, _, token = headers.get("Authorization", "").partition(" ")
+        user = self.users.get(token) if scheme.lower() == "bearer" else None
+        if user is None:
+            raise errors.unauthorized()
+        return user
+
+    def _authorize(self, user: User | None, wanted: authz.Attributes) -> None:
+        # Only resource requests come here: discovery and health paths are open to every authenticated user
+        # (system:discovery's default binding).
+        if user is not None and not self.store.allows(user, wanted):
+            raise errors.forbidden_resource(wanted.group, wanted.resource, wanted.name, authz.forbidden_message(user, wanted))
+
+    async def _serve_resource(self, request: rendering.Request, route: Route, user: User | None) -> rendering.Response:
         store = self.store
         rt = store.resource_type(route.group, route.version, route.plural)
         namespace = route.namespace
@@ -193,7 +217,8 @@ class KubeEmulator(kmock.KubernetesScaffold):
                 parse_json(request.body)
             except ValueError as e:
                 raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
-        store.begin_request(request.params.get("fieldValidation"))
+        self._authorize(user, authz.request_attributes(method, route, request.params.get("watch") in ("true", "1")))
+        store.begin_request(request.params.get("fieldValidation"), user)
         if route.name is None:
             if method == "GET" and request.params.get("watch") in ("true", "1"):
                 return rendering.Response(status=200, payload=self._watch(request, rt, namespace, None),

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from . import errors, pod_security
+from . import authz, errors, pod_security
 from .builtin_rules import object_meta_causes, semantic_causes
 from .builtin_schema import DecodeError, decode
 from .builtins import (
@@ -62,6 +62,10 @@ NAMESPACE_KEY: StorageKey = ("", "namespaces")
 SERVICE_KEY: StorageKey = ("", "services")
 SECRET_KEY: StorageKey = ("", "secrets")
 POD_KEY: StorageKey = ("", "pods")
+ROLE_KEY: StorageKey = (authz.RBAC_GROUP, "roles")
+CLUSTER_ROLE_KEY: StorageKey = (authz.RBAC_GROUP, "clusterroles")
+ROLE_BINDING_KEY: StorageKey = (authz.RBAC_GROUP, "rolebindings")
+CLUSTER_ROLE_BINDING_KEY: StorageKey = (authz.RBAC_GROUP, "clusterrolebindings")
 # Metadata the server owns: clients cannot change it with an update or a patch.
 _SERVER_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                     "name", "namespace")
@@ -142,6 +146,7 @@ class Store:
         self.listeners: set[Callable[[WatchEvent], None]] = set()
         self.field_validation = "Warn"
         self.warnings: list[str] = []  # of the request being served, for its Warning headers
+        self.user: authz.User | None = None  # who sends it, when the server authenticates (None: no RBAC)
         for rt in BUILTIN_RESOURCES:
             self.types[(rt.group, rt.version, rt.plural)] = rt
         for name in INITIAL_NAMESPACES:
@@ -264,6 +269,7 @@ class Store:
         if rt.storage_key == SERVICE_KEY:
             allocate_cluster_ip(obj, {(o.get("spec") or {}).get("clusterIP", "") for o in self.objects[SERVICE_KEY].values()})
         obj = self._admit(rt, obj, None)
+        self._admit_user(rt, obj, None)
         self._pod_security(rt, obj)
         created = self._commit(rt.storage_key, "ADDED", obj, None)
         if rt.storage_key == CRD_KEY:
@@ -303,12 +309,57 @@ class Store:
             raise errors.forbidden(
                 f"unable to create new content in namespace {namespace} because it is being terminated")
 
-    def begin_request(self, field_validation: str | None) -> None:
-        """Per request: how unknown fields are handled (Strict, Warn — the default — or Ignore); no warnings yet."""
+    def begin_request(self, field_validation: str | None, user: authz.User | None = None) -> None:
+        """Per request: how unknown fields are handled (Strict, Warn — the default — or Ignore); no warnings yet;
+        the authenticated user whose rights bound what the request may write (None: anything)."""
         if field_validation not in (None, "", "Strict", "Warn", "Ignore"):
             raise errors.bad_request(f'fieldValidation must be one of "Ignore", "Warn" or "Strict", got "{field_validation}"')
         self.field_validation = field_validation or "Warn"
         self.warnings = []
+        self.user = user
+
+    # -- authorization (authz.py) ------------------------------------------------------------------------
+    def allows(self, user: authz.User | None, attrs: authz.Attributes) -> bool:
+        """Whether `user` holds an RBAC rule for `attrs` (always, when none is authenticated)."""
+        return user is None or authz.allowed(user, attrs, self._bindings(attrs.namespace), self._role)
+
+    def may(self, attrs: authz.Attributes) -> bool:
+        return self.allows(self.user, attrs)
+
+    def _bindings(self, namespace: str | None) -> list[dict[str, Any]]:
+        return [*self.objects[CLUSTER_ROLE_BINDING_KEY].values(),
+                *(b for (ns, _), b in self.objects[ROLE_BINDING_KEY].items() if ns == namespace)]
+
+    def _role(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.objects[ROLE_KEY if kind == "Role" else CLUSTER_ROLE_KEY].get((namespace or "", name))
+
+    def _plural_of(self, api_version: str, kind: str) -> tuple[str, str] | None:
+        group = api_version.rpartition("/")[0]
+        return next(((rt.group, rt.plural) for rt in self.types.values() if (rt.group, rt.kind) == (group, kind)), None)
+
+    def _admit_user(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """What only some users may write: ownerReferences that block an owner's deletion, and bindings of
+        roles the user may neither bind nor holds (403, as the server's admission and RBAC storage refuse)."""
+        if self.user is None:
+            return
+        meta = obj["metadata"]
+        namespace = meta.get("namespace")
+        refusal = authz.owner_reference_refusals(old, obj, self.may, namespace, self._plural_of,
+                                                 authz.Attributes("update", rt.group, rt.plural, None, namespace, meta["name"]))
+        if refusal is None and rt.storage_key in (ROLE_BINDING_KEY, CLUSTER_ROLE_BINDING_KEY):
+            refusal = self._escalation(obj)
+        if refusal:
+            raise errors.forbidden_resource(rt.group, rt.plural, meta["name"], refusal)
+
+    def _escalation(self, binding: dict[str, Any]) -> str | None:
+        assert self.user is not None
+        ref, namespace = binding["roleRef"], binding["metadata"].get("namespace")
+        plural = "roles" if ref["kind"] == "Role" else "clusterroles"
+        if self.may(authz.Attributes("bind", authz.RBAC_GROUP, plural, None, namespace, ref["name"])):
+            return None
+        role = self._role(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"]) or {}
+        missing = authz.missing_rights(self.user, namespace, role.get("rules") or [], self._bindings(namespace), self._role)
+        return authz.escalation_message(self.user, missing) if missing else None
 
     def _unknown_fields(self, rt: ResourceType, unknown: list[str]) -> None:
         """Dropped unknown fields: refused under Strict (400, as the server's strict decoder), else a warning."""
@@ -471,6 +522,7 @@ class Store:
                 new["status"] = old["status"]
             else:
                 new.pop("status", None)
+        self._admit_user(rt, new, old)
         if rt.storage_key != POD_KEY:  # the server re-evaluates a Pod only on changes its spec cannot have here
             self._pod_security(rt, new)
         return self.render(rt, self._replace(rt, old, new))

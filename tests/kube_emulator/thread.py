@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import kmock
 import yaml
 
+from .authz import User
 from .server import KubeEmulator
 from .store import Store
 
@@ -27,8 +28,9 @@ _STOP_TIMEOUT = 10.0
 class EmulatorThread:
     """`with EmulatorThread() as api: api.url` — an emulator on 127.0.0.1:<free port> for the block's duration."""
 
-    def __init__(self, history_limit: int = 10_000) -> None:
+    def __init__(self, history_limit: int = 10_000, users: dict[str, User] | None = None) -> None:
         self._history_limit = history_limit
+        self._users = users  # token -> user: authenticate and authorize by RBAC (server.KubeEmulator.users)
         self._thread = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -76,7 +78,7 @@ class EmulatorThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        emulator = KubeEmulator(store=Store(history_limit=self._history_limit))
+        emulator = KubeEmulator(store=Store(history_limit=self._history_limit), users=self._users)
         async with emulator, kmock.Server(emulator) as server:
             self.url = str(server.url).rstrip("/")
             emulator._server_address = f"{server.host}:{server.port}"
