@@ -14,7 +14,7 @@ from typing import Generic, NamedTuple
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import COMPONENT_LABEL
-from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, holder
+from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, ensure_child, holder
 from harnessrl.operator.handlers.status import QueueState
 from harnessrl.operator.kube import Manifest, Owner, kueue
 from harnessrl.operator.plan import Admissible, ComponentKind, stopped
@@ -66,7 +66,7 @@ def gate(kube: Kube, plan: Admissible, owner: Owner, render: kueue.Render[Admiss
                 raise
         return Gate(stopped(plan), waiting, live, release=False)
     if not kueue.is_stale(live, desired):
-        kube.ensure(desired, {(kueue.WORKLOAD_API, "Workload", name): live})  # spec.active follows spec.suspend
+        ensure_child(kube, desired, {(kueue.WORKLOAD_API, "Workload", name): live})  # spec.active follows spec.suspend
     evicted = kueue.condition(live, "Evicted")
     leaving = evicted is not None or kueue.is_stale(live, desired) or not desired["spec"]["active"]
     if kueue.holds_quota(live) and leaving:

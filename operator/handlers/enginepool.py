@@ -50,7 +50,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"], kind=KIND)
     try:
-        kube.ensure(engine.store_secret(plan, owner, secrets.token_urlsafe(32)))  # generated once and kept
+        ensure_child(kube, engine.store_secret(plan, owner, secrets.token_urlsafe(32)))  # generated once and kept
         gate = admission.gate(kube, plan, owner, engine.pool_manifests) if spec.queue_name else None
         for manifest in engine.pool_manifests(gate.plan if gate else plan, owner):
             ensure_child(kube, manifest)

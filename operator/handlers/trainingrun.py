@@ -251,7 +251,7 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Applied:
     # Generated once and kept (a Secret's data is never patched): the proxy admin token (proxy, learner, runners)
     # and the runner token (learner checks, runners send).
     for generated in (proxy.admin_secret, learner.runner_secret):
-        kube.ensure(generated(plan, owner, secrets.token_urlsafe(32)))
+        ensure_child(kube, generated(plan, owner, secrets.token_urlsafe(32)))
     changed = False
     replaced: list[Event] = []
     manifests = render(plan, owner)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from harnessrl.operator.api.reasons import CHILD_REFUSED
 from harnessrl.operator.handlers import CACHED_CHILDREN, OperatorOptions, build_registry
 from harnessrl.operator.handlers.apply import PLURALS
 from harnessrl.runtime.contracts.coordinator import Completion, CoordinatorStatus, LeaseRequest
@@ -32,9 +33,9 @@ from harnessrl.runtime.learner.schedule import GroupPlanner
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures.kube import ADMIN_TOKEN, OPERATOR_TOKEN
 from tests.kube_emulator import pod_security
 from tests.kube_emulator.client import KubeApiError
-from tests.kube_emulator.routing import parse_path
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "default"
@@ -117,10 +118,10 @@ def cluster(kube_api: Any) -> Any:
 
 
 @contextmanager
-def running_operator(kube_api: Any, learner_url: str) -> Iterator[None]:
+def running_operator(kube_api: Any, learner_url: str, token: str = ADMIN_TOKEN) -> Iterator[None]:
     options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_url, request_timeout_s=5)
-    registry, _ = build_registry(options, kube_api.client())
-    with kube_api.kopf_runner(registry, namespace=NS):
+    registry, _ = build_registry(options, kube_api.client(token))
+    with kube_api.kopf_runner(registry, namespace=NS, token=token):
         yield
 
 
@@ -574,42 +575,78 @@ def test_a_placement_edit_moves_the_workloads_now_and_the_running_learner_at_its
     assert condition(operator, "run-a", "SpecApplied")["status"] == "True"
 
 
-def rbac_attributes(method: str, path: str, watch: bool) -> tuple[str, str, str] | None:
-    """(apiGroup, resource[/subresource], verb) of a request, as RBAC authorizes it; None for discovery paths."""
-    route = parse_path(path)
-    if route.kind != "resource":
-        return None
-    named = route.name is not None
-    verb = {"GET": "watch" if watch else "get" if named else "list", "POST": "create", "PUT": "update",
-            "PATCH": "patch", "DELETE": "delete" if named else "deletecollection"}[method]
-    return route.group, route.plural + (f"/{route.subresource}" if route.subresource else ""), verb
+def chart_rbac(without: Callable[[dict[str, Any]], bool] = lambda rule: False) -> list[dict[str, Any]]:
+    """The chart's default ServiceAccount, roles and bindings, less the rules `without` picks."""
+    from tests.unit.test_chart_harnessrl import VALUES, render
+
+    docs = [d for d in render(VALUES["default"])
+            if d["kind"] in ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    for doc in docs:
+        if "rules" in doc:
+            doc["rules"] = [rule for rule in doc["rules"] if not without(rule)]
+    return docs
 
 
-def test_every_request_of_the_operator_is_one_its_chart_role_grants(operator: Any) -> None:
+@contextmanager
+def operator_as_its_service_account(kube_api: Any, learner_url: str, rbac: list[dict[str, Any]]) -> Iterator[Any]:
+    """The operator sending its ServiceAccount's token to an emulator that enforces RBAC (rbac_kube_api), with
+    `rbac` stored as an administrator applies a chart."""
+    kube_api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "harnessrl-system"}})
+    kube_api.apply(rbac)
+    for crd in sorted((ROOT / "crds").glob("*.yaml")):
+        kube_api.apply(crd)
+    with running_operator(kube_api, learner_url, token=OPERATOR_TOKEN):
+        yield kube_api
+
+
+def test_the_operator_lives_a_run_through_with_only_its_chart_roles(rbac_kube_api: Any,
+                                                                     learner_status: FakeLearnerStatus) -> None:
     """A run's whole life (created, its sandbox pool's RoleBinding, training, complete, scaled to zero, deleted),
-    watched and reconciled by kopf and the operator's cache: each request they made is granted by the chart's
-    default roles (operator, discovery, leader election), so a cluster enforcing RBAC refuses none of them."""
-    from tests.unit.test_chart_harnessrl import VALUES, grants, render
+    watched and reconciled by kopf and the operator's cache, on a server that authorizes every request by RBAC
+    and enforces owner-reference permissions (blockOwnerDeletion needs update on the owner's finalizers, as
+    OpenShift's default admission does): the chart's roles are enough, the server refuses nothing."""
+    with operator_as_its_service_account(rbac_kube_api, learner_status.url, chart_rbac()) as operator:
+        apply_pools(operator, "codex")
+        operator.apply(small_run(harnesses=[{"pool": "codex"}]))
+        operator.wait_for(lambda: operator.get("rbac.authorization.k8s.io/v1", "RoleBinding", "run-a-codex-runner",
+                                               namespace=NS), timeout=15)
+        operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 0, "succeeded": 1, "conditions": [
+            {"type": "Complete", "status": "True"}]}}, namespace=NS, subresource="status")
+        wait_condition(operator, "run-a", "Complete", "True", "TrainingComplete")
+        operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["spec"]["replicas"] == 0)
+        operator.delete(*TR, "run-a", namespace=NS)
+        operator.wait_for(lambda: operator.get(*TR, "run-a", namespace=NS) is None)
+    sent = {r.headers.get("Authorization") for r in list(rbac_kube_api.emulator._requests)
+            if not r.headers.get("User-Agent", "").startswith("python-httpx")}
+    assert sent == {f"Bearer {OPERATOR_TOKEN}"}  # kopf, the cache and the reconciler all sent the operator's token
+    assert rbac_kube_api.emulator.refusals == []
 
-    apply_pools(operator, "codex")
-    operator.apply(small_run(harnesses=[{"pool": "codex"}]))
-    operator.wait_for(lambda: operator.get("rbac.authorization.k8s.io/v1", "RoleBinding", "run-a-codex-runner",
-                                           namespace=NS), timeout=15)
-    operator.patch("batch/v1", "Job", "run-a-learner", {"status": {"active": 0, "succeeded": 1, "conditions": [
-        {"type": "Complete", "status": "True"}]}}, namespace=NS, subresource="status")
-    wait_condition(operator, "run-a", "Complete", "True", "TrainingComplete")
-    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-proxy", namespace=NS)["spec"]["replicas"] == 0)
-    operator.delete(*TR, "run-a", namespace=NS)
-    operator.wait_for(lambda: operator.get(*TR, "run-a", namespace=NS) is None)
 
-    roles = [d for d in render(VALUES["default"]) if d["kind"] in ("Role", "ClusterRole")
-             and d["metadata"]["name"] in ("harnessrl", "harnessrl-discovery", "harnessrl-leader-election")]
-    granted = set().union(*(grants(role) for role in roles))
-    made = {attrs for r in list(operator.emulator._requests) if not r.headers.get("User-Agent", "").startswith("python-httpx")
-            and (attrs := rbac_attributes(str(getattr(r.method, "value", r.method)), r.url.path,
-                                          r.params.get("watch") in ("1", "true"))) is not None}
-    assert ("", "configmaps", "watch") in made and ("apps", "statefulsets", "patch") in made  # the cache, the reconciler
-    assert made - granted == set()
+@pytest.mark.parametrize(("without", "child", "server_says"), [
+    # OpenShift's default: a child that blocks its owner's deletion needs update on the owner's finalizers.
+    (lambda rule: any(r.endswith("/finalizers") for r in rule["resources"]), "Secret run-a-proxy-admin",
+     "is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set "
+     "finalizers on: , <nil>"),
+    # The runners' RoleBinding grants a role the operator does not hold: only its `bind` rule allows it.
+    (lambda rule: "bind" in rule["verbs"], "RoleBinding run-a-codex-runner",
+     'rolebindings.rbac.authorization.k8s.io "run-a-codex-runner" is forbidden: user '
+     '"system:serviceaccount:harnessrl-system:harnessrl" (groups=["system:serviceaccounts" '
+     '"system:serviceaccounts:harnessrl-system" "system:authenticated"]) is attempting to grant RBAC permissions '
+     'not currently held:\n{APIGroups:[""], Resources:["pods"], Verbs:["create" "delete"]}\n'
+     '{APIGroups:[""], Resources:["pods/exec"], Verbs:["create" "get"]}\n'
+     '{APIGroups:[""], Resources:["pods/log"], Verbs:["get"]}'),
+], ids=["no-finalizers-rule", "no-bind-rule"])
+def test_a_right_the_chart_lacks_is_a_condition_with_the_servers_refusal(
+        rbac_kube_api: Any, learner_status: FakeLearnerStatus, without: Callable[[dict[str, Any]], bool], child: str,
+        server_says: str) -> None:
+    """Each of these chart rules is needed: without it the server refuses a child, and the run says which and why."""
+    with operator_as_its_service_account(rbac_kube_api, learner_status.url, chart_rbac(without)) as operator:
+        apply_pools(operator, "codex")
+        operator.apply(small_run(harnesses=[{"pool": "codex"}]))
+        cond = operator.wait_for(lambda: (c := condition(operator, "run-a", "Ready")) and c["reason"] == CHILD_REFUSED
+                                 and c, timeout=20)
+        assert child in cond["message"] and server_says in cond["message"], cond["message"]
+        assert any(server_says.split(":")[0] in refusal for refusal in operator.emulator.refusals)
 
 
 def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: FakeLearnerStatus) -> None:
