@@ -81,6 +81,10 @@ CASES = {
          "metadata": {"name": "grafana-dashboards",  # kubectl apply's last-applied-configuration of a big dashboard
                       "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 300_000 + "}"}}},
         422, 'ConfigMap "grafana-dashboards" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes'),
+    "request body above 3 MiB": Recorded(
+        "https://github.com/kubernetes/kubernetes/issues/105863", f"/api/v1/namespaces/{NS}/configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"blob": "x" * (3 * 2**20)}},
+        413, "Request entity too large: limit is 3145728"),
     "unknown field under strict validation": Recorded(
         "https://github.com/zakkg3/ClusterSecret/issues/51", DEPLOYMENTS,
         {**deployment("clustersecret", {"app": "clustersecret"}),

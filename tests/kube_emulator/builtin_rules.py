@@ -242,9 +242,22 @@ def _network_policy(obj: dict[str, Any]) -> list[Cause]:
     return label_selector_causes((obj.get("spec") or {}).get("podSelector") or {}, "spec.podSelector")
 
 
-def _data_keys(obj: dict[str, Any]) -> list[Cause]:
-    return [t.invalid(f"{field}[{key}]", key, m) for field in ("data", "binaryData", "stringData")
-            for key in sorted(obj.get(field) or {}) for m in t.is_config_map_key(key)]
+_MAX_DATA_BYTES = 1024 * 1024  # core.MaxSecretSize, for ConfigMaps too
+
+
+def _data(whole: str, encoded: tuple[str, ...]) -> Callable[[dict[str, Any]], list[Cause]]:
+    """ValidateConfigMap / ValidateSecret: keys, and 1 MiB of values in all (base64 fields counted decoded);
+    a ConfigMap's refusal names the whole object (Go prints the empty path as `[]`), a Secret's its data."""
+    def check(obj: dict[str, Any]) -> list[Cause]:
+        causes = [t.invalid(f"{field}[{key}]", key, m) for field in ("data", "binaryData", "stringData")
+                  for key in sorted(obj.get(field) or {}) for m in t.is_config_map_key(key)]
+        size = sum(len(value) * 3 // 4 - value.count("=") if field in encoded else len(str(value).encode())
+                   for field in ("data", "binaryData", "stringData") for value in (obj.get(field) or {}).values())
+        if size > _MAX_DATA_BYTES:
+            causes.append({"field": whole, "reason": "FieldValueTooLong",
+                           "message": f"Too long: may not be more than {_MAX_DATA_BYTES} bytes"})
+        return causes
+    return check
 
 
 _RULES: dict[tuple[str, str], Callable[[dict[str, Any]], list[Cause]]] = {
@@ -254,8 +267,8 @@ _RULES: dict[tuple[str, str], Callable[[dict[str, Any]], list[Cause]]] = {
     ("", "pods"): _pod,
     ("", "services"): _service,
     ("networking.k8s.io", "networkpolicies"): _network_policy,
-    ("", "configmaps"): _data_keys,
-    ("", "secrets"): _data_keys,
+    ("", "configmaps"): _data("[]", encoded=("binaryData",)),
+    ("", "secrets"): _data("data", encoded=("data",)),
 }
 
 

@@ -90,6 +90,10 @@ def forbidden_resource(group: str, plural: str, name: str | None, why: str) -> K
     return status_error(403, "Forbidden", f"{subject} is forbidden: {why}", details)
 
 
+def request_entity_too_large(limit: int) -> KubernetesError:
+    return status_error(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
+
+
 def unauthorized() -> KubernetesError:
     return status_error(401, "Unauthorized", "Unauthorized")
 

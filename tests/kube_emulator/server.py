@@ -25,6 +25,7 @@ from .store import Store, WatchEvent
 # How often an idle watch wakes up to notice a gone client or its timeoutSeconds.
 _WATCH_TICK = 0.5
 _OWN_PRIORITY = -1000
+_MAX_REQUEST_BYTES = 3 * 1024 * 1024  # the API server's limit on a request body (twice etcd's 1.5 MiB)
 _VERSION_INFO = {
     "major": "1", "minor": "33", "gitVersion": "v1.33.0-harnessrl-emulator", "gitCommit": "", "gitTreeState": "clean",
     "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64",
@@ -74,6 +75,9 @@ class KubeEmulator(kmock.KubernetesScaffold):
     # -- entry point ---------------------------------------------------------------------------------------
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """kmock's RawHandler.__call__, but with a Kubernetes path parser that understands every path."""
+        if (raw_request.content_length or 0) > _MAX_REQUEST_BYTES:
+            return await self._render_error(errors.request_entity_too_large(_MAX_REQUEST_BYTES))
+        raw_request._client_max_size = _MAX_REQUEST_BYTES  # aiohttp's own default is 1 MiB
         await raw_request.read()
         if raw_request.headers.get("Upgrade", "").lower() == "websocket":
             try:

@@ -6,6 +6,7 @@ can check it against the source."""
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -134,6 +135,21 @@ def test_job_needs_a_restart_policy_and_configmap_keys_are_checked() -> None:
     assert messages(config, ("", "configmaps")) == [
         'data[a b]: Invalid value: "a b": a valid config key must consist of alphanumeric characters, \'-\', \'_\' '
         "or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"]
+
+
+def test_configmaps_and_secrets_hold_at_most_one_mib_of_values() -> None:
+    """ValidateConfigMap/ValidateSecret: values (base64 ones decoded) add up to at most 1 MiB; the ConfigMap's
+    refusal is on the whole object (the empty path, printed `[]`), the Secret's on its data."""
+    half = "x" * (512 * 1024)
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": half, "b": half}}
+    assert messages(config, ("", "configmaps")) == []  # exactly 1 MiB
+    config["binaryData"] = {"c": base64.b64encode(b"y").decode()}
+    assert messages(config, ("", "configmaps")) == ["[]: Too long: may not be more than 1048576 bytes"]
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+              "data": {"a": base64.b64encode(half.encode()).decode(), "b": base64.b64encode(half.encode()).decode()}}
+    assert messages(secret, ("", "secrets")) == []
+    secret["stringData"] = {"c": "z"}
+    assert messages(secret, ("", "secrets")) == ["data: Too long: may not be more than 1048576 bytes"]
 
 
 @pytest.mark.parametrize(("mutate", "expected"), [
