@@ -118,10 +118,12 @@ def cluster(kube_api: Any) -> Any:
 
 
 @contextmanager
-def running_operator(kube_api: Any, learner_url: str, token: str = ADMIN_TOKEN) -> Iterator[None]:
-    options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_url, request_timeout_s=5)
+def running_operator(kube_api: Any, learner_url: str, token: str = ADMIN_TOKEN,
+                     namespaces: tuple[str, ...] = (NS,)) -> Iterator[None]:
+    options = OperatorOptions(resync_seconds=0.3, learner_url_template=learner_url, request_timeout_s=5,
+                              namespaces=list(namespaces))
     registry, _ = build_registry(options, kube_api.client(token))
-    with kube_api.kopf_runner(registry, namespace=NS, token=token):
+    with kube_api.kopf_runner(registry, namespace=list(namespaces), token=token):
         yield
 
 
@@ -575,11 +577,11 @@ def test_a_placement_edit_moves_the_workloads_now_and_the_running_learner_at_its
     assert condition(operator, "run-a", "SpecApplied")["status"] == "True"
 
 
-def chart_rbac(without: Callable[[dict[str, Any]], bool] = lambda rule: False) -> list[dict[str, Any]]:
-    """The chart's default ServiceAccount, roles and bindings, less the rules `without` picks."""
+def chart_rbac(without: Callable[[dict[str, Any]], bool] = lambda rule: False, values: str = "default") -> list[dict[str, Any]]:
+    """The chart's ServiceAccount, roles and bindings (its `values` case), less the rules `without` picks."""
     from tests.unit.test_chart_harnessrl import VALUES, render
 
-    docs = [d for d in render(VALUES["default"])
+    docs = [d for d in render(VALUES[values])
             if d["kind"] in ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
     for doc in docs:
         if "rules" in doc:
@@ -588,14 +590,16 @@ def chart_rbac(without: Callable[[dict[str, Any]], bool] = lambda rule: False) -
 
 
 @contextmanager
-def operator_as_its_service_account(kube_api: Any, learner_url: str, rbac: list[dict[str, Any]]) -> Iterator[Any]:
+def operator_as_its_service_account(kube_api: Any, learner_url: str, rbac: list[dict[str, Any]],
+                                    namespaces: tuple[str, ...] = (NS,)) -> Iterator[Any]:
     """The operator sending its ServiceAccount's token to an emulator that enforces RBAC (rbac_kube_api), with
     `rbac` stored as an administrator applies a chart."""
-    kube_api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "harnessrl-system"}})
+    for namespace in {"harnessrl-system", *namespaces}:
+        kube_api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     kube_api.apply(rbac)
     for crd in sorted((ROOT / "crds").glob("*.yaml")):
         kube_api.apply(crd)
-    with running_operator(kube_api, learner_url, token=OPERATOR_TOKEN):
+    with running_operator(kube_api, learner_url, token=OPERATOR_TOKEN, namespaces=namespaces):
         yield kube_api
 
 
@@ -647,6 +651,50 @@ def test_a_right_the_chart_lacks_is_a_condition_with_the_servers_refusal(
                                  and c, timeout=20)
         assert child in cond["message"] and server_says in cond["message"], cond["message"]
         assert any(server_says.split(":")[0] in refusal for refusal in operator.emulator.refusals)
+
+
+def test_a_namespaced_install_serves_its_namespaces_with_their_roles_and_relists_each_alone(
+        rbac_kube_api: Any, learner_status: FakeLearnerStatus) -> None:
+    """The chart's namespaced install (watch.namespaces: team-a, team-b; its Roles exist in those two only): the
+    operator, sending its ServiceAccount's token, gives a run in each namespace every child and leaves a run in
+    team-c alone; the server refuses it nothing. Then every watch ends and the history is compacted, so each
+    namespace's reflectors list again (410): a relist of one namespace must keep the other's children in the
+    cache, or the next resyncs would create or patch them again. Nothing is written."""
+    api, watched = rbac_kube_api, ("team-a", "team-b")
+    api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-c"}})
+    with operator_as_its_service_account(api, learner_status.url, chart_rbac(values="namespaced"), watched):
+        pool = yaml.safe_load((ROOT / "examples" / "harnesspools" / "mini-swe-agent.yaml").read_text())
+        for namespace in (*watched, "team-c"):
+            api.apply({**pool, "metadata": {**pool["metadata"], "namespace": namespace}})
+            run = small_run()
+            api.apply({**run, "metadata": {**run["metadata"], "namespace": namespace}})
+        for namespace in watched:  # the NetworkPolicies are rendered last: once they exist, every child does
+            api.wait_for(lambda ns=namespace: api.get("networking.k8s.io/v1", "NetworkPolicy", "run-a-engine",
+                                                      namespace=ns), timeout=20)
+        assert api.list_objects("apps/v1", "StatefulSet", "team-c") == []
+        assert not (api.get(*TR, "run-a", namespace="team-c") or {}).get("status")
+
+        def resyncs(count: int) -> None:
+            start = len(api.emulator._requests)
+            api.wait_for(lambda: sum(1 for r in list(api.emulator._requests)[start:]
+                                     if r.url.path.endswith("/trainingruns/run-a")) >= count, timeout=20)
+
+        resyncs(10)  # the runs' and pools' status settle
+        api.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unrelated", "namespace": "team-c"}})
+        mark = len(api.emulator._requests)
+        api.call(lambda emulator: (emulator.close_watches(), emulator.store.compact()))
+
+        def relisted(namespace: str) -> bool:
+            return any(r.url.path == f"/api/v1/namespaces/{namespace}/configmaps" and "watch" not in r.params
+                       for r in list(api.emulator._requests)[mark:])
+
+        api.wait_for(lambda: all(relisted(ns) for ns in watched), timeout=20)
+        resyncs(10)
+        writes = [f"{r.method} {r.url.path}" for r in list(api.emulator._requests)[mark:]
+                  if str(getattr(r.method, "value", r.method)) in ("POST", "PUT", "PATCH", "DELETE")
+                  and r.headers.get("Authorization") == f"Bearer {OPERATOR_TOKEN}" and "/events" not in r.url.path]
+        assert writes == []
+    assert api.emulator.refusals == []
 
 
 def test_operator_restart_creates_no_duplicates(cluster: Any, learner_status: FakeLearnerStatus) -> None:
