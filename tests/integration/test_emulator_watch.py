@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 from typing import Any
 
 import pytest
@@ -117,3 +118,31 @@ def test_objects_entering_and_leaving_a_selector_are_added_and_deleted(kube_api:
     core.patch_namespaced_config_map("x", "default", {"metadata": {"labels": {"stage": "done"}}})
     events = _events(core, resource_version=start, label_selector="stage=ready")
     assert [(t, d) for t, _, d in events] == [("ADDED", {}), ("MODIFIED", {"k": "v"}), ("DELETED", {"k": "v"})]
+
+
+def test_an_idle_watch_gets_bookmarks_that_outlive_a_compaction(kube_api: KubeApi) -> None:
+    """With allowWatchBookmarks, a watch whose own objects do not change is told the store's newer
+    resourceVersion now and then (BOOKMARK); resuming from it works after the history before it is compacted,
+    where resuming from the watch's last object would be 410 Gone."""
+    import httpx
+
+    kube_api.call(lambda emulator: setattr(emulator, "bookmark_seconds", 0.2))
+    core = client.CoreV1Api(kube_api.client())
+    start = core.create_namespaced_config_map("default", _cm("watched", {"app": "x"})).metadata.resource_version
+    headers = {"Authorization": "Bearer emulator"}
+    params = {"watch": "1", "labelSelector": "app=x", "resourceVersion": start, "allowWatchBookmarks": "true",
+              "timeoutSeconds": "3"}
+    with httpx.stream("GET", f"{kube_api.url}/api/v1/namespaces/default/configmaps", params=params, headers=headers,
+                      timeout=10) as stream:
+        for name in ("other-1", "other-2"):  # changes the watch does not see (not labelled app=x)
+            core.create_namespaced_config_map("default", _cm(name))
+        latest = core.read_namespaced_config_map("other-2", "default").metadata.resource_version
+        events = [json.loads(line) for line in stream.iter_lines() if line.strip()]
+    assert [e["type"] for e in events] == ["BOOKMARK"]  # one: later ticks find nothing newer to tell
+    assert events[0]["object"]["metadata"]["resourceVersion"] == latest
+    kube_api.compact_history()
+    resumed = _events(core, label_selector="app=x", resource_version=latest)
+    assert resumed == []  # no 410: the bookmark's version is still served
+    with pytest.raises(ApiException) as gone:
+        _events(core, label_selector="app=x", resource_version=start)
+    assert gone.value.status == 410

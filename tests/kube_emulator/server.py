@@ -65,6 +65,8 @@ class KubeEmulator(kmock.KubernetesScaffold):
     # unknown or missing token is 401 and each resource request is authorized by the stored RBAC objects.
     users: dict[str, User] | None = None
     refusals: list[str] = attrs.field(factory=list, init=False)  # every 401/403 answered, for assertions
+    # A watch that allows bookmarks gets one this often when idle and behind the store (the server: about 1/min).
+    bookmark_seconds: float = 60.0
     _own: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -336,6 +338,8 @@ class KubeEmulator(kmock.KubernetesScaffold):
                 out = self._translate(rt, namespace, matches, event)
                 if out is not None:
                     yield out
+            bookmarks = request.params.get("allowWatchBookmarks") == "true"
+            told_rv, next_bookmark = store.rv, time.monotonic() + self.bookmark_seconds
             while True:
                 if deadline is not None and time.monotonic() >= deadline:
                     return
@@ -346,6 +350,11 @@ class KubeEmulator(kmock.KubernetesScaffold):
                 try:
                     event = await asyncio.wait_for(queue.get(), timeout=tick)
                 except TimeoutError:
+                    # The queue is empty: every change up to store.rv is sent, so a bookmark there skips none.
+                    if bookmarks and time.monotonic() >= next_bookmark and store.rv > told_rv:
+                        told_rv, next_bookmark = store.rv, time.monotonic() + self.bookmark_seconds
+                        yield {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version,
+                                                              "metadata": {"resourceVersion": str(told_rv)}}}
                     continue
                 if event.type == "CLOSE" or (event.type == "GONE" and event.key == rt.storage_key):
                     return
