@@ -85,6 +85,12 @@ CASES = {
         "https://github.com/kubernetes/kubernetes/issues/105863", f"/api/v1/namespaces/{NS}/configmaps",
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"blob": "x" * (3 * 2**20)}},
         413, "Request entity too large: limit is 3145728"),
+    "a stored object above etcd's 1.5 MiB": Recorded(
+        "https://github.com/kubernetes/kubernetes/issues/74600 (the Status body; #112152: still a 500)",
+        f"/apis/platformapi.kubeplus/v1alpha1/namespaces/{NS}/helloworldservices",
+        {"apiVersion": "platformapi.kubeplus/v1alpha1", "kind": "HelloWorldService", "metadata": {"name": "big"},
+         "spec": {"greeting": "x" * (1536 * 1024)}},
+        500, "etcdserver: request is too large"),
     "unknown field under strict validation": Recorded(
         "https://github.com/zakkg3/ClusterSecret/issues/51", DEPLOYMENTS,
         {**deployment("clustersecret", {"app": "clustersecret"}),

@@ -57,6 +57,7 @@ from .values import MISSING, clone
 StorageKey = tuple[str, str]  # (group, plural)
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 
+_ETCD_MAX_REQUEST_BYTES = 1536 * 1024  # etcd's default --max-request-bytes; objects measured as compact JSON
 CRD_KEY: StorageKey = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY: StorageKey = ("", "namespaces")
 SERVICE_KEY: StorageKey = ("", "services")
@@ -173,6 +174,9 @@ class Store:
 
     # -- the change log ---------------------------------------------------------------------------------
     def _commit(self, key: StorageKey, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+        if event_type != "DELETED" and len(json.dumps(obj, separators=(",", ":"))) > _ETCD_MAX_REQUEST_BYTES:
+            # etcd refuses the write and the server passes its error on as a 500 (kubernetes#112152, still open).
+            raise errors.status_error(500, "InternalError", "etcdserver: request is too large")
         self.rv += 1
         _meta(obj)["resourceVersion"] = str(self.rv)
         object_key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
