@@ -150,15 +150,17 @@ def escalation_message(user: User, missing: list[Object]) -> str:
             "not currently held:\n" + "\n".join(rules))
 
 
-def owner_reference_refusals(old: Object | None, new: Object, may: Callable[[Attributes], bool], namespace: str | None,
-                             plural_of: Callable[[str, str], tuple[str, str] | None], own: Attributes) -> str | None:
-    """OwnerReferencesPermissionEnforcement (plugin/pkg/admission/gc): changing ownerReferences of an existing
-    object needs `delete` on it; a new `blockOwnerDeletion: true` needs `update` on the owner's finalizers."""
+def owner_reference_refusals(old: Object | None, new: Object, target: Attributes, may: Callable[[Attributes], bool],
+                             plural_of: Callable[[str, str], tuple[str, str] | None]) -> str | None:
+    """OwnerReferencesPermissionEnforcement (plugin/pkg/admission/gc) for writing `new` over `old` (None: a create)
+    at `target` (its group, resource, namespace and name): changing an existing object's ownerReferences needs
+    `delete` on it; a new `blockOwnerDeletion: true` needs `update` on the owner's finalizers."""
     refs = new["metadata"].get("ownerReferences") or []
     old_refs = (old or {}).get("metadata", {}).get("ownerReferences") or []
     if _ref_keys(refs) == _ref_keys(old_refs) and old is not None:
         return None
-    if old is not None and not may(Attributes("delete", own.group, own.resource, None, namespace, own.name)):
+    if old is not None and not may(Attributes("delete", target.group, target.resource, None, target.namespace,
+                                              target.name)):
         return "cannot set an ownerRef on a resource you can't delete: , <nil>"
     blocking_before = {r.get("uid") for r in old_refs if r.get("blockOwnerDeletion")}
     for ref in refs:
@@ -168,7 +170,7 @@ def owner_reference_refusals(old: Object | None, new: Object, may: Callable[[Att
         if mapped is None:
             return f"could not find the requested resource: no matches for kind \"{ref.get('kind')}\""
         group, plural = mapped
-        if not may(Attributes("update", group, plural, "finalizers", namespace, ref.get("name"))):
+        if not may(Attributes("update", group, plural, "finalizers", target.namespace, ref.get("name"))):
             return "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: , <nil>"
     return None
 

@@ -348,8 +348,8 @@ class Store:
             return
         meta = obj["metadata"]
         namespace = meta.get("namespace")
-        refusal = authz.owner_reference_refusals(old, obj, self.may, namespace, self._plural_of,
-                                                 authz.Attributes("update", rt.group, rt.plural, None, namespace, meta["name"]))
+        target = authz.Attributes("update", rt.group, rt.plural, None, namespace, meta["name"])
+        refusal = authz.owner_reference_refusals(old, obj, target, self.may, self._plural_of)
         if refusal is None and rt.storage_key in (ROLE_BINDING_KEY, CLUSTER_ROLE_BINDING_KEY):
             refusal = self._escalation(obj)
         if refusal:

@@ -87,7 +87,7 @@ def test_owner_references_need_finalizers_rights_to_block_and_delete_rights_to_c
     def refusal(old: dict[str, Any] | None, new: dict[str, Any], *granted: str) -> str | None:
         def may(a: Attributes) -> bool:
             return f"{a.verb} {a.combined}" in granted
-        return owner_reference_refusals(old, new, may, "a", lambda v, k: plural_of((v, k)), own)
+        return owner_reference_refusals(old, new, own, may, lambda v, k: plural_of((v, k)))
 
     blocking = {**owner, "blockOwnerDeletion": True}
     assert refusal(None, child(owner)) is None  # creating with a plain owner reference needs nothing more
