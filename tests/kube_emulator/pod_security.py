@@ -208,7 +208,7 @@ def pod_spec_of(storage_key: tuple[str, str], obj: dict[str, Any]) -> Spec | Non
 
 
 def admit(storage_key: tuple[str, str], obj: dict[str, Any], namespace_labels: dict[str, str]) -> tuple[str | None, list[str]]:
-    """(the Forbidden message, or None; the warnings) for creating `obj` in a namespace with these labels."""
+    """(why creating `obj` is forbidden, or None; the warnings) in a namespace with these labels."""
     spec = pod_spec_of(storage_key, obj)
     if spec is None:
         return None, []
@@ -217,8 +217,7 @@ def admit(storage_key: tuple[str, str], obj: dict[str, Any], namespace_labels: d
     if storage_key == ("", "pods") and enforce != "privileged":
         found = violations(enforce, spec)
         if found:
-            name = obj["metadata"]["name"]
-            refusal = f'pods "{name}" is forbidden: violates PodSecurity "{enforce}:latest": {", ".join(found)}'
+            refusal = f'violates PodSecurity "{enforce}:latest": {", ".join(found)}'
     warn = level_of(namespace_labels, WARN)
     if warn != "privileged" and refusal is None:
         found = violations(warn, spec)

@@ -223,10 +223,11 @@ class KubeEmulator(kmock.KubernetesScaffold):
                 parse_json(request.body)
             except ValueError as e:
                 raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
-        self._authorize(user, authz.request_attributes(method, route, request.params.get("watch") in ("true", "1")))
+        watch = request.params.get("watch") in ("true", "1")
+        self._authorize(user, authz.request_attributes(method, route, watch))
         store.begin_request(request.params.get("fieldValidation"), user)
         if route.name is None:
-            if method == "GET" and request.params.get("watch") in ("true", "1"):
+            if method == "GET" and watch:
                 return rendering.Response(status=200, payload=self._watch(request, rt, namespace, None),
                                           headers={"Content-Type": "application/json"})
             if method == "GET":
@@ -236,7 +237,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
             if method == "DELETE":
                 return _response(self._delete_collection(request, rt, namespace))
         else:
-            if method == "GET" and request.params.get("watch") in ("true", "1"):
+            if method == "GET" and watch:
                 return rendering.Response(status=200, payload=self._watch(request, rt, namespace, route.name),
                                           headers={"Content-Type": "application/json"})
             if method == "GET":

@@ -394,7 +394,7 @@ class Store:
             return
         refusal, warnings = pod_security.admit(rt.storage_key, obj, namespace["metadata"].get("labels") or {})
         if refusal:
-            raise errors.forbidden(refusal)
+            raise errors.forbidden_resource(rt.group, rt.plural, obj["metadata"]["name"], refusal)
         self.warnings.extend(warnings)
 
     def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
