@@ -29,11 +29,16 @@ def validate_labels(labels: Any, path: str) -> list[Cause]:
     return causes
 
 
+def _too_long(path: str, limit: int) -> Cause:
+    """field.TooLong: the value is not printed, only the limit."""
+    return {"field": path, "reason": "FieldValueTooLong", "message": f"Too long: may not be more than {limit} bytes"}
+
+
 def validate_annotations(annotations: Any, path: str) -> list[Cause]:
     """ValidateAnnotations: keys are qualified names, case aside; 256 KiB in all."""
     causes = [t.invalid(path, key, m) for key in sorted(annotations or {}) for m in t.is_qualified_name(key.lower())]
     if sum(len(k) + len(str(v)) for k, v in (annotations or {}).items()) > 256 * 1024:
-        causes.append({"field": path, "reason": "FieldValueTooLong", "message": "Too long: may not be more than 262144 bytes"})
+        causes.append(_too_long(path, 256 * 1024))
     return causes
 
 
@@ -254,8 +259,7 @@ def _data(whole: str, encoded: tuple[str, ...]) -> Callable[[dict[str, Any]], li
         size = sum(len(value) * 3 // 4 - value.count("=") if field in encoded else len(str(value).encode())
                    for field in ("data", "binaryData", "stringData") for value in (obj.get(field) or {}).values())
         if size > _MAX_DATA_BYTES:
-            causes.append({"field": whole, "reason": "FieldValueTooLong",
-                           "message": f"Too long: may not be more than {_MAX_DATA_BYTES} bytes"})
+            causes.append(_too_long(whole, _MAX_DATA_BYTES))
         return causes
     return check
 
