@@ -675,9 +675,8 @@ def test_a_namespaced_install_serves_its_namespaces_with_their_roles_and_relists
         assert not (api.get(*TR, "run-a", namespace="team-c") or {}).get("status")
 
         def resyncs(count: int) -> None:
-            start = len(api.emulator._requests)
-            api.wait_for(lambda: sum(1 for r in list(api.emulator._requests)[start:]
-                                     if r.url.path.endswith("/trainingruns/run-a")) >= count, timeout=20)
+            start = reconciles(api, "run-a")  # of the runs in both namespaces
+            api.wait_for(lambda: reconciles(api, "run-a") >= start + count, timeout=20)
 
         resyncs(10)  # the runs' and pools' status settle
         api.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unrelated", "namespace": "team-c"}})
