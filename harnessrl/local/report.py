@@ -55,6 +55,9 @@ class RunSummary(BaseModel):
     # and sampled tokens trained (sum).
     sequences_per_rollout: dict[str, float] = {}
     trained_tokens: dict[str, int] = {}
+    # Per harness, over the steps: the share of the tokens trained that repeated a prefix another of the step's
+    # sequences of the harness had (StepMetrics.repeated_prefix_tokens_by_harness), the cost of not sharing it.
+    repeated_prefix_share: dict[str, float] = {}
     # Per harness, over every rollout (training and evaluation): tool calls it could not run, (unknown tool,
     # arguments its schema refused).
     tool_mismatches: dict[str, tuple[int, int]] = {}
@@ -173,9 +176,19 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         sequences_per_rollout=_per_harness_mean([m.sequences_per_rollout_by_harness for m in metrics]),
         trained_tokens={h: sum(m.loss_tokens_by_harness.get(h, 0) for m in metrics)
                         for h in sorted({h for m in metrics for h in m.loss_tokens_by_harness})},
+        repeated_prefix_share=repeated_prefix_share(metrics),
         tool_mismatches=mismatches or {},
         prefix_breaks=breaks or {},
     )
+
+
+def repeated_prefix_share(metrics: list[StepMetrics]) -> dict[str, float]:
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for m in metrics:
+        for h, n in m.tokens_by_harness.items():
+            totals[h][0] += m.repeated_prefix_tokens_by_harness.get(h, 0)
+            totals[h][1] += n
+    return {h: repeated / n for h, (repeated, n) in sorted(totals.items()) if n}
 
 
 def solved_rates(metrics: list[StepMetrics]) -> dict[str, float]:
@@ -250,13 +263,17 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
     solved = ", ".join(f"{h} {fmt(summary.solved_first.get(h))} → {fmt(r)}" for h, r in summary.solved_last.items())
     lift = ", ".join(f"{p} {fmt(b)} → {fmt(summary.pass_at_1.get(p))}" for p, b in summary.base_pass_at_1.items())
     mismatched = ", ".join(f"{h} {u} / {i}" for h, (u, i) in summary.tool_mismatches.items()) or "-"
     breaks = "; ".join(f"{h} " + ", ".join(f"{cause} {n}" for cause, n in causes.items())
                        for h, causes in summary.prefix_breaks.items()) or "-"
     rows = "\n".join(f"| {h} | {p:.2f} | {fmt(summary.tool_calls_solved.get(h))} | "
-                     f"{fmt(summary.sequences_per_rollout.get(h))} | {summary.trained_tokens.get(h, '-')} |"
+                     f"{fmt(summary.sequences_per_rollout.get(h))} | {summary.trained_tokens.get(h, '-')} | "
+                     f"{share(summary.repeated_prefix_share.get(h))} |"
                      for h, p in sorted(summary.pass_at_1.items()))
     u = summary.usage
     gpu = ", ".join(f"{c} {s:,.0f}" for c, s in sorted(u.gpu_seconds.items())) or "none (no GPU)"
@@ -284,8 +301,8 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - calls that started one more training sequence (prefix breaks, by cause): {breaks}
 - usage: {usage}
 
-| harness | {column} | tool calls per solved rollout | training sequences per rollout | sampled tokens trained |
-|---|---|---|---|---|
+| harness | {column} | tool calls per solved rollout | training sequences per rollout | sampled tokens trained | tokens trained again as a shared prefix |
+|---|---|---|---|---|---|
 {rows}
 
 ![reward](reward.png)

@@ -35,7 +35,13 @@ from harnessrl.runtime.learner.distributed import World
 from harnessrl.runtime.learner.evaluation import EvalLog, read_records
 from harnessrl.runtime.learner.failure import WEIGHT_SYNC_FAILED, WEIGHT_SYNC_UNSUPPORTED, LearnerFailure
 from harnessrl.runtime.learner.hub import HubExporter
-from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics, captured_by_harness, mean
+from harnessrl.runtime.learner.metrics import (
+    MetricsSink,
+    StepMetrics,
+    captured_by_harness,
+    mean,
+    trained_by_harness,
+)
 from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
@@ -236,6 +242,7 @@ class Learner:
         c = st.counters
         c.tokens_trained += stats.tokens
         sequences_per_rollout, loss_tokens = captured_by_harness(batch.groups)
+        tokens, repeated_prefix = trained_by_harness((s.harness, s.sequence) for s in samples)
         metrics = StepMetrics(
             step=st.step,
             policy_version=st.policy_version,
@@ -250,6 +257,8 @@ class Learner:
             solved_rate_by_harness=solved_rates(batch.rewards_by_harness),
             sequences_per_rollout_by_harness=sequences_per_rollout,
             loss_tokens_by_harness=loss_tokens,
+            tokens_by_harness=tokens,
+            repeated_prefix_tokens_by_harness=repeated_prefix,
             loss=stats.loss,
             clip_fraction=stats.clip_fraction,
             kl=stats.kl,

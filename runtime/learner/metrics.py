@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from harnessrl.runtime.learner.coordinator import TrainGroup
+from harnessrl.runtime.trajectory.graph import common_prefix_length
+from harnessrl.runtime.trajectory.models import TrainingSequence
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel, Field
 
@@ -28,6 +31,11 @@ class StepMetrics(BaseModel):
     # rollout continued the one before; more where the harness rewrote its history), and sampled tokens trained.
     sequences_per_rollout_by_harness: dict[str, float] = Field(default_factory=dict)
     loss_tokens_by_harness: dict[str, int] = Field(default_factory=dict)
+    # Of the tokens trained this step, per harness: all, and those that repeat a prefix an earlier sequence of
+    # the harness already has (the system prompt, tools and task its rollouts share), which packed micro-batches
+    # compute again for each sequence and a prefix tree would compute once: what sharing prefixes could save.
+    tokens_by_harness: dict[str, int] = Field(default_factory=dict)
+    repeated_prefix_tokens_by_harness: dict[str, int] = Field(default_factory=dict)
     loss: float
     clip_fraction: float
     kl: float
@@ -54,6 +62,25 @@ def captured_by_harness(groups: Sequence[TrainGroup]) -> tuple[dict[str, float],
     return {h: sum(n) / len(n) for h, n in sequences.items()}, dict(tokens)
 
 
+def repeated_prefix_tokens(sequences: Sequence[list[int]]) -> int:
+    """Tokens of `sequences` a prefix tree would not hold again: the sum of their lengths less the number of
+    distinct prefixes. In sorted order each sequence's longest common prefix with any earlier one is the one with
+    its neighbour, so that is the sum of neighbours' common prefix lengths."""
+    def common(a: list[int], b: list[int]) -> int:
+        return common_prefix_length(min(len(a), len(b)), lambda lo, hi: a[lo:hi] == b[lo:hi])
+
+    return sum(common(a, b) for a, b in itertools.pairwise(sorted(sequences)))
+
+
+def trained_by_harness(trained: Iterable[tuple[str, TrainingSequence]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per harness, over the (harness, sequence) pairs a step trains: tokens, and tokens repeating a prefix."""
+    by_harness: dict[str, list[list[int]]] = defaultdict(list)
+    for harness, sequence in trained:
+        by_harness[harness].append(sequence.token_ids)
+    return ({h: sum(map(len, seqs)) for h, seqs in by_harness.items()},
+            {h: repeated_prefix_tokens(seqs) for h, seqs in by_harness.items()})
+
+
 class MetricsSink:
     def __init__(self, path: Path, registry: CollectorRegistry | None = None):
         self.path = path
@@ -77,6 +104,8 @@ class MetricsSink:
         self.sequences = g("sequences_per_rollout", "training sequences per rollout trained in the last step",
                            ("harness",))
         self.loss_tokens = g("loss_tokens", "sampled tokens trained in the last step", ("harness",))
+        self.repeated_prefix = g("repeated_prefix_tokens", "tokens trained in the last step that repeat a prefix "
+                                 "another of the harness's sequences already has", ("harness",))
 
     def record(self, m: StepMetrics) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
@@ -90,6 +119,8 @@ class MetricsSink:
             self.sequences.labels(harness=harness).set(n)
         for harness, t in m.loss_tokens_by_harness.items():
             self.loss_tokens.labels(harness=harness).set(t)
+        for harness, t in m.repeated_prefix_tokens_by_harness.items():
+            self.repeated_prefix.labels(harness=harness).set(t)
 
     def history(self) -> list[StepMetrics]:
         if not self.path.exists():

@@ -150,6 +150,10 @@ def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, loca
     # Both pools ran real sessions through the proxy.
     harnesses = Counter(entry["harness"] for entry in journal)
     assert harnesses["oneshot"] > 0 and harnesses["mini-swe-agent"] > 0, harnesses
+    # A group's rollouts open with the same prompt, so the steps trained some tokens again as a shared prefix.
+    for harness in {h for m in metrics for h in m["tokens_by_harness"]}:
+        repeated = sum(m["repeated_prefix_tokens_by_harness"].get(harness, 0) for m in metrics)
+        assert 0 < repeated < sum(m["tokens_by_harness"].get(harness, 0) for m in metrics), (harness, metrics)
 
     # The eval schedule ran before the first step and after the last: pass@1 of the base policy and of policy
     # v4 on the held-out split, both pools.

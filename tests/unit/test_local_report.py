@@ -36,7 +36,8 @@ def metrics(step: int, reward: float) -> StepMetrics:
         mean_reward_by_harness={"oneshot": reward}, solved_rate_by_harness={"oneshot": reward, "mini-swe-agent": 0.0},
         loss=0.1, clip_fraction=0.0, kl=0.0, tokens=100, loss_tokens=20, tokens_per_s=50.0, step_s=1.0, sync_s=0.1,
         grad_norm=1.0, sequences_per_rollout_by_harness={"oneshot": 1.0 + step % 2},
-        loss_tokens_by_harness={"oneshot": 10 * step},
+        loss_tokens_by_harness={"oneshot": 10 * step}, tokens_by_harness={"oneshot": 100},
+        repeated_prefix_tokens_by_harness={"oneshot": 40 if step % 2 else 20},
     )
 
 
@@ -74,6 +75,8 @@ def test_summary_compares_first_and_last_quarter_and_counts_tool_calls_of_solved
     # Half the steps split each rollout into two sequences; tokens trained add up over the steps.
     assert summary.sequences_per_rollout == {"oneshot": 1.5}
     assert summary.trained_tokens == {"oneshot": 10 * sum(range(1, 21))}
+    # 40 and 20 of each step's 100 tokens in turn repeated a prefix.
+    assert summary.repeated_prefix_share == {"oneshot": pytest.approx(0.3)}
 
 
 def test_report_writes_pngs_and_markdown(tmp_path: Path, capsys: object) -> None:
@@ -84,6 +87,7 @@ def test_report_writes_pngs_and_markdown(tmp_path: Path, capsys: object) -> None
     assert "mean reward, first quarter of the steps: 0.100" in text
     assert "mean reward, last quarter of the steps: 0.500" in text
     assert "training solved rate, first → last quarter: mini-swe-agent 0.000 → 0.000, oneshot 0.100 → 0.500" in text
+    assert "| oneshot | 0.50 | 1.000 | 1.500 | 100 | 30% |" in text
     for png in ("reward.png", "pass_at_1.png", "tool_calls.png"):
         data = (tmp_path / "report" / png).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 1000
