@@ -14,7 +14,14 @@ from typing import Generic, NamedTuple
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import COMPONENT_LABEL
-from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, ensure_child, holder
+from harnessrl.operator.handlers.apply import (
+    ChildConflict,
+    ChildRefused,
+    Kube,
+    ensure_child,
+    holder,
+    refused_as_is,
+)
 from harnessrl.operator.handlers.status import QueueState
 from harnessrl.operator.kube import Manifest, Owner, kueue
 from harnessrl.operator.plan import Admissible, ComponentKind, stopped
@@ -60,7 +67,7 @@ def gate(kube: Kube, plan: Admissible, owner: Owner, render: kueue.Render[Admiss
         try:
             live = kube.create(desired)
         except ApiException as exc:
-            if exc.status in (400, 403, 422):
+            if refused_as_is(exc):
                 raise ChildRefused("Workload", name, exc) from None
             if exc.status != 409:  # 409: the replaced one is still going (a finalizer); the next pass creates it
                 raise

@@ -87,7 +87,7 @@ class ChildConflict(Exception):
 
 
 class ChildRefused(Exception):
-    """The API server refused to create or update a child (400/403/422): the spec cannot be realised as is."""
+    """The API server refused to create or update a child (`refused_as_is`): the spec cannot be realised as is."""
 
     def __init__(self, kind: str, name: str, exc: ApiException) -> None:
         super().__init__(f"the API server refused {kind} {name}: {server_message(exc)}")
@@ -474,11 +474,18 @@ class Kube:
 
 
 def ensure_child(kube: Kube, manifest: Manifest, snapshot: Snapshot | None = None) -> Outcome:
-    """`kube.ensure`, with a refusal no retry can cure (400, 403, 422: the server will not take the object as it
-    is) raised as ChildRefused."""
+    """`kube.ensure`, with a refusal no retry can cure (the server will not take the object as it is) raised as
+    ChildRefused."""
     try:
         return kube.ensure(manifest, snapshot)
     except ApiException as exc:
-        if exc.status in (400, 403, 422):
+        if refused_as_is(exc):
             raise ChildRefused(manifest["kind"], manifest["metadata"]["name"], exc) from None
         raise
+
+
+def refused_as_is(exc: ApiException) -> bool:
+    """400, 403, 422; 413 (a request body above the server's 3 MiB); and an object above etcd's 1.5 MiB, which
+    the server passes on as a 500 with etcd's message (any other 500 may pass)."""
+    too_large_for_etcd = exc.status == 500 and server_message(exc) == "etcdserver: request is too large"
+    return exc.status in (400, 403, 413, 422) or too_large_for_etcd

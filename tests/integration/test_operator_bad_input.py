@@ -19,6 +19,7 @@ from harnessrl.operator.api.reasons import CHILD_REFUSED, INVALID_HARNESS_POOL, 
 from harnessrl.operator.handlers import OperatorOptions, build_registry
 from harnessrl.operator.handlers import harnesspool as pool_handler
 from harnessrl.operator.handlers import trainingrun as run_handler
+from harnessrl.operator.handlers.apply import ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers.context import Context
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -90,6 +91,18 @@ def test_a_refused_child_is_a_condition_naming_it_and_a_fix_recovers(operator: A
     operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)
                       and operator.get("batch/v1", "Job", "run-a-learner", namespace=NS), timeout=20)
     operator.wait_for(lambda: (c := condition(operator, TR, "run-a")) and c["reason"] != CHILD_REFUSED, timeout=20)
+
+
+@pytest.mark.parametrize(("size", "server_says"), [
+    (1_600_000, "etcdserver: request is too large"),  # etcd's limit, passed on as a 500
+    (3_200_000, "Request entity too large: limit is 3145728"),  # the server's own, a 413
+])
+def test_a_child_too_large_to_store_is_refused_not_retried(kube_api: Any, size: int, server_says: str) -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "big", "namespace": NS},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "c", "image": "busybox", "args": ["x" * size]}]}}}}
+    with pytest.raises(ChildRefused, match=f"refused Job big: {server_says}$"):
+        ensure_child(Kube(kube_api.client()), job)
 
 
 def test_a_stored_pool_the_model_rejects_is_a_condition_on_the_pool_and_its_runs(operator: Any) -> None:
