@@ -3,7 +3,8 @@
 Layout: <dir>/step-<N>/{policy/, optimizer.pt, coordinator.json, rng.pt, metrics.jsonl, meta.json} and
 <dir>/latest (the newest complete step dir's name). A checkpoint is written to a temporary dir and renamed,
 then `latest` is replaced, so a crash at any moment leaves the previous checkpoint intact. The newest `keep`
-step dirs stay, and the best one by held-out pass@1 (evaluation.best_round) beside them.
+step dirs stay, and the best one by held-out pass@1 (evaluation.best_round) beside them. A checkpoint is a
+`Snapshot` taken between two steps and written while the next one trains (the learner's loop).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,32 +36,44 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:07d}"
 
 
-def save_checkpoint(
-    root: Path,
-    model: Any,
-    policy_state: dict[str, Any],
-    optimizer_state: dict[str, Any],
-    state: CoordinatorState,
-    metrics_file: Path,
-    adapter_kind: str,
-    keep: int,
-    evals: Sequence[EvalRecord] = (),
-) -> Path:
+@dataclass(frozen=True)
+class Snapshot:
+    """What a checkpoint holds, taken between two steps (the weights and optimizer state as copies of their own),
+    so that writing it can go on while the next step trains."""
+
+    state: CoordinatorState
+    policy: dict[str, Any]
+    optimizer: dict[str, Any]
+    rng: dict[str, Any]
+    metrics: bytes | None
+    evals: Sequence[EvalRecord]
+
+
+def take_snapshot(state: CoordinatorState, policy: dict[str, Any], optimizer: dict[str, Any], metrics_file: Path,
+                  evals: Sequence[EvalRecord] = ()) -> Snapshot:
+    """The snapshot with the RNG state and metrics as they are now; `policy` and `optimizer` must be copies."""
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    metrics = metrics_file.read_bytes() if metrics_file.exists() else None
+    return Snapshot(state=state, policy=policy, optimizer=optimizer, rng=rng, metrics=metrics, evals=tuple(evals))
+
+
+def write_checkpoint(root: Path, model: Any, snapshot: Snapshot, adapter_kind: str, keep: int) -> Path:
+    """Write `snapshot` as `<root>/step-<N>` and point `latest` at it; reads nothing of `model` but its config."""
+    state = snapshot.state
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(state.step)
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     # The gathered full state: the model itself may hold only this rank's shards (FSDP2).
-    model.save_pretrained(tmp / "policy", state_dict=policy_state)
-    torch.save(optimizer_state, tmp / "optimizer.pt")
+    model.save_pretrained(tmp / "policy", state_dict=snapshot.policy)
+    torch.save(snapshot.optimizer, tmp / "optimizer.pt")
     (tmp / "coordinator.json").write_text(state.model_dump_json(exclude_computed_fields=True))
-    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save(rng, tmp / "rng.pt")
-    if metrics_file.exists():
-        shutil.copyfile(metrics_file, tmp / "metrics.jsonl")
+    torch.save(snapshot.rng, tmp / "rng.pt")
+    if snapshot.metrics is not None:
+        (tmp / "metrics.jsonl").write_bytes(snapshot.metrics)
     meta = CheckpointMeta(
         step=state.step,
         policy_version=state.policy_version,
@@ -72,7 +86,7 @@ def save_checkpoint(
     tmp.rename(final)
     (root / ".latest.tmp").write_text(final.name)
     (root / ".latest.tmp").replace(root / "latest")
-    _prune(root, keep, evals)
+    _prune(root, keep, snapshot.evals)
     return final
 
 

@@ -27,7 +27,8 @@ from harnessrl.runtime.learner.checkpoint import (
     load_optimizer_state,
     read_checkpoint,
     restore_rng,
-    save_checkpoint,
+    take_snapshot,
+    write_checkpoint,
 )
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
@@ -133,6 +134,7 @@ class Learner:
             if exporter is not None else None
         )
         self.checkpoints_written = 0
+        self.writing: asyncio.Task[Path] | None = None  # the checkpoint being written while training goes on
         # The checkpoint due for export, until its step's evaluation round is recorded. A restart exports its
         # checkpoint again (unchanged files are not uploaded twice): an export the crash cut short, or one still
         # waiting for the round, is not lost.
@@ -187,8 +189,11 @@ class Learner:
         st.policy_model = policy.model
         while True:
             await self.evaluate()
+            last = st.step >= self.cfg.grpo.steps
+            if self.writing is not None and (self.writing.done() or last):
+                await self.checkpoint_written()  # a failed write fails the run here, as it did inline
             self.export()
-            if st.step >= self.cfg.grpo.steps:
+            if last:
                 break
             batch = self.coordinator.take_batch(self.cfg.grpo.groups_per_step)
             if batch is None:
@@ -278,13 +283,29 @@ class Learner:
         if st.step % self.cfg.checkpoint.every == 0 or done:
             await self.checkpoint()
 
-    async def checkpoint(self) -> Path:
-        # Snapshot on the loop: no completion can land between the copy and the journal position it records.
-        snapshot = self.coordinator.state.model_copy(deep=True)
-        path = await asyncio.to_thread(self._save_checkpoint, snapshot)
+    async def checkpoint(self) -> None:
+        """Snapshot the checkpoint and start writing it; the next step trains meanwhile. At most one write is in
+        flight: on a volume slower than `checkpoint.every` steps, the step waits for the last write instead of
+        holding another copy of the weights and optimizer state in memory."""
+        if self.writing is not None:
+            await self.checkpoint_written()
+        # The coordinator's copy on the loop: no completion can land between it and the journal position it
+        # records. The weights' and optimizer's copies off it (gathering is collective: every rank joins).
+        state = self.coordinator.state.model_copy(deep=True)
+        snapshot = await asyncio.to_thread(
+            lambda: take_snapshot(state, self.trainer.policy_state(), self.trainer.optimizer_state(),
+                                  self.metrics.path, read_records(self.evals.path)))
+        ck = self.cfg.checkpoint
+        self.writing = asyncio.create_task(asyncio.to_thread(
+            write_checkpoint, ck.dir, self.trainer.model, snapshot, self.cfg.adapter.kind, ck.keep))
+
+    async def checkpoint_written(self) -> Path:
+        """Wait for the checkpoint being written, and hand it to the status and the Hub export."""
+        assert self.writing is not None
+        path = await self.writing
+        self.writing = None
         self.checkpoints_written += 1
-        artifacts = self.coordinator.artifacts
-        artifacts.latest_checkpoint = str(path)
+        self.coordinator.artifacts.latest_checkpoint = str(path)
         log.info("checkpoint %s", path.name)
         if self.exporter is not None and self.checkpoints_written % self.exporter.every == 0:
             self.unexported = path
@@ -297,20 +318,6 @@ class Learner:
             # Off the step's critical path: the upload runs while training goes on (background.py).
             self.exports.submit((self.unexported, self.metrics.history()))
             self.unexported = None
-
-    def _save_checkpoint(self, snapshot: CoordinatorState) -> Path:
-        # Gathering the state is collective (every rank joins): off the event loop, like the step.
-        return save_checkpoint(
-            self.cfg.checkpoint.dir,
-            self.trainer.model,
-            self.trainer.policy_state(),
-            self.trainer.optimizer_state(),
-            snapshot,
-            self.metrics.path,
-            self.cfg.adapter.kind,
-            self.cfg.checkpoint.keep,
-            read_records(self.evals.path),
-        )
 
     async def serve(self) -> None:
         async with httpx.AsyncClient(timeout=60.0) as client:

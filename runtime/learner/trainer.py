@@ -276,19 +276,32 @@ class PolicyTrainer:
 
     # -- state for checkpoints ------------------------------------------------------------------------------
     # Full (unsharded) state keyed by parameter name, so a checkpoint written by N processes resumes in M.
-    # Gathering is collective: every rank calls these; rank 0 writes what they return.
+    # Gathering is collective: every rank calls these; rank 0 writes what they return. What they return is
+    # rank 0's own copy: a checkpoint is written while the next step changes the live weights.
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         """The trainable weights, whole (for LoRA the adapter only: the frozen base is never gathered)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
-        return get_model_state_dict(self.model, options=options)
+        state: dict[str, torch.Tensor] = self._unaliased(get_model_state_dict(self.model, options=options))
+        return state
 
     def optimizer_state(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        return get_optimizer_state_dict(self.model, self.optimizer, options=self._full_state())
+        state: dict[str, Any] = self._unaliased(
+            get_optimizer_state_dict(self.model, self.optimizer, options=self._full_state()))
+        return state
+
+    def _unaliased(self, tree: Any) -> Any:
+        """`tree` with a copy of each tensor that is live training state. Only one process on the CPU returns
+        those as they are (`cpu_offload` moves nothing already there); gathered or offloaded ones are copies."""
+        if self.world.distributed:
+            return tree
+        live = {t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers())}
+        live |= {t.data_ptr() for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t)}
+        return _copy_tensors(tree, live)
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
@@ -299,3 +312,14 @@ class PolicyTrainer:
         from torch.distributed.checkpoint.state_dict import StateDictOptions
 
         return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _copy_tensors(tree: Any, data_ptrs: set[int]) -> Any:
+    """`tree` (dicts and lists of tensors and plain values) with the tensors at `data_ptrs` cloned."""
+    if torch.is_tensor(tree):
+        return tree.clone() if tree.data_ptr() in data_ptrs else tree
+    if isinstance(tree, dict):
+        return {k: _copy_tensors(v, data_ptrs) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_copy_tensors(v, data_ptrs) for v in tree]
+    return tree

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
-from harnessrl.runtime.learner.checkpoint import save_checkpoint
+from harnessrl.runtime.learner.checkpoint import take_snapshot, write_checkpoint
 from harnessrl.runtime.learner.config import HubExport
 from harnessrl.runtime.learner.coordinator import CoordinatorState
 from harnessrl.runtime.learner.hub import HubExporter
@@ -68,7 +68,8 @@ def test_export_creates_repo_branches_files_and_card(
         mfile = tmp_path / "metrics.jsonl"
         mfile.write_text("".join(m.model_dump_json() + "\n" for m in history))
         state = CoordinatorState(step=step, policy_version=step, policy_model=f"tiny-v{step}")
-        ck = save_checkpoint(tmp_path / "ck", model, model.state_dict(), opt.state_dict(), state, mfile, "lora", keep=3)
+        ck = write_checkpoint(tmp_path / "ck", model, take_snapshot(state, model.state_dict(), opt.state_dict(), mfile),
+                              "lora", keep=3)
         revisions.append(exporter.export(ck, history))
     assert revisions == ["step-2", "step-4"]
 
@@ -139,8 +140,8 @@ def export_steps(hub: HubServer, tmp_path: Path, rounds: dict[int, int], steps: 
             next(p for p in model.parameters() if p.requires_grad).add_(0.01)
         history.append(metrics(step))
         state = CoordinatorState(step=step, policy_version=step, policy_model=f"tiny-v{step}")
-        ck = save_checkpoint(tmp_path / "ck", model, model.state_dict(), opt.state_dict(), state, tmp_path / "none",
-                             "lora", keep=len(steps))
+        snapshot = take_snapshot(state, model.state_dict(), opt.state_dict(), tmp_path / "none")
+        ck = write_checkpoint(tmp_path / "ck", model, snapshot, "lora", keep=len(steps))
         if step in rounds:
             with eval_file.open("a") as f:
                 f.write(eval_round(step, rounds[step]).model_dump_json() + "\n")

@@ -27,8 +27,8 @@ from tests.fixtures.learner_process import HARNESS, POOL, VOWEL_TASKS, ProxyStan
 from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.ports import free_port
 
-STEPS = 6
-CK = 3  # checkpoint every CK steps: the kill lands between the step-3 and step-6 checkpoints
+STEPS = 9
+CK = 3  # checkpoint every CK steps: the kill lands after one (written while the next steps train) and its export
 
 
 def config(workdir: Path, model_dir: Path, proxy: ProxyStandIn, token_file: Path, hub: HubServer) -> dict[str, Any]:
@@ -113,32 +113,33 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
     harness = SyntheticHarness(proxy)
     learner = start_learner(tmp_path, cfg)
     try:
-        # Run past the step-3 checkpoint and its export, into step 4's rollouts, then kill -9.
+        # Run past a checkpoint before the last and its export, and 3 completions further, then kill -9.
         def past_checkpoint() -> bool:
             latest = ckpt / "latest"
-            if not latest.exists() or latest.read_text() != "step-0000003":
+            if not latest.exists() or latest.read_text() == f"step-{STEPS:07d}":
                 return False
-            if "exported step-0000003" not in learner.log():  # the export runs after `latest` moves
+            if f"exported {latest.read_text()}" not in learner.log():  # the export runs after `latest` moves
                 return False
-            ck_seq = json.loads((ckpt / "step-0000003" / "coordinator.json").read_text())["journal_seq"]
+            ck_seq = json.loads((ckpt / latest.read_text() / "coordinator.json").read_text())["journal_seq"]
             return sum(a["status"] == "accepted" for _, a in harness.sent) >= ck_seq + 3
 
         asyncio.run(harness.run(learner.url, past_checkpoint))
         assert past_checkpoint(), learner.log()[-3000:]
         before = status(learner.url)
         learner.stop(signal.SIGKILL)
+        name = (ckpt / "latest").read_text()  # a later checkpoint written meanwhile is the one to resume from
         accepted = [c for c, a in harness.sent if a["status"] == "accepted"]
         scored = sum(1 for c, a in harness.sent if a["status"] == "accepted" and a["scored"])
         assert before["rollouts_scored"] == scored
 
         learner = start_learner(tmp_path, cfg)
         after = status(learner.url)
-        ck = json.loads((ckpt / "step-0000003" / "coordinator.json").read_text())
-        # It may already be training step 3 again, so the restore is read from its log and the step metrics.
+        ck = json.loads((ckpt / name / "coordinator.json").read_text())
+        # It may already be training the next step, so the restore is read from its log and the step metrics.
         log = learner.log()
-        assert "resumed from step-0000003 at step 3 (policy v3)" in log
+        assert f"resumed from {name} at step {ck['step']} (policy v{ck['policy_version']})" in log
         assert f"replayed {len(accepted) - ck['journal_seq']} completions" in log
-        assert after["step"] >= ck["step"] == CK
+        assert after["step"] >= ck["step"] and ck["step"] % CK == 0
         # Nothing acked is lost: the checkpoint's completions plus the journal's replayed ones.
         assert after["rollouts_scored"] == scored
         assert ck["counters"]["rollouts_scored"] < scored  # some really came from the journal
@@ -163,9 +164,9 @@ def test_sigkill_after_checkpoint_resumes_exactly(tmp_path: Path, tiny_model_dir
         assert (ckpt / "sync" / "policy.json").exists()
         # Every checkpoint was exported to its own branch, and the Hub token never reached the learner's logs.
         branches = set(hub_server.state.repos["acme/resume"].branches)
-        assert {f"step-{CK}", f"step-{STEPS}"} <= branches
+        assert {f"step-{ck['step']}", f"step-{STEPS}"} <= branches
         logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("learner.*.log"))
-        assert "exported step-0000003" in logs and hub_server.token not in logs
+        assert f"exported {name}" in logs and hub_server.token not in logs
     finally:
         learner.stop(signal.SIGKILL)
         proxy.stop()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
-from harnessrl.runtime.learner.checkpoint import save_checkpoint
+from harnessrl.runtime.learner.checkpoint import take_snapshot, write_checkpoint
 from harnessrl.runtime.learner.coordinator import CoordinatorState
 from harnessrl.runtime.learner.evaluation import best_round, mean_pass_at_1
 
@@ -52,7 +52,7 @@ def test_no_evaluation_or_nothing_scored_names_no_best() -> None:
 
 
 class Policy:
-    """What save_checkpoint needs of a model: somewhere to write its weights."""
+    """What write_checkpoint needs of a model: somewhere to write its weights."""
 
     def save_pretrained(self, path: Path, state_dict: dict[str, Any]) -> None:
         path.mkdir(parents=True)
@@ -63,8 +63,8 @@ def test_the_rotation_keeps_the_best_checkpoint_beside_the_newest(tmp_path: Path
     rounds = [round_at(2, a=1), round_at(4, a=4), round_at(6, a=0)]
 
     def save(step: int, evals: list[EvalRecord]) -> list[str]:
-        save_checkpoint(tmp_path / "ck", Policy(), {}, {}, CoordinatorState(step=step, policy_version=step), metrics,
-                        "lora", keep=2, evals=evals)
+        snapshot = take_snapshot(CoordinatorState(step=step, policy_version=step), {}, {}, metrics, evals)
+        write_checkpoint(tmp_path / "ck", Policy(), snapshot, "lora", keep=2)
         return sorted(p.name for p in (tmp_path / "ck").glob("step-*"))
 
     assert save(2, []) == ["step-0000002"]
