@@ -296,6 +296,7 @@ class Learner:
             lambda: take_snapshot(state, self.trainer.policy_state(), self.trainer.optimizer_state(),
                                   self.metrics.path, read_records(self.evals.path)))
         ck = self.cfg.checkpoint
+        # Pays: a step with a checkpoint 1.18x faster than with the write inline (benchmarks/checkpoint, 2 CPUs).
         self.writing = asyncio.create_task(asyncio.to_thread(
             write_checkpoint, ck.dir, self.trainer.model, snapshot, self.cfg.adapter.kind, ck.keep))
 
