@@ -301,7 +301,7 @@ class PolicyTrainer:
             return tree
         live = {t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers())}
         live |= {t.data_ptr() for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t)}
-        return _copy_tensors(tree, live)
+        return _copy_tensors(tree, live, {})
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
@@ -314,12 +314,18 @@ class PolicyTrainer:
         return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
-def _copy_tensors(tree: Any, data_ptrs: set[int]) -> Any:
-    """`tree` (dicts and lists of tensors and plain values) with the tensors at `data_ptrs` cloned."""
+def _copy_tensors(tree: Any, data_ptrs: set[int], copies: dict[tuple[Any, ...], torch.Tensor]) -> Any:
+    """`tree` (dicts and lists of tensors and plain values) with the tensors at `data_ptrs` cloned, each once: tied
+    weights stay one tensor in the copy, as `save_pretrained` expects them."""
     if torch.is_tensor(tree):
-        return tree.clone() if tree.data_ptr() in data_ptrs else tree
+        if tree.data_ptr() not in data_ptrs:
+            return tree
+        key = (tree.data_ptr(), tree.dtype, tuple(tree.shape), tree.stride())
+        if key not in copies:
+            copies[key] = tree.clone()
+        return copies[key]
     if isinstance(tree, dict):
-        return {k: _copy_tensors(v, data_ptrs) for k, v in tree.items()}
+        return {k: _copy_tensors(v, data_ptrs, copies) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [_copy_tensors(v, data_ptrs) for v in tree]
+        return [_copy_tensors(v, data_ptrs, copies) for v in tree]
     return tree

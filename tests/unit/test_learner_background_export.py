@@ -128,3 +128,19 @@ def test_the_next_step_trains_while_a_checkpoint_is_written_and_the_checkpoint_k
     assert torch.equal(torch.load(path / "rng.pt", weights_only=False)["torch"], rng)
     assert learner.coordinator.artifacts.latest_checkpoint == str(path)
     learner.journal.close()
+
+
+def test_the_state_a_checkpoint_writes_is_a_copy_with_tied_weights_still_one_tensor(tiny_model_dir: Path) -> None:
+    from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
+    from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
+
+    model = load_policy(ModelConfig(path=tiny_model_dir, served_name="tiny", device="cpu"), AdapterConfig(kind="full"))
+    trainer = PolicyTrainer(model, GrpoConfig(), compute=torch.float32)
+    trainer.step(samples(model.config.vocab_size))
+    live = {t.data_ptr() for t in model.parameters()}
+    live |= {t.data_ptr() for s in trainer.optimizer.state.values() for t in s.values()}
+    policy, optimizer = trainer.policy_state(), trainer.optimizer_state()
+    copied = [*policy.values(), *(t for s in optimizer["state"].values() for t in s.values())]
+    assert not live & {t.data_ptr() for t in copied}
+    # The tiny model ties its LM head to its embeddings: the copy does too, as the model's own state dict did.
+    assert policy["lm_head.weight"] is policy["model.embed_tokens.weight"]
