@@ -60,7 +60,8 @@ def take_snapshot(state: CoordinatorState, policy: dict[str, Any], optimizer: di
 
 
 def write_checkpoint(root: Path, model: Any, snapshot: Snapshot, adapter_kind: str, keep: int) -> Path:
-    """Write `snapshot` as `<root>/step-<N>` and point `latest` at it; reads nothing of `model` but its config."""
+    """Write `snapshot` as `<root>/step-<N>` and point `latest` at it; `model` saves `snapshot.policy` in its
+    own format (config, adapter layout), not its live weights."""
     state = snapshot.state
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(state.step)

@@ -31,8 +31,8 @@ class StepMetrics(BaseModel):
     # rollout continued the one before; more where the harness rewrote its history), and sampled tokens trained.
     sequences_per_rollout_by_harness: dict[str, float] = Field(default_factory=dict)
     loss_tokens_by_harness: dict[str, int] = Field(default_factory=dict)
-    # Of the tokens trained this step, per harness: all, and those that repeat a prefix an earlier sequence of
-    # the harness already has (the system prompt, tools and task its rollouts share), which packed micro-batches
+    # Of the tokens trained this step, per harness: all, and those that repeat a prefix another sequence of
+    # the harness has (the system prompt, tools and task its rollouts share), which packed micro-batches
     # compute again for each sequence and a prefix tree would compute once: what sharing prefixes could save.
     tokens_by_harness: dict[str, int] = Field(default_factory=dict)
     repeated_prefix_tokens_by_harness: dict[str, int] = Field(default_factory=dict)

@@ -13,9 +13,10 @@ import pytest
 import torch
 from harnessrl.runtime.learner import loop
 from harnessrl.runtime.learner.background import LatestOnlyWorker
-from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, LearnerConfig, ModelConfig
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.loop import Learner
+from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
 from safetensors.torch import load_file
 
 from tests.unit.test_learner_precision import samples
@@ -131,9 +132,6 @@ def test_the_next_step_trains_while_a_checkpoint_is_written_and_the_checkpoint_k
 
 
 def test_the_state_a_checkpoint_writes_is_a_copy_with_tied_weights_still_one_tensor(tiny_model_dir: Path) -> None:
-    from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
-    from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
-
     model = load_policy(ModelConfig(path=tiny_model_dir, served_name="tiny", device="cpu"), AdapterConfig(kind="full"))
     trainer = PolicyTrainer(model, GrpoConfig(), compute=torch.float32)
     trainer.step(samples(model.config.vocab_size))
