@@ -232,6 +232,10 @@ class PoolRolloutCounts(ApiModel):
     completed: int = Field(default=0, ge=0, description="Rollouts graded.")
     failed: int = Field(default=0, ge=0, description="Rollouts that ended in an error.")
     timed_out: int = Field(default=0, ge=0, description="Rollouts stopped by a timeout.")
+    grader_failures: int = Field(
+        default=0, ge=0,
+        description="Of failed: rollouts whose grader timed out or wrote no reward on the candidate's work (scored 0).",
+    )
     unknown_tool_calls: int = Field(
         default=0, ge=0, description="Tool calls to a tool the harness did not offer (another harness's tool)."
     )

@@ -45,6 +45,7 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         completed=sum(c.completed for c in counts),
         failed=sum(c.failed for c in counts),
         timed_out=sum(c.timed_out for c in counts),
+        grader_failures=sum(c.grader_failures for c in counts),
         unknown_tool_calls=sum(c.unknown_tool_calls for c in counts),
         invalid_tool_calls=sum(c.invalid_tool_calls for c in counts),
         prefix_breaks=PrefixBreaks.model_validate(breaks),

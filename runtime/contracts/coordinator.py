@@ -53,19 +53,26 @@ def read_runner_token(path: Path) -> str:
 
 
 class OutcomeKind(StrEnum):
-    """How a rollout ended. Only the first four are the policy's doing and therefore scored."""
+    """How a rollout ended. All but the last two are the candidate's doing and therefore scored (the rule is in
+    runtime/harness/runner.py): a grader that timed out or wrote no reward on the candidate's work is the
+    candidate's failure, unless the grader fails on the task's reference answer too."""
 
     solved = "solved"  # grader passed
     wrong = "wrong"  # grader ran and failed (or gave partial credit through `correctness`)
     harness_error = "harness_error"  # the harness gave up on the model's output (bad format, crash on it)
     timeout = "timeout"  # wall-clock or step budget spent by the agent
-    grader_error = "grader_error"  # the grader itself broke: says nothing about the policy
+    grader_timeout = "grader_timeout"  # the grader ran past its limit on the candidate's work (an endless loop)
+    grader_no_reward = "grader_no_reward"  # the grader wrote no usable reward on the candidate's work
+    grader_error = "grader_error"  # the grader fails on the reference answer too: says nothing about the policy
     infra_error = "infra_error"  # sandbox, proxy, engine or network failure
 
 
 SCORED_OUTCOMES: frozenset[OutcomeKind] = frozenset(
-    {OutcomeKind.solved, OutcomeKind.wrong, OutcomeKind.harness_error, OutcomeKind.timeout}
+    {OutcomeKind.solved, OutcomeKind.wrong, OutcomeKind.harness_error, OutcomeKind.timeout,
+     OutcomeKind.grader_timeout, OutcomeKind.grader_no_reward}
 )
+# The scored outcomes where the grader broke on the candidate's work (counted apart in status and metrics).
+GRADER_FAILURES: frozenset[OutcomeKind] = frozenset({OutcomeKind.grader_timeout, OutcomeKind.grader_no_reward})
 
 
 class LeaseRequest(_Wire):
@@ -272,6 +279,8 @@ class PoolRollouts(_Wire):
     completed: int = Field(default=0, ge=0, description="graded: solved or wrong")
     failed: int = Field(default=0, ge=0, description="ended in an error (harness, grader or infrastructure)")
     timed_out: int = Field(default=0, ge=0, description="stopped by the wall-clock or step budget")
+    grader_failures: int = Field(default=0, ge=0, description="of `failed`: the grader timed out or wrote no "
+                                 "reward on the candidate's work (scored as a failure)")
     unknown_tool_calls: int = Field(default=0, ge=0, description="tool calls to a tool the harness did not offer")
     invalid_tool_calls: int = Field(default=0, ge=0, description="tool calls the tool's argument schema refused")
     prefix_breaks: dict[BreakCause, int] = Field(

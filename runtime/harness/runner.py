@@ -1,15 +1,24 @@
 """The HarnessPool runner: lease a rollout, open a capture session, run the harness in a sandbox, grade, complete.
 
-Outcomes (contracts/coordinator.py OutcomeKind):
-- solved / wrong: the verifier ran; correctness is its reward.
+Outcomes (contracts/coordinator.py OutcomeKind). The rule: whatever the candidate (the harness and the policy
+driving it) could have caused is the candidate's failure, scored with the task's failure reward (0) and trained
+on; only what it could not have caused is left unscored. The same rule holds in every sandbox kind and in
+evaluation.
+- solved / wrong: the verifier ran and wrote a reward; correctness is that reward.
 - timeout: the harness ran past its wall-clock limit, or stopped on its step budget (its own or the proxy's).
 - harness_error: the harness failed on the model's output (or crashed) while the proxy was healthy.
-- grader_error: the verifier broke (timed out, wrote no reward): says nothing about the policy.
-- infra_error: proxy unreachable, sandbox failure, unknown task. Retried in place `infra_retries` times, then
-  completed as infra_error, which the coordinator leaves unscored (never reward 0).
-While a rollout runs its lease is renewed (every `renew_every_s` the coordinator names), so a lease expires only
-when its runner is gone. A rollout cancelled by shutdown is not completed: its lease expires and the coordinator
-hands it out again.
+- grader_timeout / grader_no_reward: the verifier ran past its limit, or wrote no usable reward, on the
+  candidate's work (an endless loop, a FIFO for an answer, a crash the candidate's code caused). Scored 0,
+  unless the task's grader fails on its own reference answer too (below).
+- grader_error: the verifier failed on the candidate AND on the task's reference answer (solution/solve.sh, run
+  once per task in a fresh sandbox): the grader is broken, which says nothing about the policy. Unscored. A task
+  without a reference answer gets no such check: its grader failures are the candidate's.
+- infra_error: proxy unreachable, sandbox failure, unknown task, an engine that was down, or any unexpected error
+  in a rollout step (logged with its traceback). Retried in place `infra_retries` times, then completed as
+  infra_error, which the coordinator leaves unscored (never reward 0).
+Every leased rollout is completed with one of these while its runner lives. While a rollout runs its lease is
+renewed (every `renew_every_s` the coordinator names), so a lease expires only when its runner is gone. A rollout
+cancelled by shutdown is not completed: its lease expires and the coordinator hands it out again.
 """
 
 from __future__ import annotations
@@ -81,6 +90,13 @@ class Attempt:
     grade_s: float = 0.0
 
 
+def unexpected(lease: Lease, exc: Exception, session_id: str | None = None) -> Attempt:
+    """An error no step expected (a bug, an unforeseen failure): logged with its traceback, and an infrastructure
+    failure of the rollout, so the rollout still ends with an outcome."""
+    log.error("rollout %s: unexpected error", lease.rollout_id, exc_info=exc)
+    return Attempt(OutcomeKind.infra_error, session_id=session_id, error=f"runner error: {type(exc).__name__}: {exc}")
+
+
 class Runner:
     def __init__(
         self,
@@ -103,6 +119,8 @@ class Runner:
         self.infra_streak = 0  # infra_error completions in a row
         self.lease_after = 0.0  # monotonic time before which no new rollout is leased
         self.held: set[str] = set()  # lease ids of the rollouts running now
+        # Task id -> whether its grader fails on its reference answer (see grader_fails_on_reference).
+        self.reference_checks: dict[str, asyncio.Future[bool]] = {}
         self.renew_every_s = LeaseResponse().renew_every_s  # the coordinator's word replaces it on each lease
         self.metrics = RunnerMetrics(config.pool, self.harness_name)
         self.metrics.observe_active(lambda: float(len(self.held)))
@@ -114,7 +132,10 @@ class Runner:
         started = time.time()
         attempt = Attempt(outcome=OutcomeKind.infra_error)
         for n in range(self.config.infra_retries + 1):
-            attempt = await self.attempt(lease)
+            try:
+                attempt = await self.attempt(lease)
+            except Exception as exc:  # as in attempt(), for the steps before the sandbox
+                attempt = unexpected(lease, exc)
             if attempt.outcome != OutcomeKind.infra_error:
                 break
             log.warning("rollout %s: infra error (try %d): %s", lease.rollout_id, n + 1, attempt.error)
@@ -163,13 +184,12 @@ class Runner:
                            error=f"proxy unreachable at {proxy_url}: {type(exc).__name__}: {exc}")
         try:
             sandbox = await self.provider.open(lease.rollout_id, task)
+            async with sandbox:
+                return await self.run_in(sandbox, task, lease, proxy_url, session)
         except SandboxError as exc:
             return Attempt(OutcomeKind.infra_error, session_id=session.session_id, error=str(exc))
-        async with sandbox:
-            try:
-                return await self.run_in(sandbox, task, lease, proxy_url, session)
-            except SandboxError as exc:
-                return Attempt(OutcomeKind.infra_error, session_id=session.session_id, error=str(exc))
+        except Exception as exc:  # a failure in any step still ends the rollout with an outcome
+            return unexpected(lease, exc, session.session_id)
 
     async def run_in(
         self, sandbox: Sandbox, task: Task, lease: Lease, proxy_url: str, session: CreateSessionResponse
@@ -224,11 +244,37 @@ class Runner:
         base.grade_s = time.monotonic() - t0
         base.grader_output = graded.output
         if graded.grade is None:
-            base.outcome, base.error = OutcomeKind.grader_error, graded.error
+            base.error = graded.error
+            if await self.grader_fails_on_reference(task, grade_timeout):
+                base.outcome = OutcomeKind.grader_error
+                base.error = f"{graded.error}; the grader fails on the task's reference answer too"
+            else:
+                base.outcome = OutcomeKind.grader_timeout if graded.timed_out else OutcomeKind.grader_no_reward
             return base
         base.correctness = graded.grade.reward
         base.outcome = OutcomeKind.solved if graded.grade.reward >= 1.0 else OutcomeKind.wrong
         return base
+
+    async def grader_fails_on_reference(self, task: Task, timeout_s: float) -> bool:
+        """Whether the task's grader fails to pass its own reference answer in a fresh sandbox: then a grader
+        failure on a candidate says nothing about it. Checked once per task (concurrent rollouts share the check);
+        False for a task without a reference answer. A sandbox failure during the check raises SandboxError."""
+        if not task.has_reference:
+            return False
+        check = self.reference_checks.get(task.id)
+        if check is None or (check.done() and (check.cancelled() or check.exception() is not None)):
+            check = self.reference_checks[task.id] = asyncio.ensure_future(self.check_reference(task, timeout_s))
+        return await asyncio.shield(check)
+
+    async def check_reference(self, task: Task, timeout_s: float) -> bool:
+        sandbox = await self.provider.open(f"reference-{task.id}", task)
+        async with sandbox:
+            solved = await sandbox.run_reference(task, self.config.timeouts.harness_s)
+            graded = await sandbox.grade(task, timeout_s)
+        broken = graded.grade is None or graded.grade.reward < 1.0
+        log.warning("task %s: its grader %s on its reference answer (solve.sh exit %d)%s", task.id,
+                    "fails" if broken else "passes", solved.exit_code, f": {graded.error}" if graded.error else "")
+        return broken
 
     async def session_info(self, proxy_url: str, session_id: str) -> SessionInfo | None:
         """The session's state, or None if the proxy cannot be reached (or does not answer)."""

@@ -9,6 +9,8 @@ A task is a directory:
                      Dockerfile here; we run the harness in a sandbox instead, so the files are what matters)
     tests/test.sh    the verifier, run after the agent finishes, with tests/ copied in only then; it writes
                      $LOGS_DIR/verifier/reward.txt (a number) or reward.json ({"reward": x, ...})
+    solution/solve.sh  the reference answer (Harbor's oracle): run in a fresh sandbox when the verifier fails on a
+                     candidate, to tell a broken grader from a candidate that broke it (runtime/harness/runner.py)
 
 Harbor's containers have the workspace at /workspace and the logs at /logs. The local sandbox has neither, so
 test.sh gets them as env: WORKSPACE (its cwd too), TESTS_DIR and LOGS_DIR; container sandboxes set the
@@ -81,6 +83,15 @@ class Task(BaseModel):
     @property
     def tests_dir(self) -> Path:
         return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        return self.path / "solution"
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether the task ships Harbor's reference answer (solution/solve.sh)."""
+        return (self.solution_dir / "solve.sh").is_file()
 
 
 def load_task(path: Path, task_id: str | None = None) -> Task:

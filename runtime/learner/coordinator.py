@@ -21,6 +21,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from harnessrl.runtime.contracts.coordinator import (
+    GRADER_FAILURES,
     AckStatus,
     Completion,
     CompletionAck,
@@ -381,6 +382,7 @@ class Coordinator:
             counts.timed_out += 1
         else:
             counts.failed += 1
+            counts.grader_failures += c.outcome in GRADER_FAILURES
         if c.timings is not None:
             counts.sandbox_seconds += c.timings.seconds
         counts.unknown_tool_calls += c.unknown_tool_calls

@@ -15,8 +15,9 @@ def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: Rewar
     tool_mismatch_penalty for each of the `mismatches` (tool calls the harness could not run), at most 1 in all,
     so one runaway rollout does not outweigh solving a task.
 
-    None for outcomes that say nothing about the policy (grader or infrastructure failures): such rollouts
-    are unscored, which is different from a reward of 0.
+    None for outcomes that say nothing about the policy (a grader broken on the reference answer too, an
+    infrastructure failure): such rollouts are unscored, which is different from a reward of 0. A grader that
+    timed out or wrote no reward on the candidate's work scores 0, the task's failure reward.
     """
     if outcome not in SCORED_OUTCOMES:
         return None
@@ -24,7 +25,7 @@ def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: Rewar
         raise ValueError(f"correctness must be in [0, 1], got {correctness}")
     if tool_calls < 0:
         raise ValueError(f"tool_calls must be >= 0, got {tool_calls}")
-    # A harness error or a timeout earns nothing, whatever partial credit the grader reported.
+    # A harness error, a timeout or a grader failure earns nothing, whatever partial credit the grader reported.
     c = correctness if outcome in (OutcomeKind.solved, OutcomeKind.wrong) else 0.0
     if outcome == OutcomeKind.solved:
         c = 1.0

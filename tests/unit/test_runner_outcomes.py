@@ -39,28 +39,39 @@ ALL_TASKS = load_dir(TASKS)
 
 
 class FakeSandbox(Sandbox):
-    def __init__(self, run_result: ExecResult, reward_txt: str | None) -> None:
+    def __init__(self, run_result: ExecResult, reward_txt: str | None,
+                 grade_result: ExecResult | None = None, fail_in: str | None = None) -> None:
         self.home, self.workspace, self.tests_dir, self.logs_dir = "/h", "/w", "/t", "/l"
         self.run_result, self.reward_txt = run_result, reward_txt
+        self.grade_result = grade_result or ExecResult(exit_code=0, stdout="graded")
+        self.fail_in = fail_in  # the step that raises (a failure nobody planned for)
         self.files: dict[str, str] = {}
         self.runs: list[list[str]] = []
         self.closed = False
 
+    def step(self, name: str) -> None:
+        if self.fail_in == name:
+            raise FileExistsError(f"{name} failed")
+
     async def write_files(self, files: dict[str, str]) -> None:
+        self.step("write_files")
         self.files.update(files)
 
     async def read_file(self, path: str) -> str | None:
+        self.step("read_file")
         return self.reward_txt if path == "/l/verifier/reward.txt" else self.files.get(path)
 
     async def run(self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None) -> ExecResult:
+        self.step("run")
         self.runs.append(argv)
-        return self.run_result if len(self.runs) == 1 else ExecResult(exit_code=0, stdout="graded")
+        return self.run_result if len(self.runs) == 1 else self.grade_result
 
     async def put_tests(self, task: Task) -> None:
-        pass
+        self.step("put_tests")
 
     async def close(self) -> None:
         self.closed = True
+        self.step("close")
 
 
 class FakeProvider(SandboxProvider):
@@ -130,7 +141,6 @@ OK_RESULT = '[{"type": "result", "subtype": "success", "is_error": false, "resul
     [
         (ExecResult(exit_code=0, stdout=OK_RESULT), "1", SessionStatus.active, OutcomeKind.solved, 1.0),
         (ExecResult(exit_code=0, stdout=OK_RESULT), "0.25", SessionStatus.active, OutcomeKind.wrong, 0.25),
-        (ExecResult(exit_code=0, stdout=OK_RESULT), None, SessionStatus.active, OutcomeKind.grader_error, 0.0),
         (ExecResult(exit_code=-9, timed_out=True), None, SessionStatus.active, OutcomeKind.timeout, 0.0),
         (ExecResult(exit_code=53), None, SessionStatus.active, OutcomeKind.timeout, 0.0),  # turn limit
         (ExecResult(exit_code=1, stderr="crash"), None, SessionStatus.budget_exhausted, OutcomeKind.timeout, 0.0),
@@ -148,6 +158,68 @@ async def test_outcomes(tmp_path: Path, run: ExecResult, reward: str | None, ses
     assert sandbox.closed
     # The harness got the proxy's chat URL and its session id as the key.
     assert sandbox.files["/h/.qwen/settings.json"] and sandbox.runs[0][0] == "qwen"
+
+
+GRADER_HANGS = ExecResult(exit_code=-9, timed_out=True)
+
+
+@pytest.mark.parametrize(
+    ("grade", "reference_reward", "outcome"),
+    [
+        (None, "1", OutcomeKind.grader_no_reward),  # the reference passes: the candidate broke the grader
+        (GRADER_HANGS, "1", OutcomeKind.grader_timeout),
+        (None, None, OutcomeKind.grader_error),  # the grader fails on the reference answer too: unscored
+        (GRADER_HANGS, None, OutcomeKind.grader_error),
+    ],
+)
+async def test_a_grader_failure_is_the_candidates_unless_the_reference_fails_too(
+        tmp_path: Path, grade: ExecResult | None, reference_reward: str | None, outcome: OutcomeKind) -> None:
+    candidate = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), None, grade_result=grade)
+    reference = FakeSandbox(ExecResult(exit_code=0), reference_reward)
+    provider = FakeProvider([candidate, reference])
+    r = runner(provider, proxy_transport(), tmp_path)
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == outcome and completion.correctness == 0.0, completion.error
+    # The reference answer ran in a fresh sandbox: solve.sh written and run there, then graded.
+    assert reference.closed and reference.runs[0] == ["bash", "/h/.reference/solve.sh"]
+    assert "/h/.reference/solve.sh" in reference.files and reference.runs[1][-1] == "/t/test.sh"
+    # Decided once per task: another grader failure on it opens no second reference sandbox.
+    again = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), None, grade_result=grade)
+    provider.queue.append(again)
+    assert (await r.rollout(LEASE)).outcome == outcome and not provider.queue
+
+
+async def test_a_grader_failure_on_a_task_without_a_reference_is_the_candidates(tmp_path: Path) -> None:
+    task = ALL_TASKS["sales-total"]
+    bare = task.model_copy(update={"path": tmp_path / "bare"})
+    (tmp_path / "bare").mkdir()
+    candidate = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), None, grade_result=GRADER_HANGS)
+    r = runner(FakeProvider([candidate]), proxy_transport(), tmp_path)
+    r.tasks = {"sales-total": bare}
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == OutcomeKind.grader_timeout and "timed out" in (completion.error or "")
+
+
+@pytest.mark.parametrize("step", ["write_files", "run", "read_file", "put_tests", "close", "open", "session"])
+async def test_an_exception_in_any_rollout_step_still_completes_the_rollout(tmp_path: Path, step: str) -> None:
+    """A failure no step planned for (here FileExistsError, as a replaced logs/ once raised) ends the rollout as
+    an infrastructure failure with its cause, instead of killing the rollout's task and leaving its lease to
+    expire."""
+    sandbox = FakeSandbox(ExecResult(exit_code=0, stdout=OK_RESULT), "1", fail_in=step)
+    provider = FakeProvider([sandbox])
+    if step == "open":
+        async def broken_open(rollout_id: str, task: Task) -> FakeSandbox:
+            raise FileExistsError("open failed")
+        provider.open = broken_open  # type: ignore[method-assign]
+    transport = proxy_transport()
+    if step == "session":
+        def refuse(request: httpx.Request) -> httpx.Response:
+            raise FileExistsError("session failed")
+        transport = httpx.MockTransport(refuse)
+    r = runner(provider, transport, tmp_path)
+    completion = await r.rollout(LEASE)
+    assert completion.outcome == OutcomeKind.infra_error
+    assert completion.error == f"runner error: FileExistsError: {step} failed"
 
 
 async def test_harness_failure_with_the_proxy_gone_is_infrastructure(tmp_path: Path) -> None:

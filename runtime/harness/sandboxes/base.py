@@ -41,6 +41,29 @@ class GradeResult(BaseModel):
 OUTPUT_LIMIT = 256 * 1024
 
 
+def verifier_env(task: Task, sandbox: Sandbox) -> dict[str, str]:
+    """What test.sh is told: Harbor's paths as this sandbox has them, and the task's own verifier env."""
+    return {
+        **task.config.verifier.env,
+        "WORKSPACE": sandbox.workspace,
+        "TESTS_DIR": sandbox.tests_dir,
+        "LOGS_DIR": sandbox.logs_dir,
+    }
+
+
+def graded(res: ExecResult, timeout_s: float, reward_txt: str | None, reward_json: str | None) -> GradeResult:
+    """The grade from the verifier's run and what it wrote; a missing or unusable reward is no grade (the exit
+    status alone never means success)."""
+    output = (res.stdout + res.stderr)[-65536:]
+    if res.timed_out:
+        return GradeResult(grade=None, output=output, error=f"verifier timed out after {timeout_s:.0f}s", timed_out=True)
+    try:
+        grade = parse_reward(reward_txt, reward_json)
+    except TaskError as exc:
+        return GradeResult(grade=None, output=output, error=f"{exc} (test.sh exit code {res.exit_code})")
+    return GradeResult(grade=grade, output=output)
+
+
 class Sandbox(ABC):
     """One rollout's sandbox. Paths are as seen from inside it."""
 
@@ -77,25 +100,24 @@ class Sandbox(ABC):
         """Kill anything left and delete the sandbox. Idempotent."""
 
     async def grade(self, task: Task, timeout_s: float) -> GradeResult:
-        """Run tests/test.sh as Harbor does and read the reward it wrote."""
+        """Run tests/test.sh as Harbor does and read the reward it wrote. Called only once every process the
+        harness started is gone."""
         await self.put_tests(task)
-        env = {
-            **task.config.verifier.env,
-            "WORKSPACE": self.workspace,
-            "TESTS_DIR": self.tests_dir,
-            "LOGS_DIR": self.logs_dir,
-        }
-        res = await self.run(["bash", f"{self.tests_dir}/test.sh"], env, timeout_s)
-        output = (res.stdout + res.stderr)[-65536:]
+        res = await self.run(["bash", f"{self.tests_dir}/test.sh"], verifier_env(task, self), timeout_s)
         if res.timed_out:
-            return GradeResult(grade=None, output=output, error=f"verifier timed out after {timeout_s:.0f}s", timed_out=True)
+            return graded(res, timeout_s, None, None)
         txt = await self.read_file(f"{self.logs_dir}/verifier/reward.txt")
         js = await self.read_file(f"{self.logs_dir}/verifier/reward.json")
-        try:
-            grade = parse_reward(txt, js)
-        except TaskError as exc:
-            return GradeResult(grade=None, output=output, error=f"{exc} (test.sh exit code {res.exit_code})")
-        return GradeResult(grade=grade, output=output)
+        return graded(res, timeout_s, txt, js)
+
+    async def run_reference(self, task: Task, timeout_s: float) -> ExecResult:
+        """Run the task's reference answer (Harbor's oracle, solution/solve.sh) in this fresh sandbox."""
+        where = f"{self.home}/.reference"
+        files = {f"{where}/{path.relative_to(task.solution_dir)}": path.read_text()
+                 for path in sorted(task.solution_dir.rglob("*")) if path.is_file()}
+        await self.write_files(files)
+        env = {"WORKSPACE": self.workspace, "SOLUTION_DIR": where}
+        return await self.run(["bash", f"{where}/solve.sh"], env, timeout_s)
 
     async def __aenter__(self) -> Sandbox:
         return self

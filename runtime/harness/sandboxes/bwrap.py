@@ -35,6 +35,8 @@ class BwrapPlan(BaseModel):
     # Further read-write mounts, host path -> path inside (netrelay's socket directory at RELAY_DIR; a pod's volumes
     # in the API emulator's exec).
     binds: tuple[tuple[Path, str], ...] = ()
+    # Paths under rollout_dir bound read-only over it (a grader's tests and helpers).
+    sealed: tuple[Path, ...] = ()
     # Set when the runner is root: bwrap keeps CAP_SETUID/SETGID for setpriv, which drops to this uid and gid.
     drop_to: int | None = None
     setpriv: str = "setpriv"
@@ -132,6 +134,8 @@ def _mounts(plan: BwrapPlan) -> list[str]:
     args += ["--bind", str(plan.rollout_dir), str(plan.rollout_dir)]
     for host, inside in plan.binds:
         args += ["--bind", str(host), inside]  # read-write: connect() to a socket on a read-only mount fails
+    for path in plan.sealed:
+        args += ["--ro-bind", str(path), str(path)]
     for path in plan.hide:
         if not under(path, [*system, *bound, plan.rollout_dir]):
             continue  # not mounted at all
@@ -156,6 +160,16 @@ def bwrap_argv(plan: BwrapPlan, argv: list[str], cwd: str) -> list[str]:
         u = str(plan.drop_to)
         drop = [plan.setpriv, f"--reuid={u}", f"--regid={u}", "--clear-groups", "--"]
     return [plan.bwrap, *ns, "--die-with-parent", "--new-session", *_mounts(plan), "--chdir", cwd, "--", *drop, *argv]
+
+
+def candidate_argv(bwrap: str, hidden: Path) -> list[str]:
+    """The prefix a grader puts before the candidate's code (`$RUN_CANDIDATE`): run inside the grader's sandbox in
+    namespaces of its own, with `hidden` (the grader's tests, reward and helpers) replaced by an empty directory,
+    no network, no other process to see or signal, no way to make further namespaces, and nothing left when it
+    returns."""
+    return [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--disable-userns", "--die-with-parent",
+            "--new-session", "--dev-bind", "/", "/", "--tmpfs", "/proc", "--tmpfs", str(hidden),
+            "--setenv", "TMPDIR", "/tmp", "--setenv", "HOME", "/tmp", "--"]
 
 
 def probe(plan: BwrapPlan) -> str | None:

@@ -1,7 +1,9 @@
 """The local sandbox: a directory per rollout and the harness in bubblewrap namespaces on this machine.
 
-Each rollout gets `base_dir/<prefix>-<rollout>-<random>/` (mode 0700) holding `home/`, `workspace/`,
-`tests/` and `logs/`. Commands run:
+Each rollout gets `base_dir/<prefix>-<rollout>-<random>/` (mode 0700) holding `home/`, `workspace/` and `tmp/`,
+all of which the harness may rewrite: the runner keeps nothing of its own there (output comes through pipes) and
+reads a file there only through `read_beneath` (no link followed, no FIFO or device opened, bounded). The grader
+runs once the harness's processes are gone, in a sandbox of its own (`grade`). Commands run:
 - under bubblewrap (bwrap.py): their own mount namespace (read-only system and tool directories, read-write only
   the rollout's own directory: no other rollout, no task source, no token file), PID namespace (no other process
   to see or signal; all of it dies with the command), and network namespace whose only way out is a relay to the
@@ -23,8 +25,10 @@ import os
 import re
 import resource
 import secrets
+import shlex
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -37,15 +41,19 @@ from harnessrl.runtime.harness.sandboxes import bwrap, netrelay
 from harnessrl.runtime.harness.sandboxes.base import (
     OUTPUT_LIMIT,
     ExecResult,
+    GradeResult,
     Sandbox,
     SandboxError,
     SandboxProvider,
+    graded,
 )
 from harnessrl.runtime.harness.tasks import Task
 
 log = logging.getLogger(__name__)
 
 MARKER_ENV = "HARNESSRL_SANDBOX"
+# The grader's interpreter: an absolute path to a real Python (no shim that a workspace's .python-version steers).
+GRADER_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
 
 
 def child_setup(limits: list[tuple[int, int, int]]) -> Callable[[], None]:
@@ -67,12 +75,14 @@ def inside_url(url: str) -> tuple[str, tuple[str, int]]:
     return urlunsplit((parts.scheme, f"127.0.0.1:{port}", parts.path, parts.query, parts.fragment)), (parts.hostname, port)
 
 
-def rlimits(config: LocalSandboxConfig) -> list[tuple[int, int, int]]:
-    """(resource, soft, hard). CPU: SIGXCPU at the soft limit, SIGKILL 5 s later. Memory: RLIMIT_DATA, not
-    RLIMIT_AS — Node reserves gigabytes of address space for WebAssembly and fails under an AS limit."""
+def rlimits(config: LocalSandboxConfig, memory_mb: int | None = None) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard). CPU: SIGXCPU at the soft limit, SIGKILL 5 s later. Memory (`memory_mb`, else the
+    config's): RLIMIT_DATA, not RLIMIT_AS — Node reserves gigabytes of address space for WebAssembly and fails
+    under an AS limit."""
     out = [(resource.RLIMIT_CPU, config.cpu_seconds, config.cpu_seconds + 5)]
-    if config.memory_mb is not None:
-        out.append((resource.RLIMIT_DATA, config.memory_mb * 1024 * 1024, config.memory_mb * 1024 * 1024))
+    memory_mb = memory_mb or config.memory_mb
+    if memory_mb is not None:
+        out.append((resource.RLIMIT_DATA, memory_mb * 1024 * 1024, memory_mb * 1024 * 1024))
     if config.max_processes is not None:
         out.append((resource.RLIMIT_NPROC, config.max_processes, config.max_processes))
     if config.max_file_mb is not None:
@@ -117,14 +127,43 @@ def kill_tagged(marker: str) -> int:
     return killed
 
 
-def _read_tail(path: Path) -> str:
+async def _tail(stream: asyncio.StreamReader | None) -> bytes:
+    """Everything a pipe carries until EOF, keeping only its last OUTPUT_LIMIT bytes."""
+    buf = bytearray()
+    while stream is not None and (chunk := await stream.read(65536)):
+        buf += chunk
+        del buf[:-OUTPUT_LIMIT]
+    return bytes(buf)
+
+
+# The largest file the runner reads out of a sandbox (a harness's trajectory, a reward); a larger one is refused.
+READ_LIMIT = 64 * 1024 * 1024
+
+
+def read_beneath(root: Path, path: Path, limit: int = READ_LIMIT) -> bytes | None:
+    """A regular file's bytes at `path` under `root`, opened component by component without following a link,
+    or None where something else stands there (a link, a FIFO, a device, a directory), nothing does, or it is
+    larger than `limit`. The runner reads what a harness could have planted only this way: nothing there can
+    make it block, follow a link out of the sandbox, or read without end."""
+    parts = path.relative_to(root).parts
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(root, flags | os.O_DIRECTORY)
     try:
-        with path.open("rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - OUTPUT_LIMIT))
-            return fh.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(part, flags | (0 if last else os.O_DIRECTORY), dir_fd=fd)
+            except OSError:  # missing, a link (ELOOP), not a directory, a FIFO without a writer (ENXIO)
+                return None
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+        return data if len(data) <= limit else None
+    finally:
+        os.close(fd)
 
 
 class LocalSandbox(Sandbox):
@@ -136,7 +175,6 @@ class LocalSandbox(Sandbox):
         self.workspace = str(root / "workspace")
         self.tests_dir = str(root / "tests")
         self.logs_dir = str(root / "logs")
-        self._runs = 0
         self._closed = False
         # Inside port -> (host, port) of the proxy it is relayed to, and the relays' runner-side halves.
         self.forwards: dict[int, tuple[str, int]] = {}
@@ -180,20 +218,47 @@ class LocalSandbox(Sandbox):
             self._own(target)
 
     async def read_file(self, path: str) -> str | None:
-        target = self._inside(path)
-        try:
-            return target.read_text(errors="replace")
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+        data = read_beneath(self.root, self._inside(path))
+        return None if data is None else data.decode(errors="replace")
 
     async def put_tests(self, task: Task) -> None:
-        # Whatever the harness left where the verifier writes (a planted reward file) must not be graded.
-        for d in (Path(self.tests_dir), Path(self.logs_dir)):
-            shutil.rmtree(d, ignore_errors=True)
-        (Path(self.logs_dir) / "verifier").mkdir(mode=0o700, parents=True)
-        shutil.copytree(task.tests_dir, self.tests_dir)
-        self._own(Path(self.tests_dir))
-        self._own(Path(self.logs_dir))
+        raise NotImplementedError("the local sandbox grades in a sandbox of its own (grade), never in the harness's")
+
+    async def grade(self, task: Task, timeout_s: float) -> GradeResult:
+        """test.sh in a fresh sandbox of its own: a new bubblewrap whose only mount of the rollout is the
+        workspace, with its own HOME and TMPDIR, its tests copied in fresh and read-only, its reward directory
+        empty and out of the harness's reach, and `$RUN_CANDIDATE` to run the candidate's code without them."""
+        try:
+            st = os.lstat(self.workspace)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            return GradeResult(grade=None, output="", error="the workspace is gone or no longer a directory")
+        grader = self.provider.base_dir / f"{self.name}.grader"
+        try:
+            await asyncio.to_thread(self.provider.make_grader_dir, grader, task)
+            env = {
+                **task.config.verifier.env,
+                "PATH": f"{Path(GRADER_PYTHON).parent}:/usr/local/bin:/usr/bin:/bin",
+                "PYTHON": GRADER_PYTHON,
+                "WORKSPACE": self.workspace,
+                "TESTS_DIR": str(grader / "tests"),
+                "LOGS_DIR": str(grader / "logs"),
+                "HOME": str(grader / "home"),
+                "TMPDIR": str(grader / "tmp"),
+                "RUN_CANDIDATE": str(grader / "bin" / "run-candidate"),
+            }
+            command = ["bash", str(grader / "tests" / "test.sh")]
+            if self.provider.isolated:
+                plan = self.provider.grader_plan(grader, Path(self.workspace))
+                command = bwrap.bwrap_argv(plan, command, self.workspace)
+            memory_mb = task.config.environment.memory_mb or self.provider.config.memory_mb
+            res = await self._exec(command, env, timeout_s, self.workspace, rlimits(self.provider.config, memory_mb))
+            txt = read_beneath(grader, grader / "logs" / "verifier" / "reward.txt")
+            js = read_beneath(grader, grader / "logs" / "verifier" / "reward.json")
+        finally:
+            await asyncio.to_thread(shutil.rmtree, grader, True)
+        return graded(res, timeout_s, *(None if b is None else b.decode(errors="replace") for b in (txt, js)))
 
     async def _start_forwarders(self) -> list[str]:
         """The `PORT=SOCKET` arguments of netrelay's inside half, its outside halves listening."""
@@ -227,10 +292,6 @@ class LocalSandbox(Sandbox):
     ) -> ExecResult:
         if self._closed:
             raise SandboxError(f"sandbox {self.name} is closed")
-        self._runs += 1
-        io_dir = self.root / "io"
-        io_dir.mkdir(exist_ok=True)
-        out_path, err_path = io_dir / f"{self._runs}.out", io_dir / f"{self._runs}.err"
         workdir = cwd or self.workspace
         full_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -239,42 +300,48 @@ class LocalSandbox(Sandbox):
             "HOME": self.home,
             "PWD": workdir,  # some CLIs take their project directory from $PWD, not getcwd()
             "TMPDIR": str(self.root / "tmp"),
-            MARKER_ENV: self.name,
         }
-        tmp = self.root / "tmp"
-        if not tmp.exists():
-            tmp.mkdir()
-            self._own(tmp)
-        command = await self.command(argv, workdir)
+        return await self._exec(await self.command(argv, workdir), full_env, timeout_s, workdir, self.provider.limits)
+
+    async def _exec(
+        self, command: list[str], env: dict[str, str], timeout_s: float, workdir: str, limits: list[tuple[int, int, int]]
+    ) -> ExecResult:
+        """Run a command tagged as this sandbox's, its output through pipes (nothing on a path the harness can
+        write), and kill all it started when it exits, times out, or the caller is cancelled."""
         started = time.monotonic()
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *command,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    env=full_env,
-                    cwd=workdir,
-                    start_new_session=True,  # its own session and process group: killed as one
-                    preexec_fn=child_setup(self.provider.limits),
-                )
-            except (OSError, ValueError) as exc:
-                raise SandboxError(f"cannot start {argv[0]!r}: {exc}") from exc
-            timed_out = False
-            try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except TimeoutError:
-                timed_out = True
-            finally:
-                # Normal exit, timeout or cancellation: nothing it started may keep running.
-                self._kill(proc.pid)
-                if proc.returncode is None:
-                    await asyncio.shield(proc.wait())
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**env, MARKER_ENV: self.name},
+                cwd=workdir,
+                start_new_session=True,  # its own session and process group: killed as one
+                preexec_fn=child_setup(limits),
+            )
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"cannot start {command[0]!r}: {exc}") from exc
+        readers = [asyncio.ensure_future(_tail(proc.stdout)), asyncio.ensure_future(_tail(proc.stderr))]
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            # Normal exit, timeout or cancellation: nothing it started may keep running.
+            self._kill(proc.pid)
+            if proc.returncode is None:
+                await asyncio.shield(proc.wait())
+            # A process that slipped the kill (unisolated) may hold the pipes open: stop reading after a while.
+            done, pending = await asyncio.wait(readers, timeout=5)
+            for reader in pending:
+                reader.cancel()
+        out, err = (r.result() if r in done and not r.cancelled() else b"" for r in readers)
         return ExecResult(
             exit_code=proc.returncode if proc.returncode is not None else -9,
-            stdout=_read_tail(out_path),
-            stderr=_read_tail(err_path),
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
         )
@@ -327,6 +394,32 @@ class LocalProvider(SandboxProvider):
             share_net=self.config.network == "host", drop_to=self.drop_to,
         )
 
+    def grader_plan(self, grader: Path, workspace: Path) -> bwrap.BwrapPlan:
+        """The grader's bubblewrap: its own directory (tests and helpers sealed read-only), the workspace, no
+        network."""
+        return bwrap.BwrapPlan(
+            bwrap="bwrap", rollout_dir=grader, read_only=self.read_only, hide=tuple(self.hide), share_net=False,
+            binds=((workspace, str(workspace)),), sealed=(grader / "tests", grader / "bin"), drop_to=self.drop_to,
+        )
+
+    def make_grader_dir(self, grader: Path, task: Task) -> None:
+        """A fresh directory for one grading, out of every harness's reach: the task's tests copied in, an empty
+        reward directory, HOME and TMPDIR, and bin/run-candidate."""
+        shutil.rmtree(grader, ignore_errors=True)
+        grader.mkdir(mode=0o711)
+        shutil.copytree(task.tests_dir, grader / "tests")
+        for path in [grader / "tests", *(grader / "tests").rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        (grader / "bin").mkdir(mode=0o755)
+        helper = grader / "bin" / "run-candidate"
+        prefix = bwrap.candidate_argv(shutil.which("bwrap") or "bwrap", grader) if self.isolated else []
+        helper.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(w) for w in prefix) + ' "$@"\n')
+        helper.chmod(0o755)
+        for sub in ("home", "tmp", "logs", "logs/verifier"):
+            (grader / sub).mkdir(mode=0o700)
+            if self.drop_to is not None:
+                os.chown(grader / sub, self.drop_to, self.drop_to)
+
     async def start(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.base_dir.chmod(0o711)
@@ -357,8 +450,8 @@ class LocalProvider(SandboxProvider):
         sandbox = LocalSandbox(self, root)
         try:
             root.mkdir(mode=0o700, parents=False)
-            for sub in ("home", "workspace", "tests", "logs/verifier"):
-                (root / sub).mkdir(mode=0o700, parents=True)
+            for sub in ("home", "workspace", "tmp"):
+                (root / sub).mkdir(mode=0o700)
             if task.environment_dir.is_dir():
                 shutil.copytree(
                     task.environment_dir, root / "workspace", dirs_exist_ok=True, ignore=shutil.ignore_patterns(".keep")

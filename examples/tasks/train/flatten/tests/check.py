@@ -1,11 +1,42 @@
-"""Checks the workspace against expected.json. Exit 0 = correct, 1 = wrong."""
+"""Checks the workspace against expected.json. Exit 0 = correct, 1 = wrong.
+
+Nothing the candidate wrote runs in this process: files are read without following links or opening FIFOs and
+devices, with a size cap; a function the candidate wrote is called in a child process (under $RUN_CANDIDATE when
+the sandbox provides it) that prints its results as JSON, and they are compared here.
+"""
 
 import csv
-import importlib.util
 import json
 import math
+import os
+import stat
+import subprocess
 import sys
-from pathlib import Path
+
+MAX_BYTES = 10 * 1024 * 1024
+CALL_TIMEOUT_S = 20
+
+# Run in the child: load solution.py, call the function on each case, print one JSON line of results.
+CALLER = """
+import importlib.util, json, sys
+cases = json.loads(sys.stdin.read())
+spec = importlib.util.spec_from_file_location("solution", "solution.py")
+module = importlib.util.module_from_spec(spec)
+try:
+    spec.loader.exec_module(module)
+    fn = getattr(module, sys.argv[1])
+except BaseException as e:
+    print("\\n" + json.dumps({"load": repr(e)}))
+    sys.exit(0)
+out = []
+for args in cases:
+    try:
+        got = fn(*args)
+        out.append({"ok": list(got) if isinstance(got, tuple) else got})
+    except Exception as e:
+        out.append({"raised": repr(e)})
+print("\\n" + json.dumps({"results": out}, default=repr))
+"""
 
 
 def wrong(msg):
@@ -14,10 +45,15 @@ def wrong(msg):
 
 
 def read(name):
-    path = Path(name)
-    if not path.is_file():
-        wrong(f"{name} was not written")
-    return path.read_text()
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        wrong(f"{name} was not written (or is not a regular file)")
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+            wrong(f"{name} is not a regular file of at most {MAX_BYTES} bytes")
+        return fh.read(MAX_BYTES).decode(errors="replace")
 
 
 def same(a, b, tol):
@@ -30,8 +66,30 @@ def same(a, b, tol):
     return a == b
 
 
+def call_candidate(function, cases):
+    """The candidate's function on each case, computed in a child process; its results as data."""
+    read("solution.py")
+    prefix = [os.environ["RUN_CANDIDATE"]] if os.environ.get("RUN_CANDIDATE") else []
+    try:
+        proc = subprocess.run([*prefix, sys.executable, "-I", "-c", CALLER, function], input=json.dumps(cases),
+                              capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        wrong(f"{function} did not return within {CALL_TIMEOUT_S}s")
+    last = proc.stdout.rstrip("\n").rpartition("\n")[2]
+    try:
+        reply = json.loads(last)
+    except json.JSONDecodeError:
+        wrong(f"solution.py gave no result (exit code {proc.returncode}): {proc.stderr[-300:]}")
+    if not isinstance(reply, dict) or "results" not in reply:
+        wrong(f"solution.py does not load or lacks {function}: {reply.get('load') if isinstance(reply, dict) else reply}")
+    results = reply["results"]
+    if not isinstance(results, list) or len(results) != len(cases):
+        wrong("solution.py gave a malformed result")
+    return results
+
+
 def main():
-    exp = json.loads(Path(sys.argv[1]).read_text())
+    exp = json.loads(open(sys.argv[1]).read())
     kind, tol = exp["kind"], exp.get("tol", 1e-6)
     if kind == "number":
         text = read("answer.txt").strip()
@@ -61,24 +119,13 @@ def main():
         if not same(got, exp["value"], tol):
             wrong(f"{exp['file']} has the wrong content")
     elif kind == "code":
-        if not Path("solution.py").is_file():
-            wrong("solution.py was not written")
-        spec = importlib.util.spec_from_file_location("solution", "solution.py")
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-            fn = getattr(module, exp["function"])
-        except Exception as e:
-            wrong(f"solution.py does not load or lacks {exp['function']}: {e!r}")
-        for args, want in exp["cases"]:
-            try:
-                got = fn(*args)
-            except Exception as e:
-                wrong(f"{exp['function']}{tuple(args)} raised {e!r}")
-            if isinstance(got, tuple):
-                got = list(got)
-            if not same(got, want, tol):
-                wrong(f"{exp['function']}{tuple(args)} = {got!r}, expected {want!r}")
+        cases = exp["cases"]
+        results = call_candidate(exp["function"], [args for args, _ in cases])
+        for (args, want), result in zip(cases, results, strict=True):
+            if not isinstance(result, dict) or "ok" not in result:
+                wrong(f"{exp['function']}{tuple(args)} raised {result.get('raised') if isinstance(result, dict) else result}")
+            if not same(result["ok"], want, tol):
+                wrong(f"{exp['function']}{tuple(args)} = {result['ok']!r}, expected {want!r}")
     else:
         print("unknown check kind", kind)
         sys.exit(2)
