@@ -139,6 +139,9 @@ def run_hostile(stack: Any, workdir: Path, listener: int, user: str, hang: bool)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    # Whatever the harness planted (FIFOs and /dev/zero where the runner once kept its files), the runner stopped
+    # on SIGTERM by itself.
+    assert proc.returncode != -signal.SIGKILL, log_path.read_text()
     reports = list(base.glob("custom-pool-*/workspace/escapes.json"))
     assert len(reports) >= 1, log_text
     return log_text, json.loads(reports[0].read_text()), base
@@ -158,7 +161,7 @@ def test_every_escape_fails_and_the_rollout_is_graded_as_wrong(
     escaped = {name: r["detail"] for name, r in report.items() if r["escaped"]}
     assert escaped == {}, escaped
     assert len(report) == 11
-    # The planted reward.txt was cleared before the verifier ran; the task was not solved.
+    # The planted reward.txt was not graded, nor did the FIFO answer wedge the grader: the task was not solved.
     assert ": wrong correctness=0.00" in log, log
     assert not host_escape(workdir / "tasks")
     assert (base / "other-pool-runner-9-x" / "workspace" / "answer.txt").read_text() == "another rollout's answer"

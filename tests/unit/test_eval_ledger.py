@@ -207,3 +207,17 @@ def test_accounting_invariants_under_any_interleaving(script: list[tuple[str, Ou
         assert (score.scored, score.solved) == (len(solved), sum(solved))
         assert score.pass_at_1 == (sum(solved) / len(solved) if solved else None)
     assert L.done(ledger) == all(s.status in L.FINAL for s in ledger.slots.values())
+
+
+def test_a_policy_that_hangs_the_grader_scores_as_one_that_answers_wrong() -> None:
+    """Breaking the grader on the tasks it cannot solve must not shrink a policy's denominator."""
+    def pass_at_1(failure: OutcomeKind) -> float | None:
+        ledger = L.plan_ledger(POOLS[:1], TASKS, attempts=1)
+        for lease in take(ledger, req()):
+            outcome = OutcomeKind.solved if lease.task_id == "t1" else failure
+            L.complete(ledger, done_with(lease, outcome, 1.0 if outcome == OutcomeKind.solved else 0.0), 1)
+        assert L.done(ledger)
+        return L.pool_scores(ledger)[0].pass_at_1
+
+    assert pass_at_1(OutcomeKind.wrong) == pytest.approx(1 / 3)
+    assert pass_at_1(OutcomeKind.grader_timeout) == pass_at_1(OutcomeKind.grader_no_reward) == pytest.approx(1 / 3)

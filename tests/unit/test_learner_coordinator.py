@@ -202,3 +202,20 @@ def test_state_round_trips_and_replans_groups_after_a_crash() -> None:
     assert fresh.complete(done("g0000007-r002", "g0000007-r002.a1"), [seq(0)]).status == AckStatus.duplicate
     assert fresh.complete(done(le.rollout_id, le.lease_id), [seq(0)]).status == AckStatus.accepted
     assert fresh.state.counters.rollouts_scored == 2 and fresh.state.journal_seq == 2
+
+
+def test_a_grader_timeout_in_a_group_gets_the_failure_reward_and_a_negative_advantage() -> None:
+    """A rollout whose grader timed out on the candidate's work (an endless loop) is the candidate's failure: it
+    is scored 0 and trained on with a negative advantage, not left out of its group."""
+    c = make(groups_per_step=1)
+    leases = c.lease(LeaseRequest(runner_id="r", pool="pb", harness="codex", max=4), now=0)
+    outcomes = [OutcomeKind.solved, OutcomeKind.grader_timeout, OutcomeKind.solved, OutcomeKind.grader_no_reward]
+    acks = [c.complete(done(le.rollout_id, le.lease_id, o, 1.0 if o == OutcomeKind.solved else 0.0),
+                       [seq(0, le.rollout_id)]) for le, o in zip(leases, outcomes, strict=True)]
+    assert [a.scored for a in acks] == [True] * 4 and acks[1].reward == acks[3].reward == 0.0
+    batch = c.take_batch(1)
+    assert batch is not None and len(batch.groups[0].rollouts) == 4
+    advs = {r.rollout_id: r.advantage for r in batch.groups[0].rollouts}
+    assert advs[leases[1].rollout_id] < 0 and advs[leases[3].rollout_id] < 0 < advs[leases[0].rollout_id]
+    counts = c.state.counters.pools["pb"]
+    assert (counts.completed, counts.failed, counts.grader_failures) == (2, 2, 2)
