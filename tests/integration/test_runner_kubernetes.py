@@ -150,6 +150,10 @@ async def test_a_rollout_runs_and_is_graded_through_exec(kube_api: Any) -> None:
         assert graded.grade is not None and graded.grade.reward == 1.0, graded
         await sb.write_files({"/workspace/answer.txt": "1\n"})
         assert (await sb.grade(task, 60)).grade.reward == 0.0  # type: ignore[union-attr]
+        # A reward.txt the verifier cannot write (a directory) beside a planted reward.json: cleared first.
+        await sb.run(["sh", "-c", "rm -rf /logs/verifier && mkdir -p /logs/verifier/reward.txt && "
+                                  "echo '{\"reward\": 1}' > /logs/verifier/reward.json"], {}, 60)
+        assert (await sb.grade(task, 60)).grade.reward == 0.0  # type: ignore[union-attr]
     assert sandboxes(kube_api) == ([], [])
 
 

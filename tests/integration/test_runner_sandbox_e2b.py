@@ -39,6 +39,10 @@ async def test_a_rollout_runs_and_is_graded_in_an_e2b_sandbox(e2b_standin: Any, 
     assert await sb.read_file(f"{sb.workspace}/answer.txt") == "5351\n"
     graded = await sb.grade(TASK, 60)
     assert graded.grade is not None and graded.grade.reward == 1.0, graded
+    # A wrong answer with a reward.txt the verifier cannot write (a directory) and a planted reward.json.
+    await sb.write_files({f"{sb.workspace}/answer.txt": "1\n", f"{sb.logs_dir}/verifier/reward.json": '{"reward": 1}'})
+    await sb.run(["sh", "-c", f"rm -f {sb.logs_dir}/verifier/reward.txt; mkdir {sb.logs_dir}/verifier/reward.txt"], {}, 60)
+    assert (await sb.grade(TASK, 60)).grade.reward == 0.0  # type: ignore[union-attr]
     slow = await sb.run(["sleep", "60"], {}, 2)
     assert slow.timed_out and slow.exit_code == 137
     await sb.close()

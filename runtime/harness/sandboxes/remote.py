@@ -100,6 +100,12 @@ class RemoteShellSandbox(Sandbox):
         await self._check(untar_line(b64, dest), 120, f"copying files into {dest}")
 
     async def put_tests(self, task: Task) -> None:
+        # Whatever the harness left where the verifier reads and writes goes first: a planted (or unwritable)
+        # reward is never graded. The directories may be mount points (a Pod's emptyDirs): emptied, not removed.
+        dirs = " ".join(shlex.quote(d) for d in (self.tests_dir, self.logs_dir))
+        line = (f'for d in {dirs}; do mkdir -p "$d" && find "$d" -mindepth 1 -delete || exit 1; done && '
+                f"mkdir -p {shlex.quote(self.logs_dir)}/verifier")
+        await self._check(line, 60, "clearing the verifier's directories")
         await self.put_dir(tar_b64(task.tests_dir), self.tests_dir)
 
     async def run(self, argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | None = None) -> ExecResult:
