@@ -61,6 +61,20 @@ def test_tool_roots_follow_path_programs_but_never_the_runners_directory(tmp_pat
     assert Path(sys.base_prefix).resolve() in roots or Path(sys.base_prefix).resolve().is_relative_to("/usr")
 
 
+def test_a_path_entry_in_home_does_not_expose_the_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ~/bin on PATH the tool roots once widened to the whole home: an .ssh key and a Hub token were read."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("key")
+    (home / "bin").mkdir()
+    (home / "bin" / "tool").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{home / 'bin'}:/usr/bin")
+    roots = LocalProvider(LocalSandboxConfig(base_dir=tmp_path / "sb")).read_only
+    assert home / "bin" in roots
+    assert not [r for r in roots if home.is_relative_to(r)], roots
+
+
 def test_the_proxy_url_inside_is_loopback_on_the_same_port() -> None:
     assert inside_url("http://proxy.ns.svc:8080/s/abc/v1") == ("http://127.0.0.1:8080/s/abc/v1", ("proxy.ns.svc", 8080))
     with pytest.raises(SandboxError):

@@ -378,7 +378,8 @@ class LocalProvider(SandboxProvider):
         self.drop_to = config.run_as_uid if os.geteuid() == 0 else None
         self.isolated = False  # known after start()
         self.open_sandboxes: dict[str, LocalSandbox] = {}
-        protected = [Path.cwd().resolve(), self.base_dir, *self.hide]
+        # HOME too: a PATH entry such as ~/bin must not widen to the whole home (its keys and tokens).
+        protected = [Path.cwd().resolve(), Path.home().resolve(), self.base_dir, *self.hide]
         roots = bwrap.tool_roots(os.environ.get("PATH", ""), protected)
         self.read_only = (*roots, *(p.resolve() for p in config.read_only_paths), Path(netrelay.__file__).resolve())
 
