@@ -96,9 +96,13 @@ class LocalSandboxConfig(_Model):
     cpu_seconds: int = Field(3600, ge=1)
     # RLIMIT_DATA per process (heap and private writable mappings); None = no limit.
     memory_mb: int | None = Field(16384, ge=64)
-    max_processes: int | None = Field(None, ge=8, description="RLIMIT_NPROC; None = inherit (it is per user)")
+    # RLIMIT_NPROC: it counts every process and thread of the harness's uid (per user, not per rollout).
+    max_processes: int | None = Field(4096, ge=8, description="RLIMIT_NPROC; None = inherit")
     # RLIMIT_FSIZE: the largest file a harness may write; None = no limit.
     max_file_mb: int | None = Field(4096, ge=1)
+    # All a rollout's files together (checked every few seconds while a command runs; over it the command is
+    # killed and the rollout fails as the harness's doing); None = no limit.
+    max_disk_mb: int | None = Field(10240, ge=1)
     # "proxy": a network namespace that reaches only the session's proxy; "host": the runner's network.
     network: Literal["proxy", "host"] = "proxy"
     # Without bubblewrap (or user namespaces) the runner refuses to start unless this is set; then rollouts run

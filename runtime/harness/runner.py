@@ -219,6 +219,9 @@ class Runner:
         # A harness that met a dead or restarting engine (calls refused, a stream cut) and then failed or ran out
         # of time says nothing about the policy: the rollout is unscored and leased again.
         engine_down = f"the proxy had no engine for {info.engine_failures} call(s)" if info and info.engine_failures else ""
+        if run.limit_exceeded:  # the sandbox stopped it: the candidate's doing
+            base.outcome, base.error = OutcomeKind.harness_error, run.limit_exceeded
+            return base
         if run.timed_out:
             base.outcome = OutcomeKind.infra_error if engine_down else OutcomeKind.timeout
             base.error = engine_down or f"harness ran past {timeout:.0f}s"

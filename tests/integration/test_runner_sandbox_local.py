@@ -133,3 +133,18 @@ async def test_a_harness_writing_answer_txt_does_not_touch_the_runners_directory
     assert list(repo.iterdir()) == []
     assert (Path(sb.workspace) / "answer.txt").read_text() == "42\n"
     await sb.close()
+
+
+async def test_a_rollout_over_its_disk_limit_is_stopped(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE bounds each file, not their sum: four files of 8 MB passed an 8 MB cap. The rollout's total is
+    watched while a command runs."""
+    prov = LocalProvider(LocalSandboxConfig(base_dir=tmp_path / "sb", max_file_mb=8, max_disk_mb=16), prefix="pool-r0")
+    await prov.start()
+    async with await prov.open("r-disk", TASK) as sb:
+        fill = "for i in 1 2 3 4 5 6; do head -c 7000000 /dev/urandom > f$i; done; sleep 30"
+        res = await sb.run(["sh", "-c", fill], {}, 60)
+        assert res.limit_exceeded and "over max_disk_mb 16" in res.limit_exceeded, res
+        assert not res.timed_out and res.duration_s < 20
+        small = await sb.run(["sh", "-c", "rm f*; echo ok"], {}, 60)
+        assert small.limit_exceeded is None and small.stdout == "ok\n"
+

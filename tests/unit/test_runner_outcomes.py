@@ -145,6 +145,9 @@ OK_RESULT = '[{"type": "result", "subtype": "success", "is_error": false, "resul
         (ExecResult(exit_code=53), None, SessionStatus.active, OutcomeKind.timeout, 0.0),  # turn limit
         (ExecResult(exit_code=1, stderr="crash"), None, SessionStatus.budget_exhausted, OutcomeKind.timeout, 0.0),
         (ExecResult(exit_code=1, stderr="crash"), None, SessionStatus.active, OutcomeKind.harness_error, 0.0),
+        # The sandbox stopped it at a limit (its disk): the candidate's failure, whatever the exit code says.
+        (ExecResult(exit_code=0, stdout=OK_RESULT, limit_exceeded="disk"), "1", SessionStatus.active,
+         OutcomeKind.harness_error, 0.0),
     ],
 )
 async def test_outcomes(tmp_path: Path, run: ExecResult, reward: str | None, session: SessionStatus,

@@ -26,6 +26,8 @@ class ExecResult(BaseModel):
     stderr: str = ""
     timed_out: bool = False
     duration_s: float = Field(default=0.0, ge=0)
+    # Set when the sandbox stopped the command for going over one of its limits (which, in the sandbox's words).
+    limit_exceeded: str | None = None
 
 
 class GradeResult(BaseModel):
@@ -57,6 +59,8 @@ def graded(res: ExecResult, timeout_s: float, reward_txt: str | None, reward_jso
     output = (res.stdout + res.stderr)[-65536:]
     if res.timed_out:
         return GradeResult(grade=None, output=output, error=f"verifier timed out after {timeout_s:.0f}s", timed_out=True)
+    if res.limit_exceeded:
+        return GradeResult(grade=None, output=output, error=f"verifier stopped: {res.limit_exceeded}")
     try:
         grade = parse_reward(reward_txt, reward_json)
     except TaskError as exc:

@@ -136,6 +136,27 @@ async def _tail(stream: asyncio.StreamReader | None) -> bytes:
     return bytes(buf)
 
 
+# How often a running command's disk use is measured against `max_disk_mb`.
+DISK_CHECK_S = 2.0
+
+
+def disk_usage(root: Path) -> int:
+    """Bytes of disk the files under `root` take (allocated blocks, so sparse files count what they hold), links
+    not followed."""
+    total, stack = 0, [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    with contextlib.suppress(OSError):
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+        except OSError:
+            continue
+    return total
+
+
 # The largest file the runner reads out of a sandbox (a harness's trajectory, a reward); a larger one is refused.
 READ_LIMIT = 64 * 1024 * 1024
 
@@ -253,7 +274,8 @@ class LocalSandbox(Sandbox):
                 plan = self.provider.grader_plan(grader, Path(self.workspace))
                 command = bwrap.bwrap_argv(plan, command, self.workspace)
             memory_mb = task.config.environment.memory_mb or self.provider.config.memory_mb
-            res = await self._exec(command, env, timeout_s, self.workspace, rlimits(self.provider.config, memory_mb))
+            limits = rlimits(self.provider.config, memory_mb)
+            res = await self._exec(command, env, timeout_s, self.workspace, limits, Path(self.workspace))
             txt = read_beneath(grader, grader / "logs" / "verifier" / "reward.txt")
             js = read_beneath(grader, grader / "logs" / "verifier" / "reward.json")
         finally:
@@ -301,13 +323,16 @@ class LocalSandbox(Sandbox):
             "PWD": workdir,  # some CLIs take their project directory from $PWD, not getcwd()
             "TMPDIR": str(self.root / "tmp"),
         }
-        return await self._exec(await self.command(argv, workdir), full_env, timeout_s, workdir, self.provider.limits)
+        command = await self.command(argv, workdir)
+        return await self._exec(command, full_env, timeout_s, workdir, self.provider.limits, self.root)
 
     async def _exec(
-        self, command: list[str], env: dict[str, str], timeout_s: float, workdir: str, limits: list[tuple[int, int, int]]
+        self, command: list[str], env: dict[str, str], timeout_s: float, workdir: str,
+        limits: list[tuple[int, int, int]], disk: Path,
     ) -> ExecResult:
         """Run a command tagged as this sandbox's, its output through pipes (nothing on a path the harness can
-        write), and kill all it started when it exits, times out, or the caller is cancelled."""
+        write), and kill all it started when it exits, times out, goes over `max_disk_mb` under `disk`, or the
+        caller is cancelled."""
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -323,12 +348,16 @@ class LocalSandbox(Sandbox):
         except (OSError, ValueError) as exc:
             raise SandboxError(f"cannot start {command[0]!r}: {exc}") from exc
         readers = [asyncio.ensure_future(_tail(proc.stdout)), asyncio.ensure_future(_tail(proc.stderr))]
+        limit_mb = self.provider.config.max_disk_mb
+        watchdog = asyncio.ensure_future(self._watch_disk(disk, proc.pid, limit_mb)) if limit_mb else None
         timed_out = False
         try:
             await asyncio.wait_for(proc.wait(), timeout_s)
         except TimeoutError:
             timed_out = True
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             # Normal exit, timeout or cancellation: nothing it started may keep running.
             self._kill(proc.pid)
             if proc.returncode is None:
@@ -338,13 +367,24 @@ class LocalSandbox(Sandbox):
             for reader in pending:
                 reader.cancel()
         out, err = (r.result() if r in done and not r.cancelled() else b"" for r in readers)
+        exceeded = watchdog.result() if watchdog and watchdog.done() and not watchdog.cancelled() else None
         return ExecResult(
             exit_code=proc.returncode if proc.returncode is not None else -9,
             stdout=out.decode(errors="replace"),
             stderr=err.decode(errors="replace"),
-            timed_out=timed_out,
+            timed_out=timed_out and exceeded is None,
             duration_s=time.monotonic() - started,
+            limit_exceeded=exceeded,
         )
+
+    async def _watch_disk(self, disk: Path, pgid: int, limit_mb: int) -> str:
+        """Measure the disk use under `disk` while a command runs; over the limit, kill the command and say so."""
+        while True:
+            await asyncio.sleep(DISK_CHECK_S)
+            used = await asyncio.to_thread(disk_usage, disk)
+            if used > limit_mb * 1024 * 1024:
+                self._kill(pgid)
+                return f"the rollout's files took {used // (1024 * 1024)} MB, over max_disk_mb {limit_mb}"
 
     def _kill(self, pgid: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
