@@ -29,7 +29,12 @@ from harnessrl.runtime.contracts.proxy import (
 from harnessrl.runtime.harness.adapters import adapter_for
 from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.runner import Runner
-from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.sandboxes.base import (
+    ExecResult,
+    InPlaceGradingSandbox,
+    SandboxError,
+    SandboxProvider,
+)
 from harnessrl.runtime.harness.tasks import Task, load_dir
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,7 +43,7 @@ TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 ALL_TASKS = load_dir(TASKS)
 
 
-class FakeSandbox(Sandbox):
+class FakeSandbox(InPlaceGradingSandbox):
     def __init__(self, run_result: ExecResult, reward_txt: str | None,
                  grade_result: ExecResult | None = None, fail_in: str | None = None) -> None:
         self.home, self.workspace, self.tests_dir, self.logs_dir = "/h", "/w", "/t", "/l"

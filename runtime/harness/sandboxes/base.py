@@ -96,23 +96,13 @@ class Sandbox(ABC):
         it started is killed before this returns or raises."""
 
     @abstractmethod
-    async def put_tests(self, task: Task) -> None:
-        """Copy the task's tests/ in (only after the harness is done, as Harbor does)."""
-
-    @abstractmethod
     async def close(self) -> None:
         """Kill anything left and delete the sandbox. Idempotent."""
 
+    @abstractmethod
     async def grade(self, task: Task, timeout_s: float) -> GradeResult:
         """Run tests/test.sh as Harbor does and read the reward it wrote. Called only once every process the
         harness started is gone."""
-        await self.put_tests(task)
-        res = await self.run(["bash", f"{self.tests_dir}/test.sh"], verifier_env(task, self), timeout_s)
-        if res.timed_out:
-            return graded(res, timeout_s, None, None)
-        txt = await self.read_file(f"{self.logs_dir}/verifier/reward.txt")
-        js = await self.read_file(f"{self.logs_dir}/verifier/reward.json")
-        return graded(res, timeout_s, txt, js)
 
     async def run_reference(self, task: Task, timeout_s: float) -> ExecResult:
         """Run the task's reference answer (Harbor's oracle, solution/solve.sh) in this fresh sandbox."""
@@ -130,6 +120,24 @@ class Sandbox(ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+class InPlaceGradingSandbox(Sandbox):
+    """A sandbox whose verifier runs where the harness ran, once its processes are killed: the tests, and an
+    emptied reward directory, are put in first (the remote kinds; the local one grades in a sandbox of its own)."""
+
+    @abstractmethod
+    async def put_tests(self, task: Task) -> None:
+        """Copy the task's tests/ in (only after the harness is done, as Harbor does)."""
+
+    async def grade(self, task: Task, timeout_s: float) -> GradeResult:
+        await self.put_tests(task)
+        res = await self.run(["bash", f"{self.tests_dir}/test.sh"], verifier_env(task, self), timeout_s)
+        if res.timed_out:
+            return graded(res, timeout_s, None, None)
+        txt = await self.read_file(f"{self.logs_dir}/verifier/reward.txt")
+        js = await self.read_file(f"{self.logs_dir}/verifier/reward.json")
+        return graded(res, timeout_s, txt, js)
 
 
 class SandboxProvider(ABC):

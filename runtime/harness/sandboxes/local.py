@@ -242,9 +242,6 @@ class LocalSandbox(Sandbox):
         data = read_beneath(self.root, self._inside(path))
         return None if data is None else data.decode(errors="replace")
 
-    async def put_tests(self, task: Task) -> None:
-        raise NotImplementedError("the local sandbox grades in a sandbox of its own (grade), never in the harness's")
-
     async def grade(self, task: Task, timeout_s: float) -> GradeResult:
         """test.sh in a fresh sandbox of its own: a new bubblewrap whose only mount of the rollout is the
         workspace, with its own HOME and TMPDIR, its tests copied in fresh and read-only, its reward directory

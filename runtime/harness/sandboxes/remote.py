@@ -12,7 +12,7 @@ import time
 from abc import abstractmethod
 from pathlib import Path
 
-from harnessrl.runtime.harness.sandboxes.base import ExecResult, Sandbox, SandboxError
+from harnessrl.runtime.harness.sandboxes.base import ExecResult, InPlaceGradingSandbox, SandboxError
 from harnessrl.runtime.harness.tasks import Task
 
 # Remote argv limits are about 128 KiB per argument on Linux; task files travel as base64 in one argument.
@@ -63,7 +63,7 @@ def read_file_line(path: str) -> str:
     return f"test -f {q} || exit 3; base64 {q}"
 
 
-class RemoteShellSandbox(Sandbox):
+class RemoteShellSandbox(InPlaceGradingSandbox):
     """A sandbox driven by `sh -c LINE` alone; subclasses say how a line runs and what kills all that is left."""
 
     # Run after every command: ends whatever it left behind (daemons, backgrounded tools).
