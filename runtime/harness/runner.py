@@ -28,6 +28,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from harnessrl.runtime.contracts.coordinator import (
@@ -433,10 +434,11 @@ class Runner:
                 await wait_any(stop, active, wait_s)
         finally:
             renewer.cancel()
-            for t in active:
-                t.cancel()
+            pending: list[asyncio.Future[Any]] = [*active, *self.reference_checks.values()]
+            for f in pending:
+                f.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(renewer, *active, return_exceptions=True)
+                await asyncio.gather(renewer, *pending, return_exceptions=True)
             await self.provider.shutdown()
 
 
