@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import yaml
 from harnessrl.runtime.contracts.coordinator import read_runner_token
+from harnessrl.runtime.serving import ServerLimits
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 
@@ -105,6 +106,8 @@ class ProxyConfig(BaseModel):
     # session another replica owns is relayed only to this replica's port, its workers' ports and these (relay.py).
     relay_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list, max_length=1024)
     worker_health: WorkerHealth = WorkerHealth()
+    # Each connection's request head: its size and the time it may take (runtime/serving.py); 75 s keep-alive.
+    http: ServerLimits = ServerLimits()
 
     @model_validator(mode="after")
     def _worker_ports(self) -> ProxyConfig:
