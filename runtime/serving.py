@@ -20,12 +20,13 @@ import hmac
 import json
 import threading
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 class ServerLimits(BaseModel):
@@ -47,73 +48,72 @@ def _status(code: int, reason: str) -> bytes:
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 
-class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a size limit and a deadline on each request's head (`ServerLimits`)."""
+def http_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
+    """The protocol class uvicorn builds each connection with: its httptools protocol with a size limit and a
+    deadline on each request's head (`limits`). uvicorn is imported here, not with this module: configs import
+    `ServerLimits`, and the proxy reads its config before it re-executes itself on mimalloc."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    limits: ClassVar[ServerLimits] = ServerLimits()
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._head_bytes = 0
-        self._in_head = True  # False from a request's headers to its end (its body)
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._arm_head_timer()
-
-    def _arm_head_timer(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.limits.head_timeout_s, self._head_timed_out)
-
-    def _disarm_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self.cycle is not None and not self.cycle.response_complete:
-            # A pipelined head arriving while an answer streams: its time counts from when that answer ends.
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._head_bytes = 0
+            self._in_head = True  # False from a request's headers to its end (its body)
+            self._head_timer: asyncio.TimerHandle | None = None
             self._arm_head_timer()
-            return
-        self._refuse(_status(408, "Request Timeout") if self._head_bytes else b"")
 
-    def _refuse(self, answer: bytes) -> None:
-        if not self.transport.is_closing():
-            if answer:
-                self.transport.write(answer)
-            self.transport.close()
+        def _arm_head_timer(self) -> None:
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(limits.head_timeout_s, self._head_timed_out)
 
-    def data_received(self, data: bytes) -> None:
-        counted = self._in_head
-        if counted:
-            self._head_bytes += len(data)
-        super().data_received(data)
-        # Checked after parsing: bytes past a head that ended in this chunk are its body, not head. Unparsed,
-        # the parser holds at most the limit plus one read (256 KiB).
-        if counted and self._in_head and self._head_bytes > self.limits.max_head_bytes:
-            self._refuse(_status(431, "Request Header Fields Too Large"))
+        def _disarm_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._arm_head_timer()
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.cycle is not None and not self.cycle.response_complete:
+                # A pipelined head arriving while an answer streams: its time counts from when that answer ends.
+                self._arm_head_timer()
+                return
+            self._refuse(_status(408, "Request Timeout") if self._head_bytes else b"")
 
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        self._head_bytes = 0
-        self._disarm_head_timer()
-        super().on_headers_complete()
+        def _refuse(self, answer: bytes) -> None:
+            if not self.transport.is_closing():
+                if answer:
+                    self.transport.write(answer)
+                self.transport.close()
 
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._in_head = True
+        def data_received(self, data: bytes) -> None:
+            counted = self._in_head
+            if counted:
+                self._head_bytes += len(data)
+            super().data_received(data)
+            # Checked after parsing: bytes past a head that ended in this chunk are its body, not head. Unparsed,
+            # the parser holds at most the limit plus one read (256 KiB).
+            if counted and self._in_head and self._head_bytes > limits.max_head_bytes:
+                self._refuse(_status(431, "Request Header Fields Too Large"))
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_timer()
-        super().connection_lost(exc)
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm_head_timer()
 
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            self._head_bytes = 0
+            self._disarm_head_timer()
+            super().on_headers_complete()
 
-def http_protocol(limits: ServerLimits) -> type[BoundedHttpToolsProtocol]:
-    """The protocol class uvicorn builds each connection with, holding `limits`."""
-    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"limits": limits})
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._in_head = True
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_head_timer()
+            super().connection_lost(exc)
+
+    return BoundedHttpToolsProtocol
 
 
 def server(app: ASGIApp, host: str, port: int, limits: ServerLimits | None = None, log_level: str = "warning",
@@ -121,6 +121,8 @@ def server(app: ASGIApp, host: str, port: int, limits: ServerLimits | None = Non
     """A uvicorn server for `app` with `limits` on every connection. It logs through the program's logging
     (runtime/logs.py: its redaction of bearer values included), never uvicorn's own handlers; no access log (one
     line per call, with the call's path, is neither affordable nor safe). `options`: other uvicorn settings."""
+    import uvicorn
+
     limits = limits or ServerLimits()
     config = uvicorn.Config(
         app, host=host, port=port, http=http_protocol(limits), timeout_keep_alive=limits.keep_alive_s,
