@@ -2,7 +2,7 @@
 httptools, with a request's head bounded in size and in time, and the program's own logging.
 
 uvicorn bounds neither on httptools (h11 has `h11_max_incomplete_event_size`; neither has a deadline on reading
-a request's head: `timeout_keep_alive` runs only between requests). Measured on the proxy before these limits:
+a request's head: `timeout_keep_alive` runs only between requests). Issue #47 measured on the proxy before these limits:
 four connections sending 128 MB of unfinished headers took it from 87 to 818 MB, never given back, and 200
 connections sending a header byte now and then were all held for as long as they liked. So a request's head (its
 request line and headers) must arrive within `max_head_bytes` (else 431 and the connection closes) and within

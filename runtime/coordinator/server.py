@@ -6,8 +6,8 @@ evaluation's EvalCoordinator. Every mutation runs on the event loop, so a checkp
 always consistent. A completion is applied and journaled with no await between the two, before it is acked.
 Leases, renewals, releases and completions need the run's runner token (401 otherwise), checked with the body's
 declared size (at most MAX_BODY_BYTES) before a byte of the body is read (runtime/serving.py BearerBeforeBody):
-an unauthenticated 200 MB POST took the learner from 63 to 644 MB when FastAPI parsed bodies first. Status,
-health and metrics are open and read-only (no secret in them).
+an unauthenticated 200 MB POST took the learner from 63 to 644 MB (issue #47) when FastAPI parsed bodies first.
+Status, health and metrics are open and read-only (no secret in them).
 """
 
 from __future__ import annotations

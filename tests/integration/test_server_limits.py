@@ -2,7 +2,7 @@
 127.0.0.1 against a real `harnessrl proxy` process (the other programs build their servers the same way).
 
 - Unfinished request heads (128 MB of headers on each of four connections) are cut at the head limit with 431,
-  and the proxy's peak memory stays flat (it went from 65 to 195 MB before, never given back).
+  and the proxy's peak memory stays flat (its peak went from 65 to 195 MB before).
 - Slow heads (slowloris: 200 connections, half sending nothing, half a header byte now and then) are all closed
   once their head takes longer than the head timeout (before, all 200 were held), and the proxy still serves.
 Memory is the process's peak RSS (VmHWM in /proc/PID/status): growth there is what the attack cost.
