@@ -4,18 +4,19 @@ completions, status, health, Prometheus metrics (the protocol of runtime/contrac
 It serves a `LeaseService` (service.py): the learner's Coordinator (training groups and evaluation rounds) or the
 evaluation's EvalCoordinator. Every mutation runs on the event loop, so a checkpoint's snapshot of the state is
 always consistent. A completion is applied and journaled with no await between the two, before it is acked.
-Leases, renewals, releases and completions need the run's runner token (401 otherwise); status, health and
-metrics are open and read-only (no secret in them).
+Leases, renewals, releases and completions need the run's runner token (401 otherwise), checked with the body's
+declared size (at most MAX_BODY_BYTES) before a byte of the body is read (runtime/serving.py BearerBeforeBody):
+an unauthenticated 200 MB POST took the learner from 63 to 644 MB (issue #47) when FastAPI parsed bodies first.
+Status, health and metrics are open and read-only (no secret in them).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
 from harnessrl.runtime.contracts.coordinator import (
     SCORED_OUTCOMES,
@@ -33,35 +34,21 @@ from harnessrl.runtime.contracts.coordinator import (
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.leases import CoordinatorError, UnknownRollout
 from harnessrl.runtime.coordinator.service import LeaseService, commit
+from harnessrl.runtime.serving import BearerBeforeBody
 from harnessrl.runtime.trajectory.models import TrainingSequence
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
 
+# A completion is the largest write: grader output (64 KiB of text, JSON-escaped) and an error (8 KiB).
+MAX_BODY_BYTES = 2 * 1024 * 1024
 # Fetches a completed session's sequences: (session id, owning replica URL or None) -> sequences.
 SequenceFetcher = Callable[[str, str | None], Awaitable[list[TrainingSequence]]]
 
 
 async def _no_sequences(session_id: str, base_url: str | None) -> list[TrainingSequence]:
     raise RuntimeError("this coordinator fetches no sequences")
-
-
-def runner_check(runner_token: str) -> Callable[[Request], None]:
-    """A FastAPI dependency: the request carries the runner token as a bearer token (401 otherwise). Compared in
-    constant time; the token is never logged nor echoed."""
-    if not runner_token:
-        raise ValueError("the coordinator needs a non-empty runner token")
-    expected = runner_token.encode()
-
-    def check(request: Request) -> None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise HTTPException(401, "missing runner bearer token", headers={"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(token.strip().encode(), expected):
-            raise HTTPException(401, "wrong runner token", headers={"WWW-Authenticate": "Bearer"})
-
-    return check
 
 
 def create_app(
@@ -75,7 +62,8 @@ def create_app(
     title: str = "harnessrl coordinator",
 ) -> FastAPI:
     app = FastAPI(title=title)
-    runner = [Depends(runner_check(runner_token))]
+    # Every write (POST) needs the runner token, checked before its body is read.
+    app.add_middleware(BearerBeforeBody, token=runner_token, max_body_bytes=MAX_BODY_BYTES, what="runner")
     metrics_registry = registry if registry is not None else CollectorRegistry()
 
     @app.get("/healthz")
@@ -90,7 +78,7 @@ def create_app(
     async def status() -> BaseModel:
         return service.status()
 
-    @app.post("/v1/leases", response_model=LeaseResponse, dependencies=runner)
+    @app.post("/v1/leases", response_model=LeaseResponse)
     async def lease(req: LeaseRequest) -> LeaseResponse:
         if service.done:
             return LeaseResponse(done=True, retry_after_s=0)
@@ -102,15 +90,15 @@ def create_app(
             leases=leases, retry_after_s=0 if leases else retry_after_s, renew_every_s=renew_every(service.lease_ttl_s)
         )
 
-    @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse, dependencies=runner)
+    @app.post("/v1/leases/renew", response_model=LeaseRenewalResponse)
     async def renew(req: LeaseRenewal) -> LeaseRenewalResponse:
         return LeaseRenewalResponse(renewed=service.renew(req.lease_ids, clock()))
 
-    @app.post("/v1/leases/release", response_model=LeaseReleaseResponse, dependencies=runner)
+    @app.post("/v1/leases/release", response_model=LeaseReleaseResponse)
     async def release(req: LeaseRelease) -> LeaseReleaseResponse:
         return LeaseReleaseResponse(released=service.release(req.runner_id, req.pool))
 
-    @app.post("/v1/completions", response_model=CompletionAck, dependencies=runner)
+    @app.post("/v1/completions", response_model=CompletionAck)
     async def complete(c: Completion) -> CompletionAck:
         try:
             dup = service.check(c)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI
+from harnessrl.runtime import logs, serving
 from harnessrl.runtime.contracts.coordinator import (
     AckStatus,
     Completion,
@@ -167,11 +168,9 @@ def create_app(coordinator: EvalCoordinator, clock: Callable[[], float] = time.t
 
 def serve_forever(config: EvalConfig) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn's own handlers). `harnessrl eval` stops it once it has the results."""
-    import uvicorn
-
     coordinator = EvalCoordinator(config)
     try:
-        uvicorn.run(create_app(coordinator), host=config.host, port=config.port, log_level="warning")
+        serving.server(create_app(coordinator), config.host, config.port).run()
     finally:
         coordinator.close()
 
@@ -191,7 +190,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValidationError, ValueError) as exc:
         print(f"eval coordinator: bad config {args.config}: {exc}")
         return 2
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(config.log_level)
     serve_forever(config)
     return 0
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from harnessrl.runtime.serving import ServerLimits
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, Tag, model_validator
 
 # The four wire dialects the capture proxy speaks (names as in runtime/proxy/dialects/routes.py).
@@ -223,6 +224,8 @@ class RunnerConfig(_Model):
     infra_retries: int = Field(1, ge=0, le=10)
     log_level: str = Field("info", pattern=r"^(debug|info|warning|error)$")
     metrics_port: int | None = Field(None, ge=1, le=65535, description="serve Prometheus /metrics here")
+    # The metrics server's limits on each connection's request head (runtime/serving.py).
+    http: ServerLimits = ServerLimits()
 
     @model_validator(mode="after")
     def _image_tasks_need_kubernetes(self) -> RunnerConfig:

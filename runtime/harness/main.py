@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import prometheus_client
-from harnessrl.runtime import logs
+from harnessrl.runtime import logs, serving
 from harnessrl.runtime.harness.adapters import adapter_for
 from harnessrl.runtime.harness.config import RunnerConfig, load_config
 from harnessrl.runtime.harness.runner import Runner
@@ -36,13 +36,19 @@ async def serve(config: RunnerConfig) -> int:
     timeout = httpx.Timeout(config.timeouts.session_s)
     async with httpx.AsyncClient(timeout=timeout) as http:
         runner = Runner(config, adapter, provider, tasks, http)
+        metrics = None
         if config.metrics_port is not None:
-            prometheus_client.start_http_server(config.metrics_port, registry=runner.metrics.registry)
+            metrics = serving.server(prometheus_client.make_asgi_app(runner.metrics.registry), "0.0.0.0",
+                                     config.metrics_port, limits=config.http)
+            serving.run_in_thread(metrics)
         try:
             await runner.serve(stop)
         except SandboxError as exc:  # the sandbox cannot be had here: say why and stop, nothing was leased
             log.error("runner cannot start: %s", exc)
             return 2
+        finally:
+            if metrics is not None:
+                metrics.should_exit = True
     log.info("runner stopped after %d rollouts", len(runner.completed))
     return 0
 

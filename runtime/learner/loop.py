@@ -15,7 +15,6 @@ from typing import TypeVar
 
 import httpx
 import torch
-import uvicorn
 from harnessrl.runtime.contracts.coordinator import read_runner_token
 from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.coordinator.journal import Journal
@@ -49,6 +48,7 @@ from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
 from harnessrl.runtime.learner.tracking import Tracking
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
+from harnessrl.runtime.serving import server as http_server
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -324,8 +324,7 @@ class Learner:
         async with httpx.AsyncClient(timeout=60.0) as client:
             app = create_app(self.coordinator, self.journal, read_runner_token(self.cfg.runner_token_file),
                              self.proxy.fetcher(client), self.metrics.registry)
-            config = uvicorn.Config(app, host=self.cfg.host, port=self.cfg.port, log_level="warning", lifespan="off")
-            server = uvicorn.Server(config)
+            server = http_server(app, self.cfg.host, self.cfg.port, lifespan="off")
             serving = asyncio.create_task(server.serve())
             watching = asyncio.create_task(self.watch_engines())
             training = asyncio.create_task(self.train())

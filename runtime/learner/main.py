@@ -23,7 +23,6 @@ def main(argv: list[str]) -> int:
         print(f"harnessrl learner: bad config {args.config}: {exc}")
         return 2
     logs.configure(cfg.log_level)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxy call would drown the step lines
     from harnessrl.runtime.learner.distributed import init_world
     from harnessrl.runtime.learner.failure import LearnerFailure, write_termination_log
     from harnessrl.runtime.learner.loop import Learner, build_trainer

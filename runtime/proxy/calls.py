@@ -97,7 +97,7 @@ def _relay_address(state: ProxyState, scope: Scope, key: str | None) -> str | No
     call that was relayed already."""
     if key is None or header(scope, FORWARDED_HEADER.encode()) is not None:
         return None
-    return relay_address(key, state.store.owner)
+    return relay_address(key, state.store.owner, state.relay_ports)
 
 
 async def _relay(state: ProxyState, dialect: Dialect, address: str, scope: Scope,

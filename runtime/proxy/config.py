@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from harnessrl.runtime.contracts.coordinator import read_runner_token
+from harnessrl.runtime.serving import ServerLimits
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 
@@ -101,7 +102,12 @@ class ProxyConfig(BaseModel):
     # Pays where a replica has spare cores: one worker carried 500 calls/s in half a core; a second cut the p99 it
     # added at 1,000 sessions @ 2 s from 28-52 to ~11 ms, for ~12% more CPU per call (benchmarks/proxy/README.md, History).
     workers: int = Field(1, ge=1, le=64)
+    # Ports of this proxy's other replicas where they differ from this one's (replicas on one host): a call for a
+    # session another replica owns is relayed only to this replica's port, its workers' ports and these (relay.py).
+    relay_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list, max_length=1024)
     worker_health: WorkerHealth = WorkerHealth()
+    # Each connection's request head: its size and the time it may take (runtime/serving.py); 75 s keep-alive.
+    http: ServerLimits = ServerLimits()
 
     @model_validator(mode="after")
     def _worker_ports(self) -> ProxyConfig:

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
         # Pays: −6% CPU per call, −5-7% RSS per session at 1,000 sessions @ 2 s (benchmarks/proxy/README.md, History).
         use_mimalloc()  # re-executes this process, before it has built anything, unless it runs on mimalloc already
 
-    import uvicorn
+    from harnessrl.runtime import serving
     from harnessrl.runtime.proxy.app import create_app
     from harnessrl.runtime.proxy.gc_policy import COLLECTOR
     from harnessrl.runtime.proxy.workers import listen_sockets, supervise, worker_config, worker_role
@@ -58,18 +58,12 @@ def main(argv: list[str]) -> int:
             return 2
         app = create_app(worker_config(config, args.worker),
                          role=worker_role(config, args.worker, args.heartbeat_fd))
-    server = uvicorn.Server(uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        access_log=False,  # one line per call is too much at 500 calls/s; /metrics counts them
-        loop="uvloop",  # uvicorn[standard]'s picks (both dependencies): cheaper per call than asyncio and h11
-        http="httptools",
-        timeout_keep_alive=75,
+    server = serving.server(
+        app, config.host, config.port, limits=config.http, log_level=config.log_level,
+        loop="uvloop",  # uvicorn[standard]'s pick (a dependency): cheaper per call than asyncio
         # Shut down without waiting long on streams; the journal holds everything already answered.
         timeout_graceful_shutdown=5,
-    ))
+    )
     server.run(sockets=sockets)
     return 0 if server.started else 3  # uvicorn's own code for a failed startup (say, an unreadable journal)
 

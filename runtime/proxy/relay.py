@@ -9,9 +9,12 @@ which lands on any replica and, there, on any worker. That worker relays the cal
 path, headers, body) and the owner's answer back as it comes (status, headers, body, a stream chunk by chunk), so
 the owner parses, captures and journals it exactly as if it had come straight.
 
-Only addresses of this proxy are relayed to: the worker's own host (its sibling workers) or, when that host is a
-DNS name, a host in the same domain (the run's other replicas, `<pod>.<headless service>.<namespace>.svc`), so a
-forged key cannot make the proxy call anywhere else. A relayed call carries `x-harnessrl-forwarded` and is never
+Only addresses of this proxy are relayed to: a port of the proxy's own (workers.py `proxy_ports`: the replica's
+port and its workers' ports, the same on every replica, plus `ProxyConfig.relay_ports`) on the worker's own host (its sibling
+workers) or, when that host is a DNS name, on a host in the same domain (the run's other replicas,
+`<pod>.<headless service>.<namespace>.svc`). So a forged key cannot make the proxy call anywhere else: not
+another host, and not another service listening on the proxy's own host or loopback (a harness in a sandbox
+whose only way out is the proxy would otherwise reach the coordinator or anything else bound to 127.0.0.1). A relayed call carries `x-harnessrl-forwarded` and is never
 relayed again (a session the owner does not hold, say one that expired, gets the owner's 401).
 """
 
@@ -39,16 +42,16 @@ def owner_address(base_url: str) -> str:
     return urlsplit(base_url).netloc.lower()
 
 
-def relay_address(session_id: str, own: str) -> str | None:
+def relay_address(session_id: str, own: str, ports: frozenset[int]) -> str | None:
     """Where to relay a call for `session_id` that this worker (at address `own`) does not hold: the owner's
-    address when it is another worker of this proxy; None when the id names this worker, no owner, or an address
-    outside this proxy."""
+    address when it is another worker of this proxy (a port in `ports`); None when the id names this worker, no
+    owner, or an address outside this proxy."""
     _, dot, owner = session_id.partition(".")  # the random part has no dot (URL-safe base64)
     if not dot or owner == own:
         return None
     host, colon, port = owner.rpartition(":")
     own_host = own.rpartition(":")[0]
-    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+    if not colon or not port.isdigit() or int(port) not in ports:
         return None
     if host == own_host:
         return owner

@@ -25,7 +25,7 @@ from harnessrl.runtime.proxy.metrics import ProxyMetrics
 from harnessrl.runtime.proxy.relay import owner_address
 from harnessrl.runtime.proxy.sessions import Session, SessionStore
 from harnessrl.runtime.proxy.upstream_http import UpstreamPool
-from harnessrl.runtime.proxy.workers import WorkerRole
+from harnessrl.runtime.proxy.workers import WorkerRole, proxy_ports
 
 
 class ReplicaFull(Exception):
@@ -50,6 +50,8 @@ class ProxyState:
     # Which worker of its replica this is, when it is one of several (workers.py): replica-wide admin writes
     # are forwarded to the others, and /metrics gathers theirs.
     role: WorkerRole | None = None
+    # The ports of this proxy a call may be relayed to (relay.py); never another port, however the key names it.
+    relay_ports: frozenset[int] = frozenset()
 
     @property
     def policy(self) -> PolicyState:
@@ -154,6 +156,7 @@ def build_state(config: ProxyConfig, role: WorkerRole | None) -> ProxyState:
         client=EngineClient(http, config.admission.retry_after_s),
         metrics=metrics,
         role=role,
+        relay_ports=role.ports if role is not None else proxy_ports(config),
     )
     state.flowing.set()
     state.journal.hold_commits(config.journal_commit_delay_s, lambda: state.inflight)

@@ -51,6 +51,12 @@ def worker_ports(replica_port: int, workers: int) -> list[int]:
     return [worker_port(replica_port, k) for k in range(workers)] if workers > 1 else []
 
 
+def proxy_ports(config: ProxyConfig) -> frozenset[int]:
+    """Every port this proxy serves at, where a call may be relayed to (relay.py): the replica's port and its
+    workers' own (the same on every replica), and `relay_ports` (replicas that serve at other ports)."""
+    return frozenset((config.port, *worker_ports(config.port, config.workers), *config.relay_ports))
+
+
 def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
     """What worker `index` serves as: its own port in its public URL, its own replica id (and journal file)."""
     port = worker_port(config.port, index)
@@ -92,10 +98,12 @@ class Heartbeat:
 @dataclass(frozen=True)
 class WorkerRole:
     """Which worker of its replica an app is (`name`, the `worker` label of its metrics), where the other
-    workers are (name -> loopback URL), and its heartbeat to the supervisor (started once it serves)."""
+    workers are (name -> loopback URL), the ports of the whole proxy (`proxy_ports` of the replica's config: a
+    worker's own config names only its port), and its heartbeat to the supervisor (started once it serves)."""
 
     name: str
     siblings: dict[str, str]
+    ports: frozenset[int]
     heartbeat: Heartbeat | None = None
 
 
@@ -104,6 +112,7 @@ def worker_role(config: ProxyConfig, index: int, heartbeat_fd: int | None = None
         name=f"w{index}",
         siblings={f"w{k}": f"http://{config.local_host()}:{worker_port(config.port, k)}"
                   for k in range(config.workers) if k != index},
+        ports=proxy_ports(config),
         heartbeat=None if heartbeat_fd is None else Heartbeat(heartbeat_fd, config.worker_health.interval_s),
     )
 

@@ -41,7 +41,7 @@ from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResult
 from tests.fakes.scripted_engine import ScriptedReply
 from tests.fixtures.crash import DROPPED, tear_env
 from tests.fixtures.proxy_server import serve_in_thread
-from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
+from tests.fixtures.runner_token import RUNNER_AUTH, RUNNER_TOKEN, runner_token_file
 from tests.ports import free_port, wait_serving
 from tests.waiting import wait_until
 
@@ -157,6 +157,14 @@ def test_unmodified_runners_serve_an_evaluation_to_done(cli_backend: tuple[Any, 
     # Each scored rollout was a real session at the proxy: one captured model call each.
     session_ids = [json.loads(line)["completion"]["session_id"] for line in config.journal.read_text().splitlines()]
     assert len([s for s in session_ids if s]) >= 16
+    # No log line carries a bearer value: neither a session id (the harness's API key, in the URL of every session
+    # call a runner makes) nor the runner token. The runners logged their work (at info, their default).
+    for log in logs:
+        text = log.read_text()
+        assert RUNNER_TOKEN not in text, log.name
+        leaked = [sid for sid in session_ids if sid and sid.partition(".")[0] in text]
+        assert not leaked, f"{log.name} names {len(leaked)} session ids"
+    assert "runner stopped after" in (tmp_path / "runner-good.log").read_text()
 
 
 class Clock:

@@ -2,11 +2,15 @@
 it is when a harness in an E2B sandbox calls the proxy's one public URL: two real `harnessrl proxy` replicas on
 127.0.0.1 in front of the scripted engine (vLLM's HTTP API). Every dialect, streamed and not, is answered through the
 other replica and captured by the owner; an owner that is down gets the dialect's retryable overloaded error; a key
-naming an address outside the proxy is refused."""
+naming an address outside the proxy is refused, and so is one naming another listener on the proxy's own host (the
+attack: a sandboxed harness whose only way out is the proxy forging `<random>.127.0.0.1:<port>` to reach the
+coordinator or any loopback-only service through it)."""
 
 from __future__ import annotations
 
+import http.server
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +34,51 @@ def _without_ids(text: str) -> str:
     return re.sub(r"[A-Za-z0-9_-]{16,}|\d+", "#", text)
 
 
+class Listener:
+    """A loopback HTTP service that is not the proxy (the coordinator, say): records every request it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        listener = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                listener.requests.append(self.path)
+                body = b'{"ok": true}'
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_forged_key_naming_another_loopback_listener_is_not_relayed(
+        proxy_factory: ProxyFactory, scripted_engine_factory: Callable[..., Any]) -> None:
+    engine = scripted_engine_factory(tokenizer="bytes")
+    listener = Listener()
+    try:
+        proxy = proxy_factory([engine.root_url], workers=2)
+        for url in (proxy.url, *proxy.worker_urls):
+            for dialect in DIALECTS:
+                forged = f"{'x' * 32}.127.0.0.1:{listener.port}"
+                answer = send(url, dialect, forged, dialect.body("reach the coordinator"))
+                assert_dialect_error(dialect.name, answer, 401)
+        assert listener.requests == []  # nothing of the harness's call reached it
+    finally:
+        listener.close()
+
+
 def test_calls_at_another_replica_are_relayed_to_the_owner(proxy_factory: ProxyFactory,
                                                           scripted_engine_factory: Callable[..., Any]) -> None:
     from tests.fakes.scripted_engine import ScriptedReply
@@ -37,7 +86,8 @@ def test_calls_at_another_replica_are_relayed_to_the_owner(proxy_factory: ProxyF
     engine = scripted_engine_factory(tokenizer="bytes")
     engine.set_script([ScriptedReply(content="Done.")])
     owner = proxy_factory([engine.root_url], replica_id="proxy-0")
-    other = proxy_factory([engine.root_url], replica_id="proxy-1")
+    # Replicas on one host serve at different ports: each names the other's (in a cluster they share them).
+    other = proxy_factory([engine.root_url], replica_id="proxy-1", relay_ports=[owner.port])
     sid = _session(owner.url, owner.admin_headers)["session_id"]
     assert sid.endswith(f".127.0.0.1:{owner.port}")  # the id names its owner
 

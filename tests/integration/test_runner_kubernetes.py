@@ -10,6 +10,7 @@ connection) are exercised through the real client.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -19,9 +20,10 @@ from typing import Any
 import pytest
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig, Resources
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
-from harnessrl.runtime.harness.sandboxes.kubernetes import KubernetesProvider
+from harnessrl.runtime.harness.sandboxes.kubernetes import STDERR_LIMIT, STDOUT_LIMIT, KubernetesProvider
 from harnessrl.runtime.harness.tasks import load_dir
 
+from tests.fixtures.raw_http import peak_rss_mb
 from tests.kube_emulator import pod_security
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
@@ -166,6 +168,24 @@ async def test_exec_timeout_kills_the_command(kube_api: Any) -> None:
         # The provider's own deadline, for a command whose `timeout` did not end it: the stream is abandoned.
         direct = await asyncio.to_thread(prov.exec, sb.name, ["sleep", "60"], 1.5)
         assert direct.timed_out and direct.exit_code == -1
+
+
+@pytest.mark.usefixtures("kubelet")
+async def test_a_harness_printing_without_end_costs_the_runner_only_its_output_tail(kube_api: Any) -> None:
+    """The attack: a harness floods stdout (100 MB here). The runner keeps the tail of it, as the local sandbox
+    does, not all of it: its peak memory (this process, the emulator included) stays flat (339 -> 342 MB here).
+    Before, the exec kept every byte in the client's buffers and a list of its own, and read so slowly that the
+    100 MB had not arrived when the 120 s limit killed the command (exit 137)."""
+    prov = provider(kube_api)
+    async with await prov.open("rollout-flood", load_dir(TASKS)["sales-total"]) as sb:
+        before = peak_rss_mb(os.getpid())
+        res = await sb.run(["sh", "-c", "head -c 100000000 /dev/zero | tr '\\0' a; echo; echo END; "
+                                        "head -c 10000000 /dev/zero | tr '\\0' b >&2; exit 4"], {}, 120)
+        after = peak_rss_mb(os.getpid())
+    assert (res.exit_code, res.timed_out) == (4, False)
+    assert res.stdout.endswith("a\nEND\n") and len(res.stdout) == STDOUT_LIMIT
+    assert res.stderr == "b" * STDERR_LIMIT
+    assert after - before < 40, f"peak RSS {before:.0f} -> {after:.0f} MB"
 
 
 @pytest.mark.usefixtures("kubelet")

@@ -9,6 +9,7 @@ from harnessrl.runtime.proxy.sessions import SessionStore
 
 POD = "run-proxy-1.run-proxy.team.svc:8082"
 TOKEN = "A" * 32
+PORTS = frozenset({8080, 8081, 8082, 9000, 9001})  # the replica's port and its workers' (workers.py proxy_ports)
 
 
 def test_a_session_id_ends_with_the_address_of_the_worker_that_made_it() -> None:
@@ -17,7 +18,7 @@ def test_a_session_id_ends_with_the_address_of_the_worker_that_made_it() -> None
     session, _ = store.create(CreateSessionRequest(rollout_id="r", task_id="t", harness="h", group_id="g"))
     token, dot, owner = session.id.partition(".")
     assert (dot, owner, len(token)) == (".", POD, 32)
-    assert relay_address(session.id, POD) is None  # its own
+    assert relay_address(session.id, POD, PORTS) is None  # its own
 
 
 @pytest.mark.parametrize(
@@ -36,15 +37,19 @@ def test_a_session_id_ends_with_the_address_of_the_worker_that_made_it() -> None
         ("10.0.0.1:9000", "127.0.0.1:9000", None),  # an IP host relays only to itself
         ("1.0.0.1:9000", "127.0.0.1:9000", None),  # same "domain" as text, but IPs have none
         ("[::1]:9001", "[::1]:9000", "[::1]:9001"),
+        # A port that is not the proxy's: another service on the proxy's host, or on a replica's.
+        ("127.0.0.1:22", "127.0.0.1:9000", None),
+        ("127.0.0.1:8090", "127.0.0.1:9000", None),
+        ("run-proxy-0.run-proxy.team.svc:8090", POD, None),
     ],
 )
 def test_only_other_workers_of_this_proxy_are_relayed_to(owner: str, own: str, expected: str | None) -> None:
-    assert relay_address(f"{TOKEN}.{owner}", own) == expected
+    assert relay_address(f"{TOKEN}.{owner}", own, PORTS) == expected
 
 
 def test_ids_without_an_owner_are_not_relayed() -> None:
-    assert relay_address(TOKEN, POD) is None  # sessions made before ids named their owner
-    assert relay_address("", POD) is None
+    assert relay_address(TOKEN, POD, PORTS) is None  # sessions made before ids named their owner
+    assert relay_address("", POD, PORTS) is None
 
 
 def test_the_relayed_call_keeps_its_path_query_and_headers_but_not_the_hop_by_hop_ones() -> None:

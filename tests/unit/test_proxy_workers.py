@@ -13,7 +13,14 @@ import pytest
 from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.main import main
 from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
-from harnessrl.runtime.proxy.workers import HealthTracker, Heartbeat, forward, worker_config, worker_role
+from harnessrl.runtime.proxy.workers import (
+    HealthTracker,
+    Heartbeat,
+    forward,
+    proxy_ports,
+    worker_config,
+    worker_role,
+)
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -36,6 +43,9 @@ def test_each_worker_has_its_own_port_id_and_public_url() -> None:
         "http://[fd00::1]:8082")
     assert worker_role(_config(workers=3), 1).name == "w1"
     assert worker_role(_config(workers=3), 1).siblings == {"w0": "http://127.0.0.1:8081", "w2": "http://127.0.0.1:8083"}
+    # What a worker may relay to: the whole replica's ports, not only its own config's one.
+    assert worker_role(_config(workers=3), 1).ports == {8080, 8081, 8082, 8083}
+    assert proxy_ports(_config(relay_ports=[9090])) == {8080, 9090}
 
 
 def test_the_proxy_command_refuses_workers_without_a_fixed_port(tmp_path: Path,

@@ -18,12 +18,15 @@ import json
 import logging
 import re
 import secrets
+import select
+import ssl
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig
 from harnessrl.runtime.harness.sandboxes import remote
-from harnessrl.runtime.harness.sandboxes.base import ExecResult, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.sandboxes.base import OUTPUT_LIMIT, ExecResult, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,10 @@ TESTS = "/tests"
 LOGS = "/logs"
 # Slack on top of the harness and grader timeouts before the kubelet kills an abandoned Pod.
 DEADLINE_SLACK_S = 600
+# The tails of a command's output the runner keeps (a file read back in base64 fits stdout's).
+STDOUT_LIMIT = max(OUTPUT_LIMIT, remote.MAX_INLINE_BYTES * 4)
+STDERR_LIMIT = 64 * 1024
+STATUS_LIMIT = 64 * 1024  # the error channel's Status JSON
 
 
 def label_value(value: str) -> str:
@@ -139,18 +146,80 @@ def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: 
     }
 
 
-def exit_code(ws: Any) -> int | None:
+def exit_code(status: str | None) -> int | None:
     """The exit code in the Status the server sends on the error channel (3) when the command ends; None when the
-    stream ended without one (a dropped connection, where the client's own `returncode` raises TypeError)."""
+    stream ended without one (a dropped connection)."""
     try:
-        status = json.loads(ws.read_channel(3) or "null")
-        if status is None:
+        parsed = json.loads(status or "null")
+        if parsed is None:
             return None
-        if status.get("status") == "Success":
+        if parsed.get("status") == "Success":
             return 0
-        return int(status["details"]["causes"][0]["message"])
-    except (ValueError, TypeError, KeyError, IndexError):
+        return int(parsed["details"]["causes"][0]["message"])
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
+
+
+class Tail:
+    """The last `limit` bytes of a stream, kept as it comes: at most twice that (and one frame) in memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size > 2 * self.limit:
+            kept = b"".join(self.parts)[-self.limit:]
+            self.parts, self.size = [kept], len(kept)
+
+    def text(self) -> str:
+        return b"".join(self.parts)[-self.limit:].decode("utf-8", "replace")
+
+
+@dataclass
+class ExecStream:
+    """What one exec's stream brought: the tails of stdout and stderr, the Status JSON, whether it timed out."""
+
+    stdout: Tail
+    stderr: Tail
+    status: bytes = b""
+    timed_out: bool = False
+
+
+def read_exec(ws: Any, deadline: float, output: ExecStream) -> None:
+    """Read the exec's frames (the channel protocol: a channel byte, then data) until the server closes the stream
+    or `deadline` (monotonic) passes, one frame at a time, keeping only the tails of stdout and stderr. The
+    client's own `update` will not do: it reads every frame already available before it returns, into a buffer
+    per channel and a second copy of all output, so a harness that prints without end held the runner's memory
+    without end, and its deadline with it."""
+    from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CHANNEL
+    from websocket import ABNF
+
+    sock = ws.sock
+    while sock.connected:
+        if time.monotonic() > deadline:
+            output.timed_out = True
+            return
+        # A TLS socket may hold decrypted frames that select() cannot see.
+        pending = isinstance(sock.sock, ssl.SSLSocket) and sock.sock.pending()
+        if not pending and not select.select([sock.sock], [], [], 1.0)[0]:
+            continue
+        opcode, frame = sock.recv_data_frame(True)
+        if opcode == ABNF.OPCODE_CLOSE:
+            return
+        data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
+        if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or len(data) < 2:
+            continue
+        channel, payload = data[0], data[1:]
+        if channel == STDOUT_CHANNEL:
+            output.stdout.add(payload)
+        elif channel == STDERR_CHANNEL:
+            output.stderr.add(payload)
+        elif channel == ERROR_CHANNEL and len(output.status) < STATUS_LIMIT:
+            output.status += payload
 
 
 class KubernetesSandbox(remote.RemoteShellSandbox):
@@ -256,29 +325,18 @@ class KubernetesProvider(SandboxProvider):
             )
         except Exception as exc:  # the client raises ApiException or websocket errors
             raise SandboxError(f"exec in pod {name} failed: {exc}") from exc
-        out: list[str] = []
-        err: list[str] = []
-        deadline = time.monotonic() + timeout_s
-        timed_out = False
+        output = ExecStream(Tail(STDOUT_LIMIT), Tail(STDERR_LIMIT))
         try:
-            while ws.is_open():
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
-                ws.update(timeout=1)
-                if ws.peek_stdout():
-                    out.append(ws.read_stdout())
-                if ws.peek_stderr():
-                    err.append(ws.read_stderr())
-            code = None if timed_out else exit_code(ws)
+            read_exec(ws, time.monotonic() + timeout_s, output)
         except Exception as exc:  # websocket errors: the stream broke under the command
             raise SandboxError(f"exec in pod {name} failed: {exc}") from exc
         finally:
             ws.close()
-        if code is None and not timed_out:
+        code = None if output.timed_out else exit_code(output.status.decode("utf-8", "replace"))
+        if code is None and not output.timed_out:
             raise SandboxError(f"exec in pod {name}: the connection ended without the command's exit status")
-        stdout, stderr = "".join(out)[-remote.MAX_INLINE_BYTES * 4 :], "".join(err)[-65536:]
-        return ExecResult(exit_code=code if code is not None else -1, stdout=stdout, stderr=stderr, timed_out=timed_out)
+        return ExecResult(exit_code=code if code is not None else -1, stdout=output.stdout.text(),
+                          stderr=output.stderr.text(), timed_out=output.timed_out)
 
     def delete(self, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
