@@ -7,6 +7,7 @@ No finalizer is ever added, so deleting a run never waits for the operator.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import socket
@@ -195,8 +196,9 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
     if not ctx.refusals.due(key, version):
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
-        gate = admission.gate(kube, plan, owner, render) if spec.queue_name else None
-        applied = apply_children(kube, gate.plan if gate else plan, owner)
+        rendering = functools.partial(render, operator_namespace=ctx.options.operator_namespace)
+        gate = admission.gate(kube, plan, owner, rendering) if spec.queue_name else None
+        applied = apply_children(kube, gate.plan if gate else plan, owner, ctx.options.operator_namespace)
     except (ChildRefused, ChildConflict) as refused:
         # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
         delay = ctx.refusals.failed(key, version)
@@ -244,7 +246,7 @@ class Applied(NamedTuple):
     deferred: list[str]  # what a running child takes only when it next starts (apply.deferred_change)
 
 
-def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Applied:
+def apply_children(kube: Kube, plan: Plan, owner: Owner, operator_namespace: str) -> Applied:
     """Converge every child on the plan."""
     kinds = child_kinds(plan)
     snapshot = kube.snapshot(plan.namespace, {RUN: plan.run}, kinds)
@@ -254,7 +256,7 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Applied:
         ensure_child(kube, generated(plan, owner, secrets.token_urlsafe(32)))
     changed = False
     replaced: list[Event] = []
-    manifests = render(plan, owner)
+    manifests = render(plan, owner, operator_namespace)
     for manifest in manifests:
         outcome = ensure_child(kube, manifest, snapshot)
         changed |= outcome.action != "unchanged"

@@ -29,7 +29,7 @@ from harnessrl.operator.kube.common import (
     volumes_and_mounts,
     writable_scratch,
 )
-from harnessrl.operator.kube.network import OPERATOR
+from harnessrl.operator.kube.network import DEFAULT_OPERATOR_NAMESPACE, operator_peer
 from harnessrl.operator.kube.storage import engine_model
 from harnessrl.operator.plan import (
     AdapterStorePlan,
@@ -53,7 +53,9 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     return servers(plan, owner, plan.engine, plan.adapter_store, plan.spec.model.base)
 
 
-def pool_manifests(pool: EnginePoolPlan, owner: Owner) -> list[Manifest]:
+def pool_manifests(
+    pool: EnginePoolPlan, owner: Owner, operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
+) -> list[Manifest]:
     """An EnginePool's servers, and the NetworkPolicy that lets only its runs' proxies and learners reach them (and
 the operator, which unloads the adapters of runs that are gone: handlers/adapters.py)."""
     runs = [{"podSelector": {"matchLabels": {ENGINE_POOL_LABEL: pool.pool, COMPONENT: str(kind)}}}
@@ -65,7 +67,7 @@ the operator, which unloads the adapters of runs that are gone: handlers/adapter
         "spec": {
             "podSelector": {"matchLabels": selector(pool.pool, pool.engine.kind)},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [*runs, OPERATOR]}],
+            "ingress": [{"from": [*runs, operator_peer(operator_namespace)]}],
         },
     }
     return [*servers(pool, owner, pool.engine, pool.adapter_store, pool.spec.model.base), policy]

@@ -95,8 +95,9 @@ def test_a_pool_serves_lora_with_an_adapter_store_beside_each_server_and_admits_
     runs, operator = policy["ingress"][0]["from"][:2], policy["ingress"][0]["from"][2:]
     assert [peer["podSelector"]["matchLabels"] for peer in runs] == [
         {"harnessrl.io/engine-pool": "qwen3-8b", "harnessrl.io/component": c} for c in ("proxy", "learner")]
-    # The operator's Pod (any namespace: the chart's), which unloads the adapters of runs that are gone.
-    assert operator == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}]
+    # The operator's Pods in the operator's namespace, which unload the adapters of runs that are gone.
+    assert operator == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "harnessrl-system"}},
+                         "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}]
 
 
 def test_a_run_on_a_pool_has_no_engine_and_samples_the_pools_servers_under_its_own_name() -> None:
