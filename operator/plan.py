@@ -355,6 +355,12 @@ def engine_pool_store_secret(pool: str) -> str:
     return f"{child_name(pool, ComponentKind.ENGINE_POOL)}-store"
 
 
+def run_store_secret(run: str) -> str:
+    """The Secret of a run's own credential at its EnginePool's adapter stores (it writes only the run's adapters:
+    runtime/engine/adapter_store.py), derived by the operator from the pool's store token."""
+    return f"{run}-adapter-store"
+
+
 def proxy_headless_name(run: str) -> str:
     """The proxy's headless Service, which gives each replica its stable DNS name (`<run>-proxy` is the Service
     that reaches any replica)."""
@@ -580,8 +586,7 @@ def _engine_target(
     return EngineTarget(
         urls=[server for server, _ in urls],
         adapter_stores=[store for _, store in urls],
-        store_token=SecretFile(secret=engine_pool_store_secret(name), key="token",
-                               path=placement.path("adapter-store-token")),
+        store_token=SecretFile(secret=run_store_secret(run), key="token", path=placement.path("adapter-store-token")),
         served_name=engine_pool.model.served_name,
         # Unique among the pool's runs: they share its namespace.
         adapter_prefix=run,

@@ -7,6 +7,7 @@ No finalizer is ever added, so deleting a run never waits for the operator.
 
 from __future__ import annotations
 
+import base64
 import functools
 import logging
 import secrets
@@ -42,7 +43,7 @@ from harnessrl.operator.handlers.status import (
     run_status,
     transitions,
 )
-from harnessrl.operator.kube import Owner, learner, proxy, render
+from harnessrl.operator.kube import Owner, engine, learner, proxy, render
 from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN, selector
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
@@ -52,6 +53,7 @@ from harnessrl.operator.plan import (
     PlanError,
     build_plan,
     child_name,
+    engine_pool_store_secret,
     pool_names,
     pool_share,
 )
@@ -254,6 +256,8 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner, operator_namespace: str
     # and the runner token (learner checks, runners send).
     for generated in (proxy.admin_secret, learner.runner_secret):
         ensure_child(kube, generated(plan, owner, secrets.token_urlsafe(32)))
+    if plan.engine_pool is not None:
+        ensure_store_credential(kube, plan, owner, plan.engine_pool)
     changed = False
     replaced: list[Event] = []
     manifests = render(plan, owner, operator_namespace)
@@ -277,6 +281,15 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner, operator_namespace: str
                 if (live := snapshot.get((m["apiVersion"], m["kind"], m["metadata"]["name"]))) is not None
                 and (why := deferred_change(m, live)) is not None]
     return Applied(snapshot, replaced, deferred)
+
+
+def ensure_store_credential(kube: Kube, plan: Plan, owner: Owner, pool: str) -> None:
+    """The run's own credential at its EnginePool's adapter stores, derived from the pool's token once the pool has
+    made it (until then the learner's Pod waits for the Secret)."""
+    secret = kube.get("v1", "Secret", plan.namespace, engine_pool_store_secret(pool))
+    if secret is not None:
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        ensure_child(kube, engine.run_store_credential(plan, owner, token))
 
 
 def child_kinds(plan: Plan) -> list[tuple[str, str]]:

@@ -38,7 +38,9 @@ from harnessrl.operator.plan import (
     EnginePoolPlan,
     Plan,
     engine_pool_store_secret,
+    run_store_secret,
 )
+from harnessrl.runtime.engine.adapter_store import run_credential
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_command
 
@@ -76,6 +78,12 @@ the operator, which unloads the adapters of runs that are gone: handlers/adapter
 def store_secret(pool: EnginePoolPlan, owner: Owner, token: str) -> Manifest:
     """The token of an EnginePool's adapter stores (generated once): its runs' learners upload with it."""
     return token_secret(pool, owner, engine_pool_store_secret(pool.pool), ComponentKind.ENGINE_POOL, token)
+
+
+def run_store_credential(plan: Plan, owner: Owner, pool_token: str) -> Manifest:
+    """A run's own credential at its EnginePool's adapter stores, from the pool's token (which stays with the pool
+    and the operator): it writes and deletes only the run's adapters."""
+    return token_secret(plan, owner, run_store_secret(plan.run), ComponentKind.LEARNER, run_credential(pool_token, plan.run))
 
 
 def servers(
@@ -145,7 +153,7 @@ def adapter_store_container(store: AdapterStorePlan, token_mount: Manifest) -> M
         "ports": [{"name": "adapters", "containerPort": store.port, "protocol": "TCP"}],
         "volumeMounts": [{"name": "adapters", "mountPath": ADAPTER_DIR}, token_mount],
         "readinessProbe": probe,
-        # An upload is held in memory while it is unpacked: room for a few hundred MB of adapter.
-        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "2Gi"}},
+        # Uploads stream to the adapters volume: memory holds one chunk at a time.
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         "securityContext": READ_ONLY_ROOT,
     }

@@ -113,8 +113,9 @@ def test_a_run_on_a_pool_has_no_engine_and_samples_the_pools_servers_under_its_o
     assert learner.engine.urls == servers and learner.engine.adapter_stores == stores
     assert learner.engine.adapter_store_token_file == Path(CLUSTER_PATHS["adapter-store-token"])
     assert learner.model.served_name == "qwen3-8b" and learner.model.adapter_name_prefix == "team-a-codex"
+    # The run's own store credential (it writes only the run's adapters), never the pool's token.
     assert [s.secret for s in plan.learner.secrets if s.path == CLUSTER_PATHS["adapter-store-token"]] == [
-        "qwen3-8b-enginepool-store"]
+        "team-a-codex-adapter-store"]
     # The pool's servers set the context length the learner plans for.
     assert learner.grpo.dr_grpo_tokens == 65536
 
