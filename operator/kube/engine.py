@@ -37,6 +37,7 @@ from harnessrl.operator.plan import (
     ComponentKind,
     EnginePoolPlan,
     Plan,
+    engine_pool_api_key_secret,
     engine_pool_store_secret,
     run_store_secret,
 )
@@ -78,6 +79,12 @@ the operator, which unloads the adapters of runs that are gone: handlers/adapter
 def store_secret(pool: EnginePoolPlan, owner: Owner, token: str) -> Manifest:
     """The token of an EnginePool's adapter stores (generated once): its runs' learners upload with it."""
     return token_secret(pool, owner, engine_pool_store_secret(pool.pool), ComponentKind.ENGINE_POOL, token)
+
+
+def api_key_secret(pool: EnginePoolPlan, owner: Owner, key: str) -> Manifest:
+    """The API key an EnginePool's vLLM servers require (generated once): only its servers, the operator and its
+    runs' proxies and learners hold it."""
+    return token_secret(pool, owner, engine_pool_api_key_secret(pool.pool), ComponentKind.ENGINE_POOL, key)
 
 
 def run_store_credential(plan: Plan, owner: Owner, pool_token: str) -> Manifest:

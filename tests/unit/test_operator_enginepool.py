@@ -235,3 +235,31 @@ def test_a_pool_kueue_holds_back_says_so_and_so_do_its_runs() -> None:
     admitted = engine_pool_status(1, status, servers | {"spec": {"replicas": 2}}, [], [], QueueState(admitted=True))
     assert admitted.conditions[0].reason == R.REPLICAS_NOT_READY
     assert engine_pool_held("qwen3-8b", {"status": admitted.model_dump(mode="json", by_alias=True)}) is None
+
+
+def test_a_pools_servers_require_a_key_that_only_its_runs_proxies_and_learners_hold() -> None:
+    """vLLM checks VLLM_API_KEY on /v1 (runtime LoRA load and unload among it): the pool's servers get it from the
+    pool's Secret, and of a run on the pool only the proxy and the learner mount it (runners and sandboxes never)."""
+    plan = pool_plan()
+    out = by_name(engine.pool_manifests(plan, POOL_OWNER))
+    vllm, store = out[("StatefulSet", "qwen3-8b-enginepool")]["spec"]["template"]["spec"]["containers"]
+    (key,) = [e for e in vllm["env"] if e["name"] == "VLLM_API_KEY"]
+    assert key["valueFrom"]["secretKeyRef"] == {"name": "qwen3-8b-enginepool-api-key", "key": "token"}
+    assert "env" not in store or all(e["name"] != "VLLM_API_KEY" for e in store["env"])
+    secret = engine.api_key_secret(plan, POOL_OWNER, "k3y")
+    assert secret["metadata"]["name"] == "qwen3-8b-enginepool-api-key"
+    assert secret["metadata"]["ownerReferences"] == [POOL_OWNER.reference()]
+
+    run = by_name(render(run_plan(), RUN_OWNER))
+    holders = {}
+    for (kind, name), manifest in run.items():
+        if kind in ("StatefulSet", "Job", "Deployment"):
+            volumes = manifest["spec"]["template"]["spec"].get("volumes", [])
+            holders[name] = any((v.get("secret") or {}).get("secretName") == "qwen3-8b-enginepool-api-key"
+                                for v in volumes)
+    assert holders == {"team-a-codex-proxy": True, "team-a-codex-learner": True, "team-a-codex-codex-runner": False}
+    key_file = CLUSTER_PATHS["engine-api-key"]
+    assert yaml.safe_load(run[("ConfigMap", "team-a-codex-proxy-config")]["data"]["config.yaml"])[
+        "engine_api_key_file"] == key_file
+    assert yaml.safe_load(run[("ConfigMap", "team-a-codex-learner-config")]["data"]["config.yaml"])["engine"][
+        "api_key_file"] == key_file
