@@ -33,6 +33,7 @@ from harnessrl.operator.handlers.apply import (
     ensure_child,
     owner_uid,
 )
+from harnessrl.operator.handlers.claims import claim_holder
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     Event,
@@ -193,6 +194,14 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         _finish(kube, body, old, blocked_status(generation, old, R.KUEUE_NOT_INSTALLED, missing))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
+    if plan.checkpoint_claim is not None:
+        claim = kube.get("v1", "PersistentVolumeClaim", namespace, plan.checkpoint_claim)
+        held = claim_holder(claim, name, owner.uid, kube.list_objects(API_VERSION, KIND, namespace, {}))
+        if held is not None:
+            message = (f"spec.learner.checkpointClaimName: claim {plan.checkpoint_claim} belongs to {held}, which "
+                       "is still live: name a claim of your own, or one a deleted run retained")
+            _finish(kube, body, old, blocked_status(generation, old, R.CHECKPOINT_CLAIM_IN_USE, message))
+            return
     key = (namespace, name)
     version = (owner.uid, generation)
     if not ctx.refusals.due(key, version):
