@@ -11,7 +11,7 @@ own Pod labelled as the operator matches neither peer. DNS is the cluster's DNS 
 from __future__ import annotations
 
 from harnessrl.operator.kube.common import COMPONENT, RUN, Manifest, Owner, metadata, selector
-from harnessrl.operator.plan import ComponentKind, Plan
+from harnessrl.operator.plan import Component, ComponentKind, Plan
 from harnessrl.runtime.harness.sandboxes.kubernetes import tcp_ports
 
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
@@ -57,7 +57,8 @@ def manifests(plan: Plan, owner: Owner, operator_namespace: str = DEFAULT_OPERAT
     }
     # A run on an EnginePool reaches the pool's servers, whose own policy admits it (kube/engine.py).
     engine = [engine_ingress(plan, owner, plan.engine.ports[0].port)] if plan.engine is not None else []
-    return [sandboxes, *engine, proxy_ingress(plan, owner), learner_ingress(plan, owner, operator_namespace)]
+    runners = [runner_ingress(plan, owner, runner) for runner in plan.runners]
+    return [sandboxes, *engine, proxy_ingress(plan, owner), learner_ingress(plan, owner, operator_namespace), *runners]
 
 
 def engine_ingress(plan: Plan, owner: Owner, port: int) -> Manifest:
@@ -93,6 +94,20 @@ def proxy_ingress(plan: Plan, owner: Owner) -> Manifest:
     if any(pool.sandbox.e2b is not None for pool in plan.pools.values()):
         return _ingress(plan, owner, ComponentKind.PROXY, [{"ports": ports}])
     return _ingress(plan, owner, ComponentKind.PROXY, [{"from": [*peers, SCRAPERS], "ports": ports}])
+
+
+def runner_ingress(plan: Plan, owner: Owner, runner: Component) -> Manifest:
+    """A runner serves nothing but its /metrics (to scrapers): no other Pod reaches it. Each pool's runners have
+    their own policy (their own name), selecting the run's runners of that pool."""
+    ports = [{"protocol": "TCP", "port": p.port} for p in runner.ports]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(plan, owner, runner.name, runner.kind, runner.pool),
+        "spec": {"podSelector": {"matchLabels": selector(plan.run, runner.kind, runner.pool)},
+                 "policyTypes": ["Ingress"],
+                 "ingress": [{"from": [SCRAPERS], "ports": ports}] if ports else []},
+    }
 
 
 def learner_ingress(plan: Plan, owner: Owner, operator_namespace: str) -> Manifest:

@@ -218,7 +218,8 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
     }
     for pool in ("claude-code", "codex", "mini-swe-agent", "gemini-cli"):  # gemini-cli: evaluated under only
         name = f"{run}-{pool}-runner"
-        expected |= {("ConfigMap", f"{name}-config"), ("ServiceAccount", name), ("Deployment", name)}
+        expected |= {("ConfigMap", f"{name}-config"), ("ServiceAccount", name), ("Deployment", name),
+                     ("NetworkPolicy", name)}
         pool_spec = yaml.safe_load((ROOT / "examples" / "harnesspools" / f"{pool}.yaml").read_text())["spec"]
         if "kubernetes" in pool_spec.get("sandbox", {"kubernetes": {}}):
             # Only a kubernetes-sandbox pool gets RBAC (to create, exec into and delete sandbox Pods).
