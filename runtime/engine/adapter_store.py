@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_UPLOAD_BYTES = 2 * 1024**3  # LoRA adapters are megabytes to a few hundred
 MAX_MEMBERS = 1000  # an adapter is a handful of files
-CHUNK = 1024**2
+COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd magic
 
 
 def run_credential(token: str, run: str) -> str:
@@ -145,6 +145,9 @@ def create_app(root: Path, token: str) -> FastAPI:
 def unpack(upload: Path, size: int, staging: Path) -> None:
     """Unpack the uploaded tar into `staging`, refusing compression and members that add up to more than the
     upload (what a decompression bomb or a sparse member would need)."""
+    with upload.open("rb") as f:
+        if f.read(6).startswith(COMPRESSED):
+            raise ValueError("a compressed tar is refused: send it uncompressed (as adapter_tar writes it)")
     with tarfile.open(upload, mode="r:") as tar:  # "r:": uncompressed only
         members = tar.getmembers()
         if len(members) > MAX_MEMBERS:
