@@ -30,6 +30,7 @@ from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import EngineServers, ServedModel, TrainingRunSpec
 from harnessrl.runtime.coordinator.ledger import PoolHarness
+from harnessrl.runtime.engine.api_key import ENV as API_KEY_ENV
 from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.harness import config as runner_cfg
 from harnessrl.runtime.harness.config import RunnerConfig
@@ -187,6 +188,7 @@ PATHS = (
     "tasks",  # the task set, for runners
     "task-ids",  # the task ids of the trained split, for the learner
     "adapter-store-token",  # an EnginePool's adapter store token (a Secret)
+    "engine-api-key",  # the API key an EnginePool's vLLM servers require (a Secret)
     "engine-env",  # a directory per engine variable whose value is a Secret: <dir>/<NAME>/value
 )
 
@@ -255,6 +257,7 @@ CLUSTER_PATHS: dict[str, str] = {
     "tasks": "/var/lib/harnessrl/tasks",
     "task-ids": "/var/lib/harnessrl/task-ids/ids.txt",
     "adapter-store-token": "/var/run/secrets/harnessrl/adapter-store/token",
+    "engine-api-key": "/var/run/secrets/harnessrl/engine-api-key/token",
     "engine-env": "/var/run/secrets/harnessrl/engine-env",
 }
 assert set(CLUSTER_PATHS) == set(PATHS)
@@ -289,6 +292,7 @@ class EngineTarget(_Model):
     store_token: SecretFile | None
     served_name: str = Field(description="the name the servers serve the base model under")
     adapter_prefix: str | None = Field(description="what the run's adapters are named after; None: the served name")
+    api_key: SecretFile | None = Field(None, description="the key the servers require (an EnginePool's)")
 
 
 class Plan(_Model):
@@ -353,6 +357,21 @@ def runner_token_file(placement: Placement, run: str) -> SecretFile:
 def engine_pool_store_secret(pool: str) -> str:
     """The Secret of an EnginePool's adapter-store token: its runs' learners upload with it."""
     return f"{child_name(pool, ComponentKind.ENGINE_POOL)}-store"
+
+
+def engine_pool_api_key_secret(pool: str) -> str:
+    """The Secret of the API key an EnginePool's vLLM servers require (runtime/engine/api_key.py)."""
+    return f"{child_name(pool, ComponentKind.ENGINE_POOL)}-api-key"
+
+
+def engine_pool_api_key(placement: Placement, pool: str) -> SecretFile:
+    return SecretFile(secret=engine_pool_api_key_secret(pool), key="token", path=placement.path("engine-api-key"))
+
+
+def run_store_secret(run: str) -> str:
+    """The Secret of a run's own credential at its EnginePool's adapter stores (it writes only the run's adapters:
+    runtime/engine/adapter_store.py), derived by the operator from the pool's store token."""
+    return f"{run}-adapter-store"
 
 
 def proxy_headless_name(run: str) -> str:
@@ -531,9 +550,18 @@ def build_engine_pool_plan(
     lora = LoraSettings(enabled=True, max_rank=_lora_rank(spec.lora.max_rank), max_loras=spec.lora.max_loras)
     engine = engine_servers(child_name(pool, ComponentKind.ENGINE_POOL), ComponentKind.ENGINE_POOL, spec.engine,
                             spec.model, placement, lora, spec.pod)
+    engine = _requiring_key(engine, engine_pool_api_key(placement, pool))
     token = SecretFile(secret=engine_pool_store_secret(pool), key="token", path=placement.path("adapter-store-token"))
     store = AdapterStorePlan(image=(images or Images()).image("proxy"), port=ADAPTER_STORE_PORT, token=token)
     return EnginePoolPlan(pool=pool, namespace=namespace, engine=engine, adapter_store=store, spec=spec)
+
+
+def _requiring_key(engine: Component, key: SecretFile) -> Component:
+    """The servers with vLLM's API key set from `key` (a pool's own, over any VLLM_API_KEY of spec.engine.env)."""
+    assert isinstance(engine.config, EngineConfig)
+    config = engine.config.model_copy(update={"secret_env": engine.config.secret_env | {API_KEY_ENV: key.path}})
+    secrets = [s for s in engine.secrets if s.path != engine.config.secret_env.get(API_KEY_ENV)]
+    return engine.model_copy(update={"config": config, "secrets": [*secrets, key]})
 
 
 def _adapter_store(
@@ -580,8 +608,8 @@ def _engine_target(
     return EngineTarget(
         urls=[server for server, _ in urls],
         adapter_stores=[store for _, store in urls],
-        store_token=SecretFile(secret=engine_pool_store_secret(name), key="token",
-                               path=placement.path("adapter-store-token")),
+        store_token=SecretFile(secret=run_store_secret(run), key="token", path=placement.path("adapter-store-token")),
+        api_key=engine_pool_api_key(placement, name),
         served_name=engine_pool.model.served_name,
         # Unique among the pool's runs: they share its namespace.
         adapter_prefix=run,
@@ -605,6 +633,7 @@ def _proxy(
         served_model=target.served_name,
         admin_token_file=placement.path("proxy-admin-token"),
         runner_token_file=placement.path("runner-token"),
+        engine_api_key_file=target.api_key.path if target.api_key else None,
         journal_dir=placement.path("journal"),
         call_budget_default=spec.proxy.call_budget,
         max_tokens_per_call=spec.proxy.max_tokens_per_call,
@@ -629,7 +658,7 @@ def _proxy(
         ],
         config=config,
         secrets=[SecretFile(secret=admin_secret, key="token", path=placement.path("proxy-admin-token")),
-                 runner_token_file(placement, run)],
+                 runner_token_file(placement, run), *([target.api_key] if target.api_key else [])],
         pod=_engine_client_pod(spec),
     )
 
@@ -668,6 +697,8 @@ def _learner(
                runner_token_file(placement, run), *hub_read_tokens(spec, placement)]
     if target.store_token is not None and target.store_token.secret != admin_secret:
         secrets.append(target.store_token)  # an EnginePool's stores take their own token
+    if target.api_key is not None:
+        secrets.append(target.api_key)
     export = None
     if spec.export is not None:
         secrets.append(_secret(spec.export.token_secret, placement.path("hub-token")))
@@ -732,6 +763,7 @@ def _learner(
             sync=learner_cfg.SyncMode(spec.engine.weight_sync),
             adapter_stores=target.adapter_stores,
             adapter_store_token_file=target.store_token.path if target.store_token else None,
+            api_key_file=target.api_key.path if target.api_key else None,
             # The engines' workers join the learner's NCCL rendezvous at its own address.
             nccl_master_address=urlparse(placement.coordinator_url(run)).hostname or "127.0.0.1",
             nccl_master_port=NCCL_PORT,

@@ -105,6 +105,7 @@ class LocalPlacement(Placement):
             "tasks": self.tasks_dir,
             "task-ids": self.run_dir / "task-ids.txt",
             "adapter-store-token": self.run_dir / "secrets" / "adapter-store-token",  # none here: no EnginePools
+            "engine-api-key": self.run_dir / "secrets" / "engine-api-key",  # nor this
             "engine-env": self.run_dir / "secrets" / "engine-env",
         }
         assert set(files) == set(PATHS)

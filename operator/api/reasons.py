@@ -116,6 +116,10 @@ CHILD_REPLACED = _reason(
     "ChildReplaced", "an Event: a workload an older operator made selected its Pods by other labels, in a field "
     "Kubernetes keeps fixed, so it was deleted and created again (its Pods restart)", warning=True,
 )
+CHECKPOINT_CLAIM_IN_USE = _reason(
+    "CheckpointClaimInUse", "spec.learner.checkpointClaimName names a claim another live run holds (its own "
+    "checkpoint claim or volume): the run would resume from that run's checkpoints and prune them", warning=True,
+)
 INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
 LEARNER_MEMORY_TOO_SMALL = _reason(
     "LearnerMemoryTooSmall", "the learner's memory plan exceeds its GPUs (spec.learner.gpuMemoryGib)", warning=True

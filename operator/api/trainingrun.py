@@ -411,7 +411,8 @@ class LearnerSpec(ApiModel):
     checkpoint_claim_name: ResourceName | None = Field(
         default=None,
         description="Your PersistentVolumeClaim for checkpoints (the operator never changes or deletes it; name a "
-        "claim an earlier run retained to resume from its checkpoints). Without it the run gets its own claim, "
+        "claim an earlier run retained to resume from its checkpoints; a claim another live run holds is refused: "
+        "CheckpointClaimInUse). Without it the run gets its own claim, "
         "`<run>-checkpoints`, kept or deleted with the run as checkpointRetention says.",
     )
     checkpoint_retention: Literal["Retain", "Delete"] = Field(

@@ -11,7 +11,12 @@ import re
 import httpx
 from harnessrl.operator.handlers.apply import Kube
 from harnessrl.operator.handlers.context import OperatorOptions
-from harnessrl.operator.plan import ClusterPlacement, EnginePoolPlan, engine_pool_store_secret
+from harnessrl.operator.plan import (
+    ClusterPlacement,
+    EnginePoolPlan,
+    engine_pool_api_key_secret,
+    engine_pool_store_secret,
+)
 from harnessrl.runtime.contracts.client import bearer
 
 log = logging.getLogger("harnessrl.operator.adapters")
@@ -28,12 +33,14 @@ def collect(kube: Kube, pool: EnginePoolPlan, runs: list[str], options: Operator
     """Unload the orphaned adapters from every server and delete them from its store; returns their names.
     Best effort: a server that does not answer (starting, restarting) is tried again at the next reconcile."""
     secret = kube.get("v1", "Secret", pool.namespace, engine_pool_store_secret(pool.pool))
-    if secret is None:
+    key = kube.get("v1", "Secret", pool.namespace, engine_pool_api_key_secret(pool.pool))
+    if secret is None or key is None:
         return []
     headers = bearer(base64.b64decode(secret["data"]["token"]).decode())
+    engine_headers = bearer(base64.b64decode(key["data"]["token"]).decode())
     placement = ClusterPlacement(pool.namespace)
     unloaded: list[str] = []
-    with httpx.Client(timeout=TIMEOUT_S) as http:
+    with httpx.Client(timeout=TIMEOUT_S, headers=engine_headers) as http:
         for replica in range(pool.engine.replicas):
             server, store = placement.engine_pool_urls(pool.pool, replica)
             fill = {"pool": pool.pool, "namespace": pool.namespace, "replica": replica}

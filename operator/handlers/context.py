@@ -28,7 +28,7 @@ from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.handlers.apply import Kube, path
 from harnessrl.operator.handlers.cache import ChildCache, KindKey, OnChange
 from harnessrl.operator.handlers.metrics import OperatorMetrics, PoolUsages, Usages
-from harnessrl.operator.leader import Elector, LeaderElection
+from harnessrl.operator.leader import Elector, LeaderElection, default_namespace
 from harnessrl.operator.plan import Images
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from kubernetes.client.exceptions import ApiException
@@ -54,6 +54,8 @@ class OperatorOptions(BaseModel):
     namespaces: list[str] = Field(default_factory=list, description="the watched namespaces; empty: all")
     request_timeout_s: float = Field(10.0, gt=0)
     leader_election: LeaderElection | None = Field(None, description="None: this replica always reconciles")
+    # The runs' and pools' NetworkPolicies admit the operator's Pods in this namespace only (kube/network.py).
+    operator_namespace: str = Field(default_factory=default_namespace, min_length=1, max_length=63)
 
 
 class Backoff:

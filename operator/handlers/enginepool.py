@@ -8,6 +8,7 @@ servers the pool now has."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 
@@ -50,9 +51,11 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"], kind=KIND)
     try:
-        ensure_child(kube, engine.store_secret(plan, owner, secrets.token_urlsafe(32)))  # generated once and kept
-        gate = admission.gate(kube, plan, owner, engine.pool_manifests) if spec.queue_name else None
-        for manifest in engine.pool_manifests(gate.plan if gate else plan, owner):
+        for generated in (engine.store_secret, engine.api_key_secret):  # generated once and kept
+            ensure_child(kube, generated(plan, owner, secrets.token_urlsafe(32)))
+        rendering = functools.partial(engine.pool_manifests, operator_namespace=ctx.options.operator_namespace)
+        gate = admission.gate(kube, plan, owner, rendering) if spec.queue_name else None
+        for manifest in rendering(gate.plan if gate else plan, owner):
             ensure_child(kube, manifest)
     except (ChildRefused, ChildConflict) as refused:
         log.warning("EnginePool %s/%s: %s", namespace, name, refused)

@@ -7,6 +7,8 @@ No finalizer is ever added, so deleting a run never waits for the operator.
 
 from __future__ import annotations
 
+import base64
+import functools
 import logging
 import secrets
 import socket
@@ -31,6 +33,7 @@ from harnessrl.operator.handlers.apply import (
     ensure_child,
     owner_uid,
 )
+from harnessrl.operator.handlers.claims import claim_holder
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
     Event,
@@ -41,7 +44,7 @@ from harnessrl.operator.handlers.status import (
     run_status,
     transitions,
 )
-from harnessrl.operator.kube import Owner, learner, proxy, render
+from harnessrl.operator.kube import Owner, engine, learner, proxy, render
 from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN, selector
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
@@ -51,6 +54,7 @@ from harnessrl.operator.plan import (
     PlanError,
     build_plan,
     child_name,
+    engine_pool_store_secret,
     pool_names,
     pool_share,
 )
@@ -190,13 +194,22 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         _finish(kube, body, old, blocked_status(generation, old, R.KUEUE_NOT_INSTALLED, missing))
         return
     owner = Owner(name=name, uid=body["metadata"]["uid"])
+    if plan.checkpoint_claim is not None:
+        claim = kube.get("v1", "PersistentVolumeClaim", namespace, plan.checkpoint_claim)
+        held = claim_holder(claim, name, owner.uid, kube.list_objects(API_VERSION, KIND, namespace, {}))
+        if held is not None:
+            message = (f"spec.learner.checkpointClaimName: claim {plan.checkpoint_claim} belongs to {held}, which "
+                       "is still live: name a claim of your own, or one a deleted run retained")
+            _finish(kube, body, old, blocked_status(generation, old, R.CHECKPOINT_CLAIM_IN_USE, message))
+            return
     key = (namespace, name)
     version = (owner.uid, generation)
     if not ctx.refusals.due(key, version):
         return  # a child was refused for this generation; wait out the backoff (the condition says why)
     try:
-        gate = admission.gate(kube, plan, owner, render) if spec.queue_name else None
-        applied = apply_children(kube, gate.plan if gate else plan, owner)
+        rendering = functools.partial(render, operator_namespace=ctx.options.operator_namespace)
+        gate = admission.gate(kube, plan, owner, rendering) if spec.queue_name else None
+        applied = apply_children(kube, gate.plan if gate else plan, owner, ctx.options.operator_namespace)
     except (ChildRefused, ChildConflict) as refused:
         # Refused: only a spec change cures it. Conflict: so does the other object going away; both retry with backoff.
         delay = ctx.refusals.failed(key, version)
@@ -244,7 +257,7 @@ class Applied(NamedTuple):
     deferred: list[str]  # what a running child takes only when it next starts (apply.deferred_change)
 
 
-def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Applied:
+def apply_children(kube: Kube, plan: Plan, owner: Owner, operator_namespace: str) -> Applied:
     """Converge every child on the plan."""
     kinds = child_kinds(plan)
     snapshot = kube.snapshot(plan.namespace, {RUN: plan.run}, kinds)
@@ -252,9 +265,11 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Applied:
     # and the runner token (learner checks, runners send).
     for generated in (proxy.admin_secret, learner.runner_secret):
         ensure_child(kube, generated(plan, owner, secrets.token_urlsafe(32)))
+    if plan.engine_pool is not None:
+        ensure_store_credential(kube, plan, owner, plan.engine_pool)
     changed = False
     replaced: list[Event] = []
-    manifests = render(plan, owner)
+    manifests = render(plan, owner, operator_namespace)
     for manifest in manifests:
         outcome = ensure_child(kube, manifest, snapshot)
         changed |= outcome.action != "unchanged"
@@ -275,6 +290,15 @@ def apply_children(kube: Kube, plan: Plan, owner: Owner) -> Applied:
                 if (live := snapshot.get((m["apiVersion"], m["kind"], m["metadata"]["name"]))) is not None
                 and (why := deferred_change(m, live)) is not None]
     return Applied(snapshot, replaced, deferred)
+
+
+def ensure_store_credential(kube: Kube, plan: Plan, owner: Owner, pool: str) -> None:
+    """The run's own credential at its EnginePool's adapter stores, derived from the pool's token once the pool has
+    made it (until then the learner's Pod waits for the Secret)."""
+    secret = kube.get("v1", "Secret", plan.namespace, engine_pool_store_secret(pool))
+    if secret is not None:
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        ensure_child(kube, engine.run_store_credential(plan, owner, token))
 
 
 def child_kinds(plan: Plan) -> list[tuple[str, str]]:

@@ -14,9 +14,10 @@ from harnessrl.operator.plan import Plan
 __all__ = ["Manifest", "Owner", "render"]
 
 
-def render(plan: Plan, owner: Owner) -> list[Manifest]:
-    """Every manifest of the run, in a workable creation order (configs and services before workloads)."""
+def render(plan: Plan, owner: Owner, operator_namespace: str = network.DEFAULT_OPERATOR_NAMESPACE) -> list[Manifest]:
+    """Every manifest of the run, in a workable creation order (configs and services before workloads).
+    `operator_namespace`: where the operator runs (its Pods alone may read the learner's status)."""
     out = [*engine.manifests(plan, owner), *proxy.manifests(plan, owner), *learner.manifests(plan, owner)]
     for component in plan.runners:
         out += runner.manifests(plan, owner, component)
-    return [*out, *network.manifests(plan, owner)]
+    return [*out, *network.manifests(plan, owner, operator_namespace)]

@@ -29,7 +29,7 @@ from harnessrl.operator.kube.common import (
     volumes_and_mounts,
     writable_scratch,
 )
-from harnessrl.operator.kube.network import OPERATOR
+from harnessrl.operator.kube.network import DEFAULT_OPERATOR_NAMESPACE, operator_peer
 from harnessrl.operator.kube.storage import engine_model
 from harnessrl.operator.plan import (
     AdapterStorePlan,
@@ -37,8 +37,11 @@ from harnessrl.operator.plan import (
     ComponentKind,
     EnginePoolPlan,
     Plan,
+    engine_pool_api_key_secret,
     engine_pool_store_secret,
+    run_store_secret,
 )
+from harnessrl.runtime.engine.adapter_store import run_credential
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_command
 
@@ -53,7 +56,9 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
     return servers(plan, owner, plan.engine, plan.adapter_store, plan.spec.model.base)
 
 
-def pool_manifests(pool: EnginePoolPlan, owner: Owner) -> list[Manifest]:
+def pool_manifests(
+    pool: EnginePoolPlan, owner: Owner, operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
+) -> list[Manifest]:
     """An EnginePool's servers, and the NetworkPolicy that lets only its runs' proxies and learners reach them (and
 the operator, which unloads the adapters of runs that are gone: handlers/adapters.py)."""
     runs = [{"podSelector": {"matchLabels": {ENGINE_POOL_LABEL: pool.pool, COMPONENT: str(kind)}}}
@@ -65,7 +70,7 @@ the operator, which unloads the adapters of runs that are gone: handlers/adapter
         "spec": {
             "podSelector": {"matchLabels": selector(pool.pool, pool.engine.kind)},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [*runs, OPERATOR]}],
+            "ingress": [{"from": [*runs, operator_peer(operator_namespace)]}],
         },
     }
     return [*servers(pool, owner, pool.engine, pool.adapter_store, pool.spec.model.base), policy]
@@ -74,6 +79,18 @@ the operator, which unloads the adapters of runs that are gone: handlers/adapter
 def store_secret(pool: EnginePoolPlan, owner: Owner, token: str) -> Manifest:
     """The token of an EnginePool's adapter stores (generated once): its runs' learners upload with it."""
     return token_secret(pool, owner, engine_pool_store_secret(pool.pool), ComponentKind.ENGINE_POOL, token)
+
+
+def api_key_secret(pool: EnginePoolPlan, owner: Owner, key: str) -> Manifest:
+    """The API key an EnginePool's vLLM servers require (generated once): only its servers, the operator and its
+    runs' proxies and learners hold it."""
+    return token_secret(pool, owner, engine_pool_api_key_secret(pool.pool), ComponentKind.ENGINE_POOL, key)
+
+
+def run_store_credential(plan: Plan, owner: Owner, pool_token: str) -> Manifest:
+    """A run's own credential at its EnginePool's adapter stores, from the pool's token (which stays with the pool
+    and the operator): it writes and deletes only the run's adapters."""
+    return token_secret(plan, owner, run_store_secret(plan.run), ComponentKind.LEARNER, run_credential(pool_token, plan.run))
 
 
 def servers(
@@ -143,7 +160,7 @@ def adapter_store_container(store: AdapterStorePlan, token_mount: Manifest) -> M
         "ports": [{"name": "adapters", "containerPort": store.port, "protocol": "TCP"}],
         "volumeMounts": [{"name": "adapters", "mountPath": ADAPTER_DIR}, token_mount],
         "readinessProbe": probe,
-        # An upload is held in memory while it is unpacked: room for a few hundred MB of adapter.
-        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "2Gi"}},
+        # Uploads stream to the adapters volume: memory holds one chunk at a time.
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         "securityContext": READ_ONLY_ROOT,
     }

@@ -4,25 +4,37 @@ metrics scrapers. (The kubernetes sandbox also adds one per rollout; this run-wi
 Pure.
 
 Defence in depth: every API is authenticated too. Scrapers are Pods in namespaces a cluster admin labels
-METRICS_SCRAPER=true (tenants cannot label namespaces); the operator by its Pod's label (the chart sets it)."""
+METRICS_SCRAPER=true (tenants cannot label namespaces); the operator by its Pod's label (the chart sets it) *and*
+its namespace's name (`kubernetes.io/metadata.name`, which the API server sets and nobody can change): a tenant's
+own Pod labelled as the operator matches neither peer. DNS is the cluster's DNS Pods in kube-system only."""
 
 from __future__ import annotations
 
 from harnessrl.operator.kube.common import COMPONENT, RUN, Manifest, Owner, metadata, selector
-from harnessrl.operator.plan import ComponentKind, Plan
+from harnessrl.operator.plan import Component, ComponentKind, Plan
 from harnessrl.runtime.harness.sandboxes.kubernetes import tcp_ports
 
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 METRICS_SCRAPER = "harnessrl.io/metrics-scraper"
 SCRAPERS: Manifest = {"namespaceSelector": {"matchLabels": {METRICS_SCRAPER: "true"}}}
-OPERATOR: Manifest = {"namespaceSelector": {}, "podSelector": {"matchLabels": {COMPONENT: "operator"}}}  # the chart's
+NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace: cannot be forged
+DEFAULT_OPERATOR_NAMESPACE = "harnessrl-system"  # the chart's documented namespace; the operator passes its own
+# The cluster's DNS (CoreDNS and kube-dns both carry k8s-app=kube-dns): the only port-53 peer a sandbox has.
+CLUSTER_DNS: Manifest = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: "kube-system"}},
+                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+
+
+def operator_peer(namespace: str) -> Manifest:
+    """The operator's Pods (the chart labels them) in the operator's own namespace, and nowhere else."""
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: namespace}},
+            "podSelector": {"matchLabels": {COMPONENT: "operator"}}}
 
 
 def sandbox_selector(plan: Plan) -> dict[str, str]:
     return {RUN: plan.run, COMPONENT: "sandbox"}
 
 
-def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
+def manifests(plan: Plan, owner: Owner, operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE) -> list[Manifest]:
     proxy_ports = [p.port for p in plan.proxy.ports]
     sandboxes = {
         "apiVersion": "networking.k8s.io/v1",
@@ -39,13 +51,14 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
                     # The replica's port and its workers' own ports after it (a session is served at its worker's).
                     "ports": [tcp_ports(min(proxy_ports), max(proxy_ports))],
                 },
-                {"to": [{"namespaceSelector": {}}], "ports": DNS_PORTS},
+                {"to": [CLUSTER_DNS], "ports": DNS_PORTS},
             ],
         },
     }
     # A run on an EnginePool reaches the pool's servers, whose own policy admits it (kube/engine.py).
     engine = [engine_ingress(plan, owner, plan.engine.ports[0].port)] if plan.engine is not None else []
-    return [sandboxes, *engine, proxy_ingress(plan, owner), learner_ingress(plan, owner)]
+    runners = [runner_ingress(plan, owner, runner) for runner in plan.runners]
+    return [sandboxes, *engine, proxy_ingress(plan, owner), learner_ingress(plan, owner, operator_namespace), *runners]
 
 
 def engine_ingress(plan: Plan, owner: Owner, port: int) -> Manifest:
@@ -83,11 +96,25 @@ def proxy_ingress(plan: Plan, owner: Owner) -> Manifest:
     return _ingress(plan, owner, ComponentKind.PROXY, [{"from": [*peers, SCRAPERS], "ports": ports}])
 
 
-def learner_ingress(plan: Plan, owner: Owner) -> Manifest:
+def runner_ingress(plan: Plan, owner: Owner, runner: Component) -> Manifest:
+    """A runner serves nothing but its /metrics (to scrapers): no other Pod reaches it. Each pool's runners have
+    their own policy (their own name), selecting the run's runners of that pool."""
+    ports = [{"protocol": "TCP", "port": p.port} for p in runner.ports]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(plan, owner, runner.name, runner.kind, runner.pool),
+        "spec": {"podSelector": {"matchLabels": selector(plan.run, runner.kind, runner.pool)},
+                 "policyTypes": ["Ingress"],
+                 "ingress": [{"from": [SCRAPERS], "ports": ports}] if ports else []},
+    }
+
+
+def learner_ingress(plan: Plan, owner: Owner, operator_namespace: str) -> Manifest:
     """The coordinator takes leases and completions from runners, status reads from the operator and scrapes;
     the learner's other nodes (rendezvous, collectives) and the engines (NCCL weight transfer) reach any port."""
     coordinator = [{"protocol": "TCP", "port": plan.learner.ports[0].port}]
     return _ingress(plan, owner, ComponentKind.LEARNER, [
-        {"from": [_pods(plan, ComponentKind.RUNNER), OPERATOR, SCRAPERS], "ports": coordinator},
+        {"from": [_pods(plan, ComponentKind.RUNNER), operator_peer(operator_namespace), SCRAPERS], "ports": coordinator},
         {"from": [_pods(plan, ComponentKind.LEARNER), _pods(plan, ComponentKind.ENGINE)]},
     ])

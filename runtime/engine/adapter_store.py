@@ -9,20 +9,31 @@ shares with vLLM, and the learner then loads it from there:
     DELETE /adapters/{name}                                          -> 204
     GET    /healthz
 
-Writes need `Authorization: Bearer <token>` (the run's proxy admin token, a Secret the learner already holds).
-An upload lands in a temporary directory and is renamed into place, so vLLM never reads half an adapter.
+Writes need `Authorization: Bearer <credential>`. The store's own token (a run's proxy admin token, or an
+EnginePool's store token that only the operator holds) writes any name. On an EnginePool each run gets its own
+credential, `run_credential(token, run)` (the operator puts it in the run's Secret): it writes and deletes only
+that run's adapters, `<run>-v<N>`, so one run cannot replace or remove another's.
+
+An upload streams to a file on the store's volume (never held in memory), then is unpacked into a temporary
+directory and renamed into place, so vLLM never reads half an adapter. The tar must be uncompressed (as
+`adapter_tar` writes it: safetensors do not shrink) and its members may not add up to more than the upload itself
+(nor `MAX_MEMBERS` files): a small archive cannot unpack into a large tree.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hashlib
 import hmac
 import io
 import logging
+import os
 import re
 import shutil
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 from fastapi import FastAPI, Header, HTTPException, Request, Response
@@ -31,7 +42,29 @@ from pydantic import BaseModel, Field
 log = logging.getLogger(__name__)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-MAX_UPLOAD_BYTES = 2 * 1024**3  # LoRA adapters are megabytes to a few hundred; the upload is held in memory
+MAX_UPLOAD_BYTES = 2 * 1024**3  # LoRA adapters are megabytes to a few hundred
+MAX_MEMBERS = 1000  # an adapter is a handful of files
+COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd magic
+
+
+def run_credential(token: str, run: str) -> str:
+    """The store credential of one run on an EnginePool: its name and a MAC of it under the store's token."""
+    return f"{run}.{_mac(token, run)}"
+
+
+def _mac(token: str, run: str) -> str:
+    return hmac.new(token.encode(), f"adapter-store/{run}".encode(), hashlib.sha256).hexdigest()
+
+
+def run_of(token: str, given: str) -> str | None:
+    """The run a per-run credential belongs to, or None when it is not one the store's token made."""
+    run, _, mac = given.rpartition(".")
+    return run if run and hmac.compare_digest(mac.encode(), _mac(token, run).encode()) else None
+
+
+def owned(run: str, name: str) -> bool:
+    """A run's adapters are `<run>-v<N>` (handlers/adapters.py relies on the same form)."""
+    return re.fullmatch(rf"{re.escape(run)}-v\d+", name) is not None
 
 
 class StoredAdapter(BaseModel):
@@ -52,10 +85,16 @@ def create_app(root: Path, token: str) -> FastAPI:
     root.mkdir(parents=True, exist_ok=True)
     app = FastAPI(title="harnessrl adapter store")
 
-    def authorize(authorization: str | None) -> None:
+    def authorize(authorization: str | None, name: str) -> None:
         scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode()):
+            return
+        run = run_of(token, given) if scheme.lower() == "bearer" else None
+        if run is None:
             raise HTTPException(status_code=401, detail="a valid bearer token is required")
+        if not owned(run, name):
+            raise HTTPException(status_code=403, detail=f"this credential writes only run {run}'s adapters "
+                                                        f"({run}-v<N>), not {name}")
 
     def checked(name: str) -> str:
         if re.fullmatch(NAME_PATTERN, name) is None:
@@ -68,34 +107,56 @@ def create_app(root: Path, token: str) -> FastAPI:
 
     @app.put("/adapters/{name}", response_model=StoredAdapter)
     async def put(name: str, request: Request, authorization: str | None = Header(None)) -> StoredAdapter:
-        authorize(authorization)
-        checked(name)
+        authorize(authorization, checked(name))  # before a byte of the body is read
         if int(request.headers.get("content-length") or 0) > MAX_UPLOAD_BYTES:
             raise HTTPException(status_code=413, detail=f"adapter upload over {MAX_UPLOAD_BYTES} bytes")
-        body = await request.body()
-        if len(body) > MAX_UPLOAD_BYTES:
-            raise HTTPException(status_code=413, detail=f"adapter upload over {MAX_UPLOAD_BYTES} bytes")
-        staging, target = root / f".{name}.tmp", root / name
-        shutil.rmtree(staging, ignore_errors=True)
+        fd, upload = tempfile.mkstemp(dir=root, prefix=".upload-")
         try:
-            with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tar:
-                # The "data" filter refuses absolute paths, `..`, links out of the directory and device files.
-                tar.extractall(staging, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise HTTPException(status_code=400, detail=f"not a usable adapter tar: {exc}") from None
+            size = 0
+            with os.fdopen(fd, "wb") as out:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_UPLOAD_BYTES:
+                        raise HTTPException(status_code=413, detail=f"adapter upload over {MAX_UPLOAD_BYTES} bytes")
+                    out.write(chunk)
+            staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}."))
+            try:
+                await asyncio.to_thread(unpack, Path(upload), size, staging)
+            except (tarfile.TarError, OSError, ValueError) as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise HTTPException(status_code=400, detail=f"not a usable adapter tar: {exc}") from None
+        finally:
+            os.unlink(upload)
+        target = root / name
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-        log.info("stored adapter %s (%d bytes)", name, len(body))
+        log.info("stored adapter %s (%d bytes)", name, size)
         return StoredAdapter(name=name, path=str(target.resolve()))
 
     @app.delete("/adapters/{name}", status_code=204)
     async def delete(name: str, authorization: str | None = Header(None)) -> Response:
-        authorize(authorization)
-        shutil.rmtree(root / checked(name), ignore_errors=True)
+        authorize(authorization, checked(name))
+        shutil.rmtree(root / name, ignore_errors=True)
         return Response(status_code=204)
 
     return app
+
+
+def unpack(upload: Path, size: int, staging: Path) -> None:
+    """Unpack the uploaded tar into `staging`, refusing compression and members that add up to more than the
+    upload (what a decompression bomb or a sparse member would need)."""
+    with upload.open("rb") as f:
+        if f.read(6).startswith(COMPRESSED):
+            raise ValueError("a compressed tar is refused: send it uncompressed (as adapter_tar writes it)")
+    with tarfile.open(upload, mode="r:") as tar:  # "r:": uncompressed only
+        members = tar.getmembers()
+        if len(members) > MAX_MEMBERS:
+            raise ValueError(f"{len(members)} members, over {MAX_MEMBERS}")
+        unpacked = sum(m.size for m in members)
+        if unpacked > size or any(m.issparse() for m in members):
+            raise ValueError(f"its members hold {unpacked} bytes, more than the {size}-byte upload")
+        # The "data" filter refuses absolute paths, `..`, links out of the directory and device files.
+        tar.extractall(staging, members=members, filter="data")
 
 
 def main(argv: list[str]) -> int:

@@ -237,6 +237,8 @@ class EngineLink(_Cfg):
     # (runtime/engine/adapter_store.py), in the order of `urls`; each adapter is uploaded there, then loaded.
     adapter_stores: list[str] = Field(default_factory=list, max_length=256)
     adapter_store_token_file: Path | None = None
+    # The engines' API key, where they require one (an EnginePool's: runtime/engine/api_key.py).
+    api_key_file: Path | None = None
 
     @field_validator("urls", "adapter_stores")
     @classmethod

@@ -23,6 +23,7 @@ import httpx
 from harnessrl.runtime.contracts.client import bearer
 from harnessrl.runtime.contracts.proxy import PolicyState, ProxyClient, SequencesResponse
 from harnessrl.runtime.engine.adapter_store import StoredAdapter, adapter_tar
+from harnessrl.runtime.engine.api_key import engine_headers
 from harnessrl.runtime.engine.lora import (
     LoraEndpointError,
     load_lora_adapter,
@@ -59,7 +60,7 @@ class LoraSync:
         self.sync_dir = sync_dir
         # Adapters kept loaded: the new one plus a few that in-flight calls may still name.
         self.keep = keep
-        self.client = httpx.Client(timeout=engine.request_timeout_s)
+        self.client = httpx.Client(timeout=engine.request_timeout_s, headers=engine_headers(engine.api_key_file))
 
     def publish(self, model: Any, version: int) -> PolicyState:
         name = adapter_name(self.served, version)

@@ -75,6 +75,8 @@ class ProxyConfig(BaseModel):
     # File holding the run's runner token: it opens the session routes a runner needs (create, read, close a
     # session) and nothing else, so runner pods hold no admin credential. None: the admin token only.
     runner_token_file: Path | None = None
+    # File holding the engines' API key (an EnginePool's servers require one: runtime/engine/api_key.py).
+    engine_api_key_file: Path | None = None
     journal_dir: Path
     session_ttl_s: float = Field(6 * 3600.0, gt=0)
     call_budget_default: int = Field(200, ge=1, le=100_000)

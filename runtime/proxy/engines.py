@@ -198,13 +198,14 @@ class EngineClient:
     reached; the caller may move to another engine only before anything was sent to the harness); silence past a
     timeout raises `TimeoutError`; engine error answers raise via `classify_upstream_error`."""
 
-    def __init__(self, client: UpstreamPool, retry_after_s: float) -> None:
+    def __init__(self, client: UpstreamPool, retry_after_s: float, auth: dict[str, str] | None = None) -> None:
         self._client = client
         self._retry_after_s = retry_after_s
+        self._headers = _JSON_HEADERS | (auth or {})  # auth: the engines' API key, where they require one
 
     async def _post(self, url: str, body: bytes) -> UpstreamResponse:
         """POST a JSON body; the response is open (status checked) and must be released by the caller."""
-        response = await self._client.request("POST", url, body, _JSON_HEADERS)
+        response = await self._client.request("POST", url, body, self._headers)
         if response.status != 200:
             try:
                 raw = await response.read()
@@ -273,7 +274,7 @@ class EngineClient:
         `token_ids`: the templated prompt). None when the engine does not serve it (started without
         `--enable-scale-out`, or not vLLM); it is then not asked again."""
         response = await self._client.request("POST", f"{engine.url}/v1/chat/completions/render", body,
-                                              _JSON_HEADERS)
+                                              self._headers)
         try:
             raw = await response.read()
         finally:

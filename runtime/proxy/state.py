@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harnessrl.runtime.contracts.proxy import CreateSessionRequest, PolicyState
+from harnessrl.runtime.engine.api_key import engine_headers
 from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.engines import EngineClient, EnginePool, make_client
 from harnessrl.runtime.proxy.gc_policy import COLLECTOR
@@ -153,7 +154,7 @@ def build_state(config: ProxyConfig, role: WorkerRole | None) -> ProxyState:
         journal=Journal(path, fsync=config.journal_fsync),
         pool=EnginePool.from_urls([str(u) for u in config.upstream_urls]),
         http=http,
-        client=EngineClient(http, config.admission.retry_after_s),
+        client=EngineClient(http, config.admission.retry_after_s, engine_headers(config.engine_api_key_file)),
         metrics=metrics,
         role=role,
         relay_ports=role.ports if role is not None else proxy_ports(config),

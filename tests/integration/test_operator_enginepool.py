@@ -22,7 +22,7 @@ import yaml
 from harnessrl.operator.handlers import Context, OperatorOptions, build_registry
 from harnessrl.operator.kube.common import labels
 from harnessrl.operator.plan import ComponentKind
-from harnessrl.runtime.engine.adapter_store import adapter_tar, create_app
+from harnessrl.runtime.engine.adapter_store import adapter_tar, create_app, run_credential
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -145,6 +145,11 @@ def test_two_runs_share_one_pool_and_follow_its_servers(operator: Any) -> None:
         learner = config_of(operator, f"{run}-learner-config")
         assert learner["model"]["adapter_prefix"] == run
         assert learner["engine"]["adapter_stores"] == ["http://shared-enginepool-0.shared-enginepool.default.svc:8001"]
+        # Each run's learner holds its own store credential (writes only its adapters), not the pool's token.
+        own = operator.wait_for(lambda run=run: operator.get("v1", "Secret", f"{run}-adapter-store", namespace=NS),
+                                timeout=15)
+        pool_token = base64.b64decode(operator.get("v1", "Secret", "shared-enginepool-store", namespace=NS)["data"]["token"])
+        assert base64.b64decode(own["data"]["token"]).decode() == run_credential(pool_token.decode(), run)
         # Not ready until the pool's servers are.
         wait_condition(operator, run, "EngineReady", "False", "ReplicasNotReady")
 

@@ -218,7 +218,8 @@ def test_example_trainingrun_creates_exactly_the_expected_children(operator: Any
     }
     for pool in ("claude-code", "codex", "mini-swe-agent", "gemini-cli"):  # gemini-cli: evaluated under only
         name = f"{run}-{pool}-runner"
-        expected |= {("ConfigMap", f"{name}-config"), ("ServiceAccount", name), ("Deployment", name)}
+        expected |= {("ConfigMap", f"{name}-config"), ("ServiceAccount", name), ("Deployment", name),
+                     ("NetworkPolicy", name)}
         pool_spec = yaml.safe_load((ROOT / "examples" / "harnesspools" / f"{pool}.yaml").read_text())["spec"]
         if "kubernetes" in pool_spec.get("sandbox", {"kubernetes": {}}):
             # Only a kubernetes-sandbox pool gets RBAC (to create, exec into and delete sandbox Pods).
@@ -847,6 +848,28 @@ def test_checkpoints_are_retained_after_deletion_and_never_taken_over(operator: 
                       == [second])
     operator.delete(*TR, "run-a", namespace=NS)
     assert operator.get(*claim, namespace=NS) is None
+
+
+def test_a_run_cannot_take_another_live_runs_checkpoint_claim(operator: Any) -> None:
+    """Run B names run A's checkpoint claim in checkpointClaimName while A lives: B would resume from A's checkpoints
+    and prune them. B is refused with a condition and gets no learner; once A is deleted (its claim retained), B
+    resumes from it, as checkpointClaimName is for."""
+    apply_pools(operator, "mini-swe-agent")
+    a_uid = operator.apply(small_run("run-a"))[0]["metadata"]["uid"]
+    operator.wait_for(lambda: operator.get("v1", "PersistentVolumeClaim", "run-a-checkpoints", namespace=NS))
+    operator.apply(small_run("run-b", learner={"checkpointClaimName": "run-a-checkpoints"}))
+    cond = wait_condition(operator, "run-b", "Ready", "False", "CheckpointClaimInUse")
+    assert f"claim run-a-checkpoints belongs to TrainingRun run-a (uid {a_uid}), which is still live" in cond["message"]
+    assert operator.get("batch/v1", "Job", "run-b-learner", namespace=NS) is None
+    # Nor through the label of A's other volumes (a claim labelled harnessrl.io/run=run-a).
+    operator.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+        "name": "journal-run-a-proxy-0", "namespace": NS, "labels": {"harnessrl.io/run": "run-a"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    operator.apply(small_run("run-c", learner={"checkpointClaimName": "journal-run-a-proxy-0"}))
+    wait_condition(operator, "run-c", "Ready", "False", "CheckpointClaimInUse")
+    # A is gone, its claim retained: B may resume from it.
+    operator.delete(*TR, "run-a", namespace=NS)
+    operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-b-learner", namespace=NS), timeout=30)
 
 
 def as_an_older_operator_made_it(live: dict[str, Any]) -> dict[str, Any]:

@@ -95,8 +95,9 @@ def test_a_pool_serves_lora_with_an_adapter_store_beside_each_server_and_admits_
     runs, operator = policy["ingress"][0]["from"][:2], policy["ingress"][0]["from"][2:]
     assert [peer["podSelector"]["matchLabels"] for peer in runs] == [
         {"harnessrl.io/engine-pool": "qwen3-8b", "harnessrl.io/component": c} for c in ("proxy", "learner")]
-    # The operator's Pod (any namespace: the chart's), which unloads the adapters of runs that are gone.
-    assert operator == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}]
+    # The operator's Pods in the operator's namespace, which unload the adapters of runs that are gone.
+    assert operator == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "harnessrl-system"}},
+                         "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}]
 
 
 def test_a_run_on_a_pool_has_no_engine_and_samples_the_pools_servers_under_its_own_name() -> None:
@@ -112,8 +113,9 @@ def test_a_run_on_a_pool_has_no_engine_and_samples_the_pools_servers_under_its_o
     assert learner.engine.urls == servers and learner.engine.adapter_stores == stores
     assert learner.engine.adapter_store_token_file == Path(CLUSTER_PATHS["adapter-store-token"])
     assert learner.model.served_name == "qwen3-8b" and learner.model.adapter_name_prefix == "team-a-codex"
+    # The run's own store credential (it writes only the run's adapters), never the pool's token.
     assert [s.secret for s in plan.learner.secrets if s.path == CLUSTER_PATHS["adapter-store-token"]] == [
-        "qwen3-8b-enginepool-store"]
+        "team-a-codex-adapter-store"]
     # The pool's servers set the context length the learner plans for.
     assert learner.grpo.dr_grpo_tokens == 65536
 
@@ -233,3 +235,31 @@ def test_a_pool_kueue_holds_back_says_so_and_so_do_its_runs() -> None:
     admitted = engine_pool_status(1, status, servers | {"spec": {"replicas": 2}}, [], [], QueueState(admitted=True))
     assert admitted.conditions[0].reason == R.REPLICAS_NOT_READY
     assert engine_pool_held("qwen3-8b", {"status": admitted.model_dump(mode="json", by_alias=True)}) is None
+
+
+def test_a_pools_servers_require_a_key_that_only_its_runs_proxies_and_learners_hold() -> None:
+    """vLLM checks VLLM_API_KEY on /v1 (runtime LoRA load and unload among it): the pool's servers get it from the
+    pool's Secret, and of a run on the pool only the proxy and the learner mount it (runners and sandboxes never)."""
+    plan = pool_plan()
+    out = by_name(engine.pool_manifests(plan, POOL_OWNER))
+    vllm, store = out[("StatefulSet", "qwen3-8b-enginepool")]["spec"]["template"]["spec"]["containers"]
+    (key,) = [e for e in vllm["env"] if e["name"] == "VLLM_API_KEY"]
+    assert key["valueFrom"]["secretKeyRef"] == {"name": "qwen3-8b-enginepool-api-key", "key": "token"}
+    assert "env" not in store or all(e["name"] != "VLLM_API_KEY" for e in store["env"])
+    secret = engine.api_key_secret(plan, POOL_OWNER, "k3y")
+    assert secret["metadata"]["name"] == "qwen3-8b-enginepool-api-key"
+    assert secret["metadata"]["ownerReferences"] == [POOL_OWNER.reference()]
+
+    run = by_name(render(run_plan(), RUN_OWNER))
+    holders = {}
+    for (kind, name), manifest in run.items():
+        if kind in ("StatefulSet", "Job", "Deployment"):
+            volumes = manifest["spec"]["template"]["spec"].get("volumes", [])
+            holders[name] = any((v.get("secret") or {}).get("secretName") == "qwen3-8b-enginepool-api-key"
+                                for v in volumes)
+    assert holders == {"team-a-codex-proxy": True, "team-a-codex-learner": True, "team-a-codex-codex-runner": False}
+    key_file = CLUSTER_PATHS["engine-api-key"]
+    assert yaml.safe_load(run[("ConfigMap", "team-a-codex-proxy-config")]["data"]["config.yaml"])[
+        "engine_api_key_file"] == key_file
+    assert yaml.safe_load(run[("ConfigMap", "team-a-codex-learner-config")]["data"]["config.yaml"])["engine"][
+        "api_key_file"] == key_file

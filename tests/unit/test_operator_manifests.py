@@ -107,6 +107,8 @@ def test_selectors_use_only_the_operators_own_labels(variant: str) -> None:
         assert "app.kubernetes.io/instance" not in manifest["metadata"]["labels"], (kind, name)
         for selector in selectors(manifest):
             seen += 1
+            if selector == {"k8s-app": "kube-dns"}:  # a peer: the cluster's DNS Pods, by the cluster's own label
+                continue
             assert selector and all(k.startswith("harnessrl.io/") or k.startswith("batch.kubernetes.io/")
                                     for k in selector), (kind, name, selector)
     assert seen >= 8
@@ -275,7 +277,9 @@ def test_only_the_runs_own_pods_reach_its_learner_and_proxy() -> None:
     coordinator, peers = learner["ingress"]
     assert coordinator["ports"] == [{"protocol": "TCP", "port": 8090}]
     assert coordinator["from"][0] == json.loads(json.dumps(run) % "runner") and coordinator["from"][2] == scrapers
-    assert coordinator["from"][1] == {"namespaceSelector": {}, "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}
+    # The operator's Pods in its own namespace (the default one here), not any Pod labelled as the operator.
+    assert coordinator["from"][1] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "harnessrl-system"}},
+                                      "podSelector": {"matchLabels": {"harnessrl.io/component": "operator"}}}
     assert peers == {"from": [json.loads(json.dumps(run) % k) for k in ("learner", "engine")]}  # any port
     # Without an E2B pool, the proxy takes calls only from the run's sandboxes, runners, learner and replicas.
     m = manifests(harnesses=[{"pool": "codex"}], eval=None)
@@ -548,8 +552,8 @@ def test_drains_spend_no_restart_budget_and_the_deadline_bounds_the_learner() ->
 
 def test_two_tenants_runs_of_one_name_reach_only_their_own_namespace() -> None:
     """Team A and team B each run `shared` (no E2B pool): every network peer, URL, Secret and RBAC subject of
-    A's run is A's own. Cross-namespace peers are only the operator's Pod, admin-labelled scraper namespaces
-    and DNS. (Tokens are generated per run by the operator; the coordinator and proxy refuse another's, see
+    A's run is A's own. Cross-namespace peers are only the operator's Pods in its namespace, admin-labelled
+    scraper namespaces and the cluster's DNS Pods. (Tokens are generated per run by the operator; the coordinator and proxy refuse another's, see
     tests/integration/test_learner_coordinator.py and test_proxy_bad_input.py.)"""
     spec = TrainingRunSpec.model_validate(EXAMPLE["spec"] | {"harnesses": [{"pool": "codex"}], "eval": None})
     for ns in ("tenant-a", "tenant-b"):
@@ -564,9 +568,11 @@ def test_two_tenants_runs_of_one_name_reach_only_their_own_namespace() -> None:
                         cross.append(peer)
                     else:  # the same namespace, and the run's own Pods only
                         assert peer["podSelector"]["matchLabels"]["harnessrl.io/run"] == "shared", peer
-        assert all(p.get("podSelector") == {"matchLabels": {"harnessrl.io/component": "operator"}}
-                   or p["namespaceSelector"] in ({"matchLabels": {"harnessrl.io/metrics-scraper": "true"}}, {})
-                   for p in cross), cross
+        named = [p["namespaceSelector"]["matchLabels"].get("kubernetes.io/metadata.name") for p in cross]
+        assert all(p["namespaceSelector"] == {"matchLabels": {"harnessrl.io/metrics-scraper": "true"}}
+                   or (name, p["podSelector"]) in (("harnessrl-system", {"matchLabels": {"harnessrl.io/component": "operator"}}),
+                                                   ("kube-system", {"matchLabels": {"k8s-app": "kube-dns"}}))
+                   for p, name in zip(cross, named, strict=True)), cross
         rendered = yaml.safe_dump(children)
         other = "tenant-b" if ns == "tenant-a" else "tenant-a"
         assert other not in rendered  # no URL, subject or reference into the other team's namespace
