@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import yaml
 from harnessrl.operator.api import reasons as R
@@ -66,6 +65,7 @@ RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
 NCCL_ENGINE_ARGS = ["--weight-transfer-config", '{"backend":"nccl"}']
 NCCL_ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 NCCL_PORT = 29551
+POD_IP_ENV = "POD_IP"  # a Pod's own IP, from the downward API (status.podIP)
 # The longest sequence the memory plan assumes when engine.maxModelLen is empty (Qwen3's native context).
 DEFAULT_CONTEXT_TOKENS = 32768
 ADAPTER_STORE_PORT = 8001
@@ -141,6 +141,9 @@ class Placement(ABC):
     runner_metrics_port: int | None = None  # where runners serve /metrics; None: they do not
     # Whether whoever runs the engines here restarts them on each policy the learner publishes (weightSync restart).
     restarts_engines: bool = False
+    # The variable that holds a component's own IP (a Pod's), for what must bind an address of its own (the
+    # learner's NCCL rendezvous); None: components run on loopback.
+    own_address_env: str | None = None
 
     @abstractmethod
     def engine_url(self, run: str, replica: int) -> str:
@@ -200,6 +203,7 @@ class ClusterPlacement(Placement):
     """Components in Pods: Services by DNS, files at fixed paths in the containers."""
 
     runner_metrics_port = 9102  # scraped by the chart's PodMonitor
+    own_address_env = POD_IP_ENV  # the downward API's status.podIP (kube/learner.py)
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
@@ -732,8 +736,10 @@ def _learner(
             sync=learner_cfg.SyncMode(spec.engine.weight_sync),
             adapter_stores=target.adapter_stores,
             adapter_store_token_file=target.store_token.path if target.store_token else None,
-            # The engines' workers join the learner's NCCL rendezvous at its own address.
-            nccl_master_address=urlparse(placement.coordinator_url(run)).hostname or "127.0.0.1",
+            # The engines' workers join the learner's NCCL rendezvous at an address the learner owns (vLLM binds
+            # it): its Pod's IP on a cluster (not the Service's ClusterIP), loopback on one machine.
+            nccl_master_address="127.0.0.1",
+            nccl_master_address_env=placement.own_address_env,
             nccl_master_port=NCCL_PORT,
         ),
         checkpoint=learner_cfg.CheckpointConfig(

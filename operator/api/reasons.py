@@ -133,6 +133,10 @@ WEIGHT_SYNC_FAILED = _reason(
 WEIGHT_SYNC_HUNG = _reason(
     failure.WEIGHT_SYNC_HUNG, "a weight transfer did not finish in time: the communicator is unusable", warning=True
 )
+WEIGHT_SYNC_ADDRESS = _reason(
+    failure.WEIGHT_SYNC_ADDRESS, "the learner's NCCL rendezvous address is not one of its own (vLLM binds rank 0 to it)",
+    warning=True,
+)
 TRACKER_UNAVAILABLE = _reason(
     failure.TRACKER_UNAVAILABLE,
     "spec.tracking.reportTo lists a tracker whose package the learner image lacks, or whose Secret is empty",

@@ -29,7 +29,7 @@ from harnessrl.operator.kube.common import (
     writable_scratch,
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
-from harnessrl.operator.plan import CLUSTER_PATHS, Plan
+from harnessrl.operator.plan import CLUSTER_PATHS, POD_IP_ENV, Plan
 from harnessrl.runtime.learner.failure import EXIT_FAILED
 
 SHM_SIZE = "8Gi"
@@ -87,7 +87,9 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "name": "learner",
         "image": learner.image,
         "command": command(plan),
-        "env": env_list(home),
+        # The Pod's own IP: vLLM binds the NCCL weight-transfer rendezvous to it (a Service's ClusterIP is not on
+        # the Pod's interfaces).
+        "env": [*env_list(home), {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": container_ports(learner),
         "resources": resources(learner),
         "volumeMounts": mounts,

@@ -185,7 +185,7 @@ def test_nccl_weight_sync_wires_engine_and_learner() -> None:
     assert isinstance(engine, EngineConfig) and isinstance(learner, LearnerConfig)
     assert engine.env["VLLM_SERVER_DEV_MODE"] == "1" and '{"backend":"nccl"}' in engine.extra_args
     assert engine.tensor_parallel_size == 2 and not engine.lora.enabled
-    assert learner.engine.sync == SyncMode.nccl and learner.engine.nccl_master_address == "run-learner.team.svc"
+    assert learner.engine.sync == SyncMode.nccl and learner.engine.nccl_master_address_env == "POD_IP"
     assert [p.name for p in plan.learner.ports] == ["http", "nccl-0"]
     # N engine replicas: one transfer group each, on its own port (the learner's master port + i).
     three = example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
