@@ -82,6 +82,12 @@ class TooManyPodSets(PlanError):
     reason = R.TOO_MANY_POD_SETS
 
 
+class ContextTooLong(PlanError):
+    """engine.maxModelLen exceeds the positions the model's own config allows."""
+
+    reason = R.CONTEXT_TOO_LONG
+
+
 class EnginePoolUnavailable(PlanError):
     """spec.engine.pool names an EnginePool that is missing or cannot serve the run."""
 
@@ -499,6 +505,8 @@ def engine_servers(
                                     path=f"{placement.path('engine-env')}/{e.name}/value")
                  for e in servers.env if e.value_from is not None}
     literal = {e.name: e.value for e in servers.env if e.value_from is None}
+    shape = known_shape(model)
+    check_context(servers, shape.max_positions if shape else None, f"{source}'s config")
     config = EngineConfig(
         model=source,
         served_model_name=model.served_name,
@@ -818,8 +826,31 @@ def memory_setup(spec: TrainingRunSpec, checkpointing: bool) -> TrainingSetup:
 
 
 def model_shape(spec: TrainingRunSpec) -> ModelShape | None:
-    hub = spec.model.base.hub
+    return known_shape(spec.model)
+
+
+def known_shape(model: ServedModel) -> ModelShape | None:
+    hub = model.base.hub
     return KNOWN_SHAPES.get(hub.repo) if hub is not None else None
+
+
+# vLLM's own override for a context past the model's positions (it warns of NaNs and out-of-bounds reads).
+ALLOW_LONG_CONTEXT_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def check_context(servers: EngineServers, limit: int | None, source: str) -> None:
+    """engine.maxModelLen against the longest sequence the model's config allows (runtime/learner/memory.py
+    context_limit, as vLLM derives it: vLLM refuses to start past it); `limit` None: not known here."""
+    wanted = servers.max_model_len
+    override = any(e.name == ALLOW_LONG_CONTEXT_ENV and e.value_from is None and (e.value or "").lower() in ("1", "true")
+                   for e in servers.env)
+    if wanted is None or limit is None or wanted <= limit or override:
+        return
+    raise ContextTooLong(
+        f"engine.maxModelLen {wanted} exceeds the {limit} positions {source} allows (max_position_embeddings and "
+        f"its rope scaling, as vLLM reads them): vLLM would refuse to start. Set engine.maxModelLen to at most "
+        f"{limit}, or serve a model whose config scales its rope to the length you need"
+    )
 
 
 def gradient_checkpointing(spec: TrainingRunSpec) -> bool:

@@ -45,6 +45,7 @@ from harnessrl.operator.plan import (
     Plan,
     PlanError,
     build_plan,
+    check_context,
     check_learner_memory,
     eval_task_ids_file,
 )
@@ -53,6 +54,7 @@ from harnessrl.runtime.engine.launch import engine_argv, engine_env
 from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published
 from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
+from harnessrl.runtime.learner.memory import context_limit
 from harnessrl.runtime.learner.sync import sync_dir
 from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
@@ -371,7 +373,11 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     secret_files = parse_mapping(args.secret, "--secret")
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    placement = LocalPlacement(run_dir, resolve_model(run, volumes, secret_files), resolve_tasks(run, volumes, secret_files),
+    model_dir = resolve_model(run, volumes, secret_files)
+    # vLLM refuses a context past the model's own positions: said before anything starts.
+    config = model_dir / "config.json"
+    check_context(spec.engine, context_limit(json.loads(config.read_text())) if config.is_file() else None, str(config))
+    placement = LocalPlacement(run_dir, model_dir, resolve_tasks(run, volumes, secret_files),
                                spec.engine.replicas, spec.proxy.workers)
     plan = build_plan(
         run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement

@@ -117,6 +117,10 @@ CHILD_REPLACED = _reason(
     "Kubernetes keeps fixed, so it was deleted and created again (its Pods restart)", warning=True,
 )
 INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
+CONTEXT_TOO_LONG = _reason(
+    "ContextTooLong", "spec.engine.maxModelLen exceeds the positions the model's config allows (vLLM would refuse "
+    "to start)", warning=True,
+)
 LEARNER_MEMORY_TOO_SMALL = _reason(
     "LearnerMemoryTooSmall", "the learner's memory plan exceeds its GPUs (spec.learner.gpuMemoryGib)", warning=True
 )
