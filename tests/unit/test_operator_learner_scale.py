@@ -53,8 +53,8 @@ def test_several_gpus_run_torchrun_in_one_pod() -> None:
     job = out[("Job", "run-learner")]
     kubernetes_validate.validate(job, K8S_VERSION, strict=True)
     [container] = job["spec"]["template"]["spec"]["containers"]
-    assert container["command"][:3] == ["torchrun", "--nproc-per-node=4", "--standalone"]
-    assert container["command"][3:] == ["--no-python", "harnessrl", "learner", "--config", "/etc/harnessrl/config.yaml"]
+    assert container["command"][:4] == ["harnessrl", "torchrun", "--nproc-per-node=4", "--standalone"]
+    assert container["command"][4:] == ["--no-python", "harnessrl", "learner", "--config", "/etc/harnessrl/config.yaml"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert not any(kind == "JobSet" for kind, _ in out)
 
