@@ -85,6 +85,10 @@ ENGINE_POOL_UNAVAILABLE = _reason(
 JOBSET_NOT_INSTALLED = _reason(
     "JobSetNotInstalled", "spec.learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io), not installed", warning=True
 )
+CHECKPOINT_CLAIM_NOT_SHARED = _reason(
+    "CheckpointClaimNotShared", "spec.learner.nodes > 1 and learner.checkpointClaimName names a claim that is not "
+    "ReadWriteMany (its Pods on other nodes could not mount it)", warning=True,
+)
 KUEUE_NOT_INSTALLED = _reason(
     "KueueNotInstalled", "spec.queueName needs Kueue's Workload API (kueue.x-k8s.io/v1beta1), not installed", warning=True
 )

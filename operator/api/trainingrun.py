@@ -373,7 +373,8 @@ class LearnerSpec(ApiModel):
         default=1,
         ge=1,
         le=64,
-        description="Learner Pods (one per node); > 1 runs them as a JobSet (needs the JobSet controller, jobset.x-k8s.io).",
+        description="Learner Pods (one per node); > 1 runs them as a JobSet (needs the JobSet controller, jobset.x-k8s.io) "
+        "on a ReadWriteMany checkpoint claim (the run's own asks for one; a named one without it is refused).",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory of the learner Pod."
