@@ -170,6 +170,8 @@ class NcclSync:
     """Full weights to every engine replica over vLLM's weight transfer (GPU; `init_info_type` selects
     another registered backend, as a test does to run the same path on CPU)."""
 
+    replaces_weights = True  # the engines' own weights are overwritten: v0 is pushed as any version
+
     def __init__(self, engine: EngineLink, served_name: str, init_info_type: type | None = None):
         self.engine = engine
         self.served = served_name
