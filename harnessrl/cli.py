@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harnessrl.local.run", "run a TrainingRun on this machine, without a cluster"),
     "proxy": ("harnessrl.runtime.proxy.main", "run the capture proxy"),
     "learner": ("harnessrl.runtime.learner.main", "run the learner and its coordinator"),
+    "torchrun": ("harnessrl.runtime.learner.launch", "torchrun that keeps a learner's fatal exit status (78)"),
     "runner": ("harnessrl.runtime.harness.main", "run a HarnessPool runner"),
     "eval": ("harnessrl.local.evaluate", "pass@1 of a checkpoint under each harness"),
     "report": ("harnessrl.local.report", "plots and a summary of a run directory"),

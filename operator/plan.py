@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import yaml
 from harnessrl.operator.api import reasons as R
@@ -67,6 +66,7 @@ RUNNER_DIALECT: dict[str, runner_cfg.Dialect] = {
 NCCL_ENGINE_ARGS = ["--weight-transfer-config", '{"backend":"nccl"}']
 NCCL_ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 NCCL_PORT = 29551
+POD_IP_ENV = "POD_IP"  # a Pod's own IP, from the downward API (status.podIP)
 # The longest sequence the memory plan assumes when engine.maxModelLen is empty (Qwen3's native context).
 DEFAULT_CONTEXT_TOKENS = 32768
 ADAPTER_STORE_PORT = 8001
@@ -81,6 +81,12 @@ class PlanError(ValueError):
 
 class TooManyPodSets(PlanError):
     reason = R.TOO_MANY_POD_SETS
+
+
+class ContextTooLong(PlanError):
+    """engine.maxModelLen exceeds the positions the model's own config allows."""
+
+    reason = R.CONTEXT_TOO_LONG
 
 
 class EnginePoolUnavailable(PlanError):
@@ -142,6 +148,9 @@ class Placement(ABC):
     runner_metrics_port: int | None = None  # where runners serve /metrics; None: they do not
     # Whether whoever runs the engines here restarts them on each policy the learner publishes (weightSync restart).
     restarts_engines: bool = False
+    # The variable that holds a component's own IP (a Pod's), for what must bind an address of its own (the
+    # learner's NCCL rendezvous); None: components run on loopback.
+    own_address_env: str | None = None
 
     @abstractmethod
     def engine_url(self, run: str, replica: int) -> str:
@@ -202,6 +211,7 @@ class ClusterPlacement(Placement):
     """Components in Pods: Services by DNS, files at fixed paths in the containers."""
 
     runner_metrics_port = 9102  # scraped by the chart's PodMonitor
+    own_address_env = POD_IP_ENV  # the downward API's status.podIP (kube/learner.py)
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
@@ -514,6 +524,8 @@ def engine_servers(
                                     path=f"{placement.path('engine-env')}/{e.name}/value")
                  for e in servers.env if e.value_from is not None}
     literal = {e.name: e.value for e in servers.env if e.value_from is None}
+    shape = known_shape(model)
+    check_context(servers, shape.max_positions if shape else None, f"{source}'s config")
     config = EngineConfig(
         model=source,
         served_model_name=model.served_name,
@@ -764,8 +776,10 @@ def _learner(
             adapter_stores=target.adapter_stores,
             adapter_store_token_file=target.store_token.path if target.store_token else None,
             api_key_file=target.api_key.path if target.api_key else None,
-            # The engines' workers join the learner's NCCL rendezvous at its own address.
-            nccl_master_address=urlparse(placement.coordinator_url(run)).hostname or "127.0.0.1",
+            # The engines' workers join the learner's NCCL rendezvous at an address the learner owns (vLLM binds
+            # it): its Pod's IP on a cluster (not the Service's ClusterIP), loopback on one machine.
+            nccl_master_address="127.0.0.1",
+            nccl_master_address_env=placement.own_address_env,
             nccl_master_port=NCCL_PORT,
         ),
         checkpoint=learner_cfg.CheckpointConfig(
@@ -844,8 +858,31 @@ def memory_setup(spec: TrainingRunSpec, checkpointing: bool) -> TrainingSetup:
 
 
 def model_shape(spec: TrainingRunSpec) -> ModelShape | None:
-    hub = spec.model.base.hub
+    return known_shape(spec.model)
+
+
+def known_shape(model: ServedModel) -> ModelShape | None:
+    hub = model.base.hub
     return KNOWN_SHAPES.get(hub.repo) if hub is not None else None
+
+
+# vLLM's own override for a context past the model's positions (it warns of NaNs and out-of-bounds reads).
+ALLOW_LONG_CONTEXT_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def check_context(servers: EngineServers, limit: int | None, source: str) -> None:
+    """engine.maxModelLen against the longest sequence the model's config allows (runtime/learner/memory.py
+    context_limit, as vLLM derives it: vLLM refuses to start past it); `limit` None: not known here."""
+    wanted = servers.max_model_len
+    override = any(e.name == ALLOW_LONG_CONTEXT_ENV and e.value_from is None and (e.value or "").lower() in ("1", "true")
+                   for e in servers.env)
+    if wanted is None or limit is None or wanted <= limit or override:
+        return
+    raise ContextTooLong(
+        f"engine.maxModelLen {wanted} exceeds the {limit} positions {source} allows (max_position_embeddings and "
+        f"its rope scaling, as vLLM reads them): vLLM would refuse to start. Set engine.maxModelLen to at most "
+        f"{limit}, or serve a model whose config scales its rope to the length you need"
+    )
 
 
 def gradient_checkpointing(spec: TrainingRunSpec) -> bool:

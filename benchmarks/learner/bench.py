@@ -1,20 +1,25 @@
 """Learner step throughput on one GPU: tokens/s, MFU and peak memory of the learner's own GRPO step
 (runtime/learner/trainer.py: fp32 master weights, bf16 autocast, TRL's fused LM head, gradient checkpointing),
-for LoRA and full fine-tuning of a random-initialised Qwen3-4B- or 8B-shaped model at 16k and 32k tokens per
-sequence. No network, no downloads.
+for LoRA and full fine-tuning of a random-initialised Qwen3-1.7B-, 4B- or 8B-shaped model at 16k and 32k tokens
+per sequence. No network, no downloads.
 
-    python benchmarks/learner/bench.py --shape 4b --out results.json      # one H200: a few minutes
+    python benchmarks/learner/bench.py --shape 1.7b --out results.json    # one H100 or H200: a few minutes
     python benchmarks/learner/bench.py --tiny --out tiny.json             # CPU, a tiny shape (make test)
 
 Where harnessrl (and TRL, which its step uses) is not installed, the script times a standalone step with
 torch, transformers and peft alone (same precision, checkpointing and clipped loss; log-probabilities from
 checkpointed chunks of the LM head instead of TRL's fused head); the report's `step` says which ran.
 
-MFU = model FLOPs / (seconds × peak), peak = 790 TFLOP/s dense bf16 (H200). Model FLOPs per token count the
-matmuls of the linear layers (N of them, embeddings excluded, the LM head included) and causal attention:
-forward = 2·N + 2·L·T·(heads·head_dim) at context T; a full fine-tune's step = 3 × forward (forward, input and
-weight gradients), a LoRA step = 2 × forward (frozen weights get no weight gradient). Recomputation by gradient
-checkpointing is not counted (hardware FLOPs exceed model FLOPs).
+MFU = model FLOPs / (seconds × peak), peak = 989.4 TFLOP/s: H100 and H200 SXM, dense bf16 (the 1,979 of the
+data sheets is with 2:4 sparsity). Model FLOPs per token count the matmuls of the linear layers (N of them,
+embeddings excluded, the LM head included) and causal attention, A = 2·L·T·(heads·head_dim) at context T, whose
+backward is twice its forward (dQ, dK, dV, dP) and has no weights. A full fine-tune's step = 3 × (2·N + A)
+(forward, input and weight gradients); a LoRA step = 2 × 2·N + 3 × A (frozen weights get no weight gradient,
+attention's backward is the same as a full fine-tune's; the adapters' own FLOPs are left out). Recomputation
+by gradient checkpointing is not counted (hardware FLOPs exceed model FLOPs).
+
+The headline case (HEADLINE) must fit an 80 GB H100 by the operator's own memory plan (runtime/learner/memory.py):
+a 4B full fine-tune plans ~87 GiB, so the headline is the 1.7B shape (~43 GiB at 16k tokens).
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from typing import Any
 
 import torch
 
-PEAK_FLOPS = 790e12  # H200 dense bf16
+PEAK_FLOPS = 989.4e12  # H100 and H200 SXM, dense bf16
+HEADLINE = ("1.7b", "full", 16384)  # shape, adapter, tokens: the case the MFU target is for
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # the learner's default
 HEAD_CHUNK = 4096  # tokens per LM-head chunk in the standalone step
 
 # Qwen3-4B and Qwen3-8B as published (config.json), weights random.
 SHAPES: dict[str, dict[str, Any]] = {
+    "1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True},
     "4b": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True},
     "8b": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
@@ -83,8 +91,9 @@ def linear_params(config: Any) -> int:
 def step_flops(config: Any, seq_len: int, sequences: int, adapter: str) -> float:
     """Model FLOPs of one training step on `sequences` sequences of `seq_len` tokens (see the module doc)."""
     attention = 2 * config.num_hidden_layers * seq_len * config.num_attention_heads * config.head_dim
-    forward = (2 * linear_params(config) + attention) * seq_len * sequences
-    return forward * (3 if adapter == "full" else 2)
+    linear = 2 * linear_params(config)
+    # Attention: forward + a backward of twice it, LoRA or not; linears: forward, input gradient, and (full) weights.
+    return ((3 if adapter == "full" else 2) * linear + 3 * attention) * seq_len * sequences
 
 
 def random_batch(seq_len: int, vocab: int, seed: int) -> dict[str, Any]:
@@ -204,7 +213,7 @@ def learner_available() -> bool:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=["4b", "8b"], default="4b")
+    parser.add_argument("--shape", choices=["1.7b", "4b", "8b"], default=HEADLINE[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny shape on CPU at 64/128 tokens (a smoke run)")
     parser.add_argument("--adapters", default="full,lora")
     parser.add_argument("--seq-lens", default=None, help="comma-separated; default 16384,32768 (tiny: 64,128)")

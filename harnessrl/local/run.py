@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from harnessrl.local.gpus import CUDA_VISIBLE_DEVICES, engine_process, gpu_ids, learner_argv, visible_devices
 from harnessrl.local.live import LiveView
 from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.common import VolumePath
@@ -45,6 +46,7 @@ from harnessrl.operator.plan import (
     Plan,
     PlanError,
     build_plan,
+    check_context,
     check_learner_memory,
     eval_task_ids_file,
 )
@@ -53,6 +55,7 @@ from harnessrl.runtime.engine.launch import engine_argv, engine_env
 from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published
 from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
+from harnessrl.runtime.learner.memory import context_limit
 from harnessrl.runtime.learner.sync import sync_dir
 from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
@@ -273,6 +276,7 @@ def engine_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None) -> l
     engine = plan.engine.config
     assert isinstance(engine, EngineConfig)
     specs: list[ProcessSpec] = []
+    devices = visible_devices(plan, gpu_ids())
     for replica, url in enumerate(learner_config(plan).engine.urls):
         port = int(url.rsplit(":", 1)[1])
         replica_config = engine.model_copy(update={"host": "127.0.0.1", "port": port})
@@ -283,7 +287,8 @@ def engine_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None) -> l
                 name=f"engine-{replica}",
                 argv=engine_argv(replica_config, python=sys.executable),
                 # Variables from Secrets: prepare_secrets wrote each one's file from --secret.
-                env=engine_env(replica_config) | {n: Path(f).read_text() for n, f in replica_config.secret_env.items()},
+                env=engine_env(replica_config) | {n: Path(f).read_text() for n, f in replica_config.secret_env.items()}
+                | {CUDA_VISIBLE_DEVICES: devices[engine_process(replica)]},
                 log=run_dir / "logs" / f"engine-{replica}.log",
                 health_url=f"{url}/health",
                 start_timeout_s=600.0,
@@ -330,11 +335,13 @@ def process_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None = No
         health: str | None = None
         if component.kind in (ComponentKind.PROXY, ComponentKind.LEARNER):
             health = f"http://127.0.0.1:{config['port']}/healthz"
+        learner = component.kind == ComponentKind.LEARNER
         specs.append(
             ProcessSpec(
                 name=component.name,
-                argv=[sys.executable, "-P", "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
-                env={},
+                argv=learner_argv(component.gpus, path) if learner
+                else [sys.executable, "-P", "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
+                env={CUDA_VISIBLE_DEVICES: visible_devices(plan, gpu_ids())[component.name]} if learner else {},
                 log=logs / f"{component.name}.log",
                 health_url=health,
                 # Loading torch and the base model takes the learner a while on a busy CPU.
@@ -372,11 +379,19 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     secret_files = parse_mapping(args.secret, "--secret")
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    placement = LocalPlacement(run_dir, resolve_model(run, volumes, secret_files), resolve_tasks(run, volumes, secret_files),
+    model_dir = resolve_model(run, volumes, secret_files)
+    # vLLM refuses a context past the model's own positions: said before anything starts.
+    config = model_dir / "config.json"
+    check_context(spec.engine, context_limit(json.loads(config.read_text())) if config.is_file() else None, str(config))
+    placement = LocalPlacement(run_dir, model_dir, resolve_tasks(run, volumes, secret_files),
                                spec.engine.replicas, spec.proxy.workers)
     plan = build_plan(
         run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement
     )
+    try:  # each engine replica and the learner on GPUs of their own
+        visible_devices(plan, gpu_ids())
+    except ValueError as exc:
+        raise LocalRunError(str(exc)) from None
     n_tasks = write_task_ids(placement.tasks_dir, spec.tasks.split, spec.tasks.limit, Path(placement.path("task-ids")))
     if spec.eval is not None:  # the learner evaluates on this split during training (it applies the limit)
         eval_ids = Path(eval_task_ids_file(placement.path("task-ids")))

@@ -413,6 +413,17 @@ class Toleration(ApiModel):
 class PodOverrides(ApiModel):
     """Scheduling settings copied into every Pod the operator creates for this resource."""
 
+    # A field that moved stays in the schema with a rule refusing it: pruned instead, a queue set where it used to
+    # be would leave the run unqueued, its GPUs outside Kueue's quota, with only a warning the client may not show.
+    rules = (
+        Rule(
+            cel="!has(self.queueName)",
+            message="pod.queueName moved to spec.queueName (of the TrainingRun or EnginePool): set the Kueue "
+            "LocalQueue there; here it would be ignored and the Pods would bypass the queue's quota",
+            check=lambda p: p.queue_name is None,
+        ),
+    )
+
     node_selector: Annotated[dict[str, LabelValue], LABEL_KEYS] = Field(
         default_factory=dict, max_length=32, description="Node labels the Pods must match."
     )
@@ -435,6 +446,9 @@ class PodOverrides(ApiModel):
     )
     service_account_name: ResourceName | None = Field(
         default=None, description="ServiceAccount the Pods run as; the operator's default when empty."
+    )
+    queue_name: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        default=None, description="Moved to spec.queueName; refused here.", exclude=True
     )
 
 

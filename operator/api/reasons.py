@@ -85,6 +85,10 @@ ENGINE_POOL_UNAVAILABLE = _reason(
 JOBSET_NOT_INSTALLED = _reason(
     "JobSetNotInstalled", "spec.learner.nodes > 1 needs the JobSet API (jobset.x-k8s.io), not installed", warning=True
 )
+CHECKPOINT_CLAIM_NOT_SHARED = _reason(
+    "CheckpointClaimNotShared", "spec.learner.nodes > 1 and learner.checkpointClaimName names a claim that is not "
+    "ReadWriteMany (its Pods on other nodes could not mount it)", warning=True,
+)
 KUEUE_NOT_INSTALLED = _reason(
     "KueueNotInstalled", "spec.queueName needs Kueue's Workload API (kueue.x-k8s.io/v1beta1), not installed", warning=True
 )
@@ -121,6 +125,10 @@ CHECKPOINT_CLAIM_IN_USE = _reason(
     "checkpoint claim or volume): the run would resume from that run's checkpoints and prune them", warning=True,
 )
 INVALID_SPEC = _reason("InvalidSpec", "the spec cannot be realised (an unsupported combination)", warning=True)
+CONTEXT_TOO_LONG = _reason(
+    "ContextTooLong", "spec.engine.maxModelLen exceeds the positions the model's config allows (vLLM would refuse "
+    "to start)", warning=True,
+)
 LEARNER_MEMORY_TOO_SMALL = _reason(
     "LearnerMemoryTooSmall", "the learner's memory plan exceeds its GPUs (spec.learner.gpuMemoryGib)", warning=True
 )
@@ -136,6 +144,10 @@ WEIGHT_SYNC_FAILED = _reason(
 )
 WEIGHT_SYNC_HUNG = _reason(
     failure.WEIGHT_SYNC_HUNG, "a weight transfer did not finish in time: the communicator is unusable", warning=True
+)
+WEIGHT_SYNC_ADDRESS = _reason(
+    failure.WEIGHT_SYNC_ADDRESS, "the learner's NCCL rendezvous address is not one of its own (vLLM binds rank 0 to it)",
+    warning=True,
 )
 TRACKER_UNAVAILABLE = _reason(
     failure.TRACKER_UNAVAILABLE,

@@ -280,7 +280,10 @@ class EngineServers(ApiModel):
         description="CPU and memory of each server (GPUs come from gpus).",
     )
     max_model_len: int | None = Field(
-        default=None, ge=256, le=4_194_304, description="Context length served; the model's own when empty."
+        default=None, ge=256, le=4_194_304, description="Context length served; the model's own when empty. At "
+        "most the positions its config allows (max_position_embeddings, times its rope scaling): the operator refuses "
+        "more (ContextTooLong) for a model it knows the config of, `harnessrl run` for any, unless env sets "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
     )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use."
@@ -370,7 +373,8 @@ class LearnerSpec(ApiModel):
         default=1,
         ge=1,
         le=64,
-        description="Learner Pods (one per node); > 1 runs them as a JobSet (needs the JobSet controller, jobset.x-k8s.io).",
+        description="Learner Pods (one per node); > 1 runs them as a JobSet (needs the JobSet controller, jobset.x-k8s.io) "
+        "on a ReadWriteMany checkpoint claim (the run's own asks for one; a named one without it is refused).",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="CPU and memory of the learner Pod."

@@ -44,7 +44,7 @@ from harnessrl.operator.handlers.status import (
     run_status,
     transitions,
 )
-from harnessrl.operator.kube import Owner, engine, learner, proxy, render
+from harnessrl.operator.kube import Owner, engine, learner, proxy, render, storage
 from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN, selector
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
 from harnessrl.operator.plan import (
@@ -189,6 +189,10 @@ def reconcile(ctx: Context, namespace: str, name: str) -> None:
         message = (f"learner.nodes {plan.learner.replicas} runs the learner as a JobSet, and this cluster does not "
                    f"serve {JOBSET_API}: install JobSet (kubernetes-sigs/jobset) or set learner.nodes to 1")
         _finish(kube, body, old, blocked_status(generation, old, R.JOBSET_NOT_INSTALLED, message))
+        return
+    if plan.checkpoint_claim and (unshared := storage.unshared_claim(
+            plan, kube.get("v1", "PersistentVolumeClaim", namespace, plan.checkpoint_claim))) is not None:
+        _finish(kube, body, old, blocked_status(generation, old, R.CHECKPOINT_CLAIM_NOT_SHARED, unshared))
         return
     if (missing := admission.kueue_missing(kube, spec.queue_name, "the run")) is not None:
         _finish(kube, body, old, blocked_status(generation, old, R.KUEUE_NOT_INSTALLED, missing))

@@ -1,7 +1,7 @@
 """The learner: a Job (it runs to the last step and then succeeds; a crash restarts it from its latest
 checkpoint, at most `restartBudget` times), a Service for the coordinator, and its checkpoint volume. Pure.
 
-More than one GPU: the Pod runs `torchrun --nproc-per-node GPUS` (FSDP2). More than one node: the Pods are one
+More than one GPU: the Pod runs `harnessrl torchrun --nproc-per-node GPUS` (torchrun, FSDP2). More than one node: the Pods are one
 Indexed Job inside a JobSet (kubernetes-sigs/jobset) whose headless Service gives each Pod a DNS name; torchrun's
 c10d rendezvous listens on the first Pod's. Only rank 0 serves the coordinator, so its Service selects that Pod."""
 
@@ -29,7 +29,7 @@ from harnessrl.operator.kube.common import (
     writable_scratch,
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
-from harnessrl.operator.plan import CLUSTER_PATHS, Plan
+from harnessrl.operator.plan import CLUSTER_PATHS, POD_IP_ENV, Plan
 from harnessrl.runtime.learner.failure import EXIT_FAILED
 
 SHM_SIZE = "8Gi"
@@ -40,6 +40,7 @@ RDZV_PORT = 29400
 # The label the Job controller puts on each Pod of an Indexed Job (Kubernetes >= 1.28).
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LEARNER_ARGS = ["harnessrl", "learner", "--config", f"{CONFIG_DIR}/config.yaml"]
+TORCHRUN = ["harnessrl", "torchrun"]  # runtime/learner/launch.py
 
 
 def nodes_subdomain(plan: Plan) -> str:
@@ -51,7 +52,9 @@ def command(plan: Plan) -> list[str]:
     learner = plan.learner
     if learner.gpus <= 1 and learner.replicas <= 1:
         return list(LEARNER_ARGS)
-    run = ["torchrun", f"--nproc-per-node={max(learner.gpus, 1)}"]
+    # torchrun through `harnessrl torchrun`, which exits 78 when the learner did (torchrun itself exits 1), so the
+    # podFailurePolicy below fails the run at once.
+    run = [*TORCHRUN, f"--nproc-per-node={max(learner.gpus, 1)}"]
     if learner.replicas > 1:
         # JobSet's Pod hostname: <jobset>-<replicatedJob>-<job index>-<pod index>.<subdomain>
         leader = f"{learner.name}-{REPLICATED_JOB}-0-0.{nodes_subdomain(plan)}"
@@ -87,7 +90,9 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "name": "learner",
         "image": learner.image,
         "command": command(plan),
-        "env": env_list(home),
+        # The Pod's own IP: vLLM binds the NCCL weight-transfer rendezvous to it (a Service's ClusterIP is not on
+        # the Pod's interfaces).
+        "env": [*env_list(home), {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": container_ports(learner),
         "resources": resources(learner),
         "volumeMounts": mounts,

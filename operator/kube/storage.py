@@ -34,8 +34,25 @@ def checkpoint_claim(plan: Plan, owner: Owner) -> Manifest | None:
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": meta,
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": CHECKPOINT_SIZE}}},
+        "spec": {"accessModes": [checkpoint_access_mode(plan)], "resources": {"requests": {"storage": CHECKPOINT_SIZE}}},
     }
+
+
+def checkpoint_access_mode(plan: Plan) -> str:
+    """A learner on several nodes mounts its checkpoints on each (every rank reads the one it resumes from):
+    ReadWriteOnce binds the volume to one node, so the other Pods could never start."""
+    return "ReadWriteMany" if plan.learner.replicas > 1 else "ReadWriteOnce"
+
+
+def unshared_claim(plan: Plan, claim: Manifest | None) -> str | None:
+    """Why the user's checkpoint claim cannot serve this learner (None: it can, or it is not there yet)."""
+    wanted = checkpoint_access_mode(plan)
+    modes = ((claim or {}).get("spec") or {}).get("accessModes") or []
+    if claim is None or wanted == "ReadWriteOnce" or wanted in modes:
+        return None
+    return (f"learner.nodes {plan.learner.replicas} mounts the checkpoints on every node, and PersistentVolumeClaim "
+            f"{plan.checkpoint_claim} is {', '.join(modes) or 'without access modes'}: name a ReadWriteMany claim "
+            "(a shared file system) in learner.checkpointClaimName, or set learner.nodes to 1")
 
 
 def base_model(plan: Plan) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:

@@ -228,8 +228,11 @@ class EngineLink(_Cfg):
     urls: list[str] = Field(min_length=1, max_length=256, description="vLLM OpenAI-server base URLs")
     sync: SyncMode = SyncMode.lora
     request_timeout_s: float = Field(120.0, gt=0)
-    # nccl only: where this learner's rendezvous listens for the engines' workers (replica i: port + i).
+    # nccl only: where this learner's rendezvous listens for the engines' workers (replica i: port + i). vLLM
+    # binds rank 0's socket to it, so it must be on this process's own interfaces: in a Pod, the Pod's IP, which
+    # the variable `nccl_master_address_env` holds (the downward API's status.podIP), not a Service's ClusterIP.
     nccl_master_address: str = "127.0.0.1"
+    nccl_master_address_env: str | None = None
     nccl_master_port: int = Field(29551, ge=1, le=65535 - 256)
     # nccl only: the longest a group's rendezvous or one transfer of the weights may take before it counts as hung.
     sync_timeout_s: float = Field(600.0, gt=0)
@@ -252,6 +255,16 @@ class EngineLink(_Cfg):
         if self.adapter_stores and self.adapter_store_token_file is None:
             raise ValueError("engine.adapter_stores needs engine.adapter_store_token_file")
         return self
+
+    def rendezvous_address(self) -> str:
+        """The address this learner's NCCL rendezvous listens on: `nccl_master_address_env`'s value if set."""
+        if self.nccl_master_address_env is None:
+            return self.nccl_master_address
+        value = os.environ.get(self.nccl_master_address_env, "").strip()
+        if not value:
+            raise ValueError(f"engine.nccl_master_address_env names {self.nccl_master_address_env}, which is not set: "
+                             "the rendezvous has no address of this Pod's own")
+        return value
 
     def read_store_token(self) -> str:
         assert self.adapter_store_token_file is not None

@@ -22,8 +22,10 @@ WEIGHT_SYNC_UNSUPPORTED = "WeightSyncUnsupported"  # the engine lacks vLLM's wei
 WEIGHT_SYNC_REJECTED = "WeightSyncRejected"  # the engine refused a transfer request (a version or config mismatch)
 WEIGHT_SYNC_FAILED = "WeightSyncFailed"  # publishing kept failing for the whole retry window
 WEIGHT_SYNC_HUNG = "WeightSyncHung"  # a transfer did not finish in time: the communicator is unusable
+WEIGHT_SYNC_ADDRESS = "WeightSyncAddressNotLocal"  # the rendezvous address is not on this process's interfaces
 TRACKER_UNAVAILABLE = "TrackerUnavailable"  # a configured tracker's package or credential is missing
-REASONS = (WEIGHT_SYNC_UNSUPPORTED, WEIGHT_SYNC_REJECTED, WEIGHT_SYNC_FAILED, WEIGHT_SYNC_HUNG, TRACKER_UNAVAILABLE)
+REASONS = (WEIGHT_SYNC_UNSUPPORTED, WEIGHT_SYNC_REJECTED, WEIGHT_SYNC_FAILED, WEIGHT_SYNC_HUNG, WEIGHT_SYNC_ADDRESS,
+           TRACKER_UNAVAILABLE)
 
 
 class LearnerFailure(Exception):

@@ -45,7 +45,7 @@ from harnessrl.runtime.learner.metrics import (
 from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
-from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
+from harnessrl.runtime.learner.sync import ProxyControl, make_sync, publish_policy, sync_dir
 from harnessrl.runtime.learner.tracking import Tracking
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
 from harnessrl.runtime.serving import server as http_server
@@ -145,11 +145,8 @@ class Learner:
         t0 = time.perf_counter()
 
         async def attempt() -> PolicyState:
-            if version == 0:
-                policy = PolicyState(model=self.cfg.model.served_name, version=0)  # the base model as served
-            else:
-                model = await asyncio.to_thread(self.trainer.published)
-                policy = await asyncio.to_thread(self.sync.publish, model, version)
+            policy = await asyncio.to_thread(publish_policy, self.sync, self.trainer.published,
+                                             self.cfg.model.served_name, version)
             await self.proxy.set_policy(policy)
             return policy
 

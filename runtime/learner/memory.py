@@ -29,6 +29,27 @@ LOGIT_CHUNK = 4096
 OVERHEAD_FIXED = 3 * GIB
 OVERHEAD_SHARE = 0.10
 TARGET_DIMS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Where a config.json gives the longest sequence, as vLLM reads them (the smallest one present wins).
+LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+               "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# Rope types whose max_position_embeddings is already the scaled length: vLLM does not multiply it by `factor`.
+PRESCALED_ROPE = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+
+
+def context_limit(cfg: dict[str, Any]) -> int | None:
+    """The longest sequence a model's config.json allows, as vLLM 0.32 derives it (`_get_and_verify_max_len`,
+    which refuses a larger max_model_len): the smallest of its length keys (model_max_length overrides), times
+    the rope scaling factor where the rope type does not pre-scale. None: the config gives no length."""
+    lengths = [cfg[k] for k in LENGTH_KEYS if cfg.get(k) is not None]
+    if not lengths:
+        return None
+    limit = float(cfg["model_max_length"] if cfg.get("model_max_length") else min(lengths))
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type") or rope.get("type") or "default"
+        if kind not in PRESCALED_ROPE and rope.get("factor"):
+            limit *= float(rope["factor"])
+    return int(limit)
 
 
 class ModelShape(BaseModel):
@@ -44,6 +65,7 @@ class ModelShape(BaseModel):
     intermediate_size: int = Field(ge=1)
     vocab_size: int = Field(ge=1)
     tie_word_embeddings: bool = False
+    max_positions: int | None = Field(default=None, ge=1, description="context_limit of its config; None: unknown")
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> ModelShape:
@@ -57,6 +79,7 @@ class ModelShape(BaseModel):
             intermediate_size=cfg["intermediate_size"],
             vocab_size=cfg["vocab_size"],
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            max_positions=context_limit(cfg),
         )
 
     def linear_dims(self) -> dict[str, tuple[int, int]]:
@@ -83,18 +106,22 @@ class ModelShape(BaseModel):
         return 2 * (6 * self.hidden_size + q + 2 * self.kv_dim + 4 * self.intermediate_size)
 
 
-# Shapes of models the operator knows without downloading their config (the Hub repo ids of their configs).
+# Shapes of models the operator knows without downloading their config (the Hub repo ids of their configs); each
+# Qwen3 config allows 40,960 positions (max_position_embeddings, rope_scaling null).
+QWEN3_POSITIONS = 40960
 KNOWN_SHAPES: dict[str, ModelShape] = {
     "Qwen/Qwen3-1.7B": ModelShape(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-                                  head_dim=128, intermediate_size=6144, vocab_size=151936, tie_word_embeddings=True),
+                                  head_dim=128, intermediate_size=6144, vocab_size=151936, tie_word_embeddings=True,
+                                  max_positions=QWEN3_POSITIONS),
     "Qwen/Qwen3-4B": ModelShape(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                                head_dim=128, intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True),
+                                head_dim=128, intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True,
+                                max_positions=QWEN3_POSITIONS),
     "Qwen/Qwen3-8B": ModelShape(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                                head_dim=128, intermediate_size=12288, vocab_size=151936),
+                                head_dim=128, intermediate_size=12288, vocab_size=151936, max_positions=QWEN3_POSITIONS),
     "Qwen/Qwen3-14B": ModelShape(hidden_size=5120, num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
-                                 head_dim=128, intermediate_size=17408, vocab_size=151936),
+                                 head_dim=128, intermediate_size=17408, vocab_size=151936, max_positions=QWEN3_POSITIONS),
     "Qwen/Qwen3-32B": ModelShape(hidden_size=5120, num_hidden_layers=64, num_attention_heads=64, num_key_value_heads=8,
-                                 head_dim=128, intermediate_size=25600, vocab_size=151936),
+                                 head_dim=128, intermediate_size=25600, vocab_size=151936, max_positions=QWEN3_POSITIONS),
 }
 
 

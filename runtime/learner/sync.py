@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 
 class WeightSync(Protocol):
+    # Whether publishing overwrites the engines' own weights (NCCL): an engine then serves whatever the last
+    # learner pushed, even a dead one's, so version 0 (the base) is pushed too. Else v0 is the base as served.
+    replaces_weights: bool
+
     def publish(self, model: Any, version: int) -> PolicyState: ...
 
     def restore(self, version: int) -> list[str]:
@@ -54,6 +58,8 @@ def adapter_name(served: str, version: int) -> str:
 
 
 class LoraSync:
+    replaces_weights = False  # adapters beside the base: the base model's name serves v0
+
     def __init__(self, engine: EngineLink, served_name: str, sync_dir: Path, keep: int = 3):
         self.engine = engine
         self.served = served_name
@@ -140,6 +146,8 @@ class RestartSync:
     """Fallback: publish the policy (adapter or full weights) to a directory with `policy.json` naming it;
     whoever runs the engines restarts them on it (see engine/restart.py)."""
 
+    replaces_weights = False
+
     def __init__(self, served_name: str, sync_dir: Path):
         self.served = served_name
         self.sync_dir = sync_dir
@@ -162,6 +170,15 @@ class RestartSync:
 
     def retire(self, version: int) -> None:
         pass  # whoever runs the engines stops them with the run
+
+
+def publish_policy(sync: WeightSync, policy: Callable[[], Any], served_name: str, version: int) -> PolicyState:
+    """Serve `version` (the weights `policy` gives) on the engines; blocking. Version 0 is the base model as the
+    engines serve it, unless the sync replaces their weights: a learner restarted before its first checkpoint
+    must push its v0, or the engines keep the dead learner's last weights under the name v0."""
+    if version == 0 and not sync.replaces_weights:
+        return PolicyState(model=served_name, version=0)
+    return sync.publish(policy(), version)
 
 
 def sync_dir(checkpoint_dir: Path) -> Path:

@@ -111,9 +111,23 @@ def prepare_policy(
                 task_type="CAUSAL_LM",
             )
             model = get_peft_model(model, lora)
+    compute = compute_dtype(model_cfg, device)
     if world.distributed:
-        shard(model, world, device.type, compute_dtype(model_cfg, device))
+        shard(model, world, device.type, compute)
+    elif compute != torch.float32:
+        freeze_in(model, compute)
     return model
+
+
+def freeze_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Frozen weights (a LoRA's base) in the compute dtype, as FSDP2 keeps them: they take no update, so no fp32
+    master is needed, and autocast would cast them on every use anyway. Their norm weights in bf16 also keep the
+    residual stream in bf16 (an fp32 norm weight times a bf16 activation is fp32, and so is every residual add
+    after it): the memory plan counts 2 bytes per frozen weight and bf16 activations. Trainable weights stay
+    fp32 (master weights)."""
+    for param in model.parameters():
+        if not param.requires_grad:
+            param.data = param.data.to(dtype)
 
 
 def idle_micro_batch(pad_id: int) -> MicroBatch:

@@ -21,6 +21,7 @@ retries, and the replica's group is rebuilt on the next try; a transfer that out
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.engine.lora import server_root
 from harnessrl.runtime.learner.config import EngineLink
 from harnessrl.runtime.learner.failure import (
+    WEIGHT_SYNC_ADDRESS,
     WEIGHT_SYNC_HUNG,
     WEIGHT_SYNC_REJECTED,
     WEIGHT_SYNC_UNSUPPORTED,
@@ -111,6 +113,24 @@ def trainer_init_info(info_type: type, address: str, port: int, engine_world_siz
     return info_type(master_address=address, master_port=port, world_size=1 + engine_world_size, rank=0)
 
 
+def own_address(engine: EngineLink) -> str:
+    """The rendezvous address, checked to be on this process's interfaces: vLLM binds rank 0's listening socket
+    to it (`StatelessProcessGroup.create`), which fails with EADDRNOTAVAIL on any other address, a Service's
+    ClusterIP included: said at start, with a reason, instead of as an OSError at the first publish."""
+    try:
+        address = engine.rendezvous_address()
+    except ValueError as exc:
+        raise LearnerFailure(WEIGHT_SYNC_ADDRESS, str(exc)) from exc
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError as exc:
+        raise LearnerFailure(WEIGHT_SYNC_ADDRESS, f"engine.nccl_master_address {address!r} is not an address of "
+                             f"this process ({exc}): the rendezvous binds to it, so it must be the Pod's own IP"
+                             ) from exc
+    return address
+
+
 def nccl_init_info_type() -> type:
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
@@ -150,9 +170,12 @@ class NcclSync:
     """Full weights to every engine replica over vLLM's weight transfer (GPU; `init_info_type` selects
     another registered backend, as a test does to run the same path on CPU)."""
 
+    replaces_weights = True  # the engines' own weights are overwritten: v0 is pushed as any version
+
     def __init__(self, engine: EngineLink, served_name: str, init_info_type: type | None = None):
         self.engine = engine
         self.served = served_name
+        self.address = own_address(engine)  # at start, not at the first publish minutes later
         self.replicas = [
             Replica(EngineWeightClient(url, engine.request_timeout_s, engine.sync_timeout_s), engine.nccl_master_port + i)
             for i, url in enumerate(engine.urls)
@@ -215,7 +238,7 @@ class NcclSync:
         from vllm.distributed.weight_transfer.base import ModuleSource
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-        info = trainer_init_info(info_type, self.engine.nccl_master_address, r.port, r.client.world_size())
+        info = trainer_init_info(info_type, self.address, r.port, r.client.world_size())
         # A group an earlier learner process opened with this engine is dead: the engine drops it first.
         r.client.shutdown_weight_transfer_engine()
         # The fused-head patch leaves parameter names as in the HF checkpoint, which vLLM's loader expects.

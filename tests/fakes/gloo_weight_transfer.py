@@ -27,8 +27,13 @@ TIMEOUT = datetime.timedelta(seconds=120)
 
 
 def _group(host: str, port: int, rank: int, world_size: int) -> Any:
-    store = torch.distributed.TCPStore(host, port, world_size, is_master=rank == 0, timeout=TIMEOUT)
-    return torch.distributed.ProcessGroupGloo(store, rank, world_size, TIMEOUT)
+    """A gloo group on vLLM's own rendezvous, as its NCCL engines open theirs: rank 0 binds `host` (a TCPStore
+    alone would listen on every interface, and hide a rendezvous address the trainer does not own)."""
+    from vllm.distributed.utils import StatelessProcessGroup
+
+    group = StatelessProcessGroup.create(host=host, port=port, rank=rank, world_size=world_size,
+                                         store_timeout=int(TIMEOUT.total_seconds()))
+    return torch.distributed.ProcessGroupGloo(group.store, rank, world_size, TIMEOUT)
 
 
 def register() -> None:

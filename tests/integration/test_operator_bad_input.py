@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harnessrl.operator.api.reasons import CHILD_REFUSED, INVALID_HARNESS_POOL, INVALID_SPEC
+from harnessrl.operator.api.reasons import CHILD_REFUSED, CONTEXT_TOO_LONG, INVALID_HARNESS_POOL, INVALID_SPEC
 from harnessrl.operator.handlers import OperatorOptions, build_registry
 from harnessrl.operator.handlers import harnesspool as pool_handler
 from harnessrl.operator.handlers import trainingrun as run_handler
@@ -91,6 +91,16 @@ def test_a_refused_child_is_a_condition_naming_it_and_a_fix_recovers(operator: A
     operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS)
                       and operator.get("batch/v1", "Job", "run-a-learner", namespace=NS), timeout=20)
     operator.wait_for(lambda: (c := condition(operator, TR, "run-a")) and c["reason"] != CHILD_REFUSED, timeout=20)
+
+
+def test_a_context_past_the_models_positions_is_a_condition_and_a_fix_recovers(operator: Any) -> None:
+    # Qwen3-1.7B's config allows 40,960 positions: vLLM would refuse to start on 65,536 (a crash loop on GPUs).
+    operator.apply(small_run(model={"base": {"hub": {"repo": "Qwen/Qwen3-1.7B"}}}, engine={"maxModelLen": 65536}))
+    cond = wait_reason(operator, TR, "run-a", CONTEXT_TOO_LONG)
+    assert cond["status"] == "False" and "engine.maxModelLen 65536 exceeds the 40960 positions" in cond["message"]
+    assert operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS) is None
+    operator.patch(*TR, "run-a", {"spec": {"engine": {"maxModelLen": 40960}}}, namespace=NS)
+    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS), timeout=20)
 
 
 @pytest.mark.parametrize(("size", "server_says"), [

@@ -483,6 +483,25 @@ def test_a_multi_node_learner_waits_for_the_jobset_crd_then_runs_as_a_jobset(ope
     wait_condition(operator, "run-a", "Complete", "True", "TrainingComplete")
 
 
+def test_a_multi_node_learner_on_a_claim_one_node_can_mount_is_refused_with_a_condition(operator: Any) -> None:
+    apply_pools(operator, "mini-swe-agent")
+    operator.apply(ROOT / "tests" / "fixtures" / "crds" / "jobsets.jobset.x-k8s.io.yaml")
+
+    def claim(name: str, mode: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS},
+                "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "10Gi"}}}}
+
+    operator.apply(claim("ckpt-rwo", "ReadWriteOnce"))
+    operator.apply(small_run(learner={"gpus": 2, "nodes": 2, "checkpointClaimName": "ckpt-rwo"}))
+    cond = wait_condition(operator, "run-a", "Ready", "False", "CheckpointClaimNotShared")
+    assert "PersistentVolumeClaim ckpt-rwo is ReadWriteOnce" in cond["message"] and "ReadWriteMany" in cond["message"]
+    assert operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", "run-a-learner", namespace=NS) is None
+    # A shared claim: the learner starts on it.
+    operator.apply(claim("ckpt-rwx", "ReadWriteMany"))
+    operator.patch(*TR, "run-a", {"spec": {"learner": {"checkpointClaimName": "ckpt-rwx"}}}, namespace=NS)
+    operator.wait_for(lambda: operator.get("jobset.x-k8s.io/v1alpha2", "JobSet", "run-a-learner", namespace=NS))
+
+
 def test_scaling_a_pool_resizes_its_runners(operator: Any) -> None:
     apply_pools(operator, "mini-swe-agent")
     operator.apply(small_run())

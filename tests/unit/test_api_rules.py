@@ -62,6 +62,7 @@ def test_every_rule_is_covered() -> None:
         "checkpointEvery",
         "reportTo",
         "valueFrom",
+        "moved to",
     }
     for model in MODELS:
         for rule in model.rules:
@@ -214,3 +215,11 @@ def test_map_key_rules_agree(key: str) -> None:
         except ValueError:
             in_python = False
         assert in_cel == in_python, (marker.message, key)
+
+
+def test_moved_queue_name_rule_agrees() -> None:
+    (rule,) = common.PodOverrides.rules
+    assert "spec.queueName" in rule.message
+    for value in [{}, {"queueName": "team-a"}, {"nodeSelector": {"gpu": "h100"}}]:
+        instance = common.PodOverrides.model_construct(queue_name=value.get("queueName"))
+        assert rule.check(instance) == cel_holds(rule, value) == ("queueName" not in value)

@@ -8,8 +8,11 @@ import asyncio
 import http.server
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.learner.config import EngineLink, SyncMode
 from harnessrl.runtime.learner.failure import (
     EXIT_FAILED,
@@ -21,6 +24,7 @@ from harnessrl.runtime.learner.failure import (
     parse_termination_message,
 )
 from harnessrl.runtime.learner.loop import with_retries
+from harnessrl.runtime.learner.sync import LoraSync, publish_policy
 from harnessrl.runtime.learner.weight_transfer import (
     NcclSync,
     WeightSyncError,
@@ -109,3 +113,37 @@ def test_publish_retries_then_fails_the_run_and_never_retries_a_failure() -> Non
     with pytest.raises(LearnerFailure, match="no API"):
         asyncio.run(with_retries(refused, "publishing policy v2", window_s=60))
     assert len(tries) == 1
+
+
+class RecordingEngine(http.server.BaseHTTPRequestHandler):
+    """An engine without the weight-transfer API that records what reached it."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        RecordingEngine.seen.append(self.path)
+        self.send_error(404)
+
+    do_GET = do_POST
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_learner_restarted_before_its_first_checkpoint_pushes_its_v0_over_nccl() -> None:
+    # The engines keep whatever the last learner pushed: a learner that died at v3 before any checkpoint left v3's
+    # weights there, and its successor starts at v0. v0 must reach the engines too, or they serve v3 named v0.
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RecordingEngine)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        sync = sync_for(f"http://127.0.0.1:{srv.server_address[1]}")
+        pushed: list[object] = []
+        with pytest.raises(LearnerFailure, match="VLLM_SERVER_DEV_MODE"):
+            publish_policy(sync, lambda: pushed.append("weights") or object(), "m", 0)
+        assert RecordingEngine.seen and RecordingEngine.seen[0].startswith("/pause") and pushed == ["weights"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    # LoRA leaves the base weights alone: its v0 is the base model as served, nothing is pushed.
+    lora = LoraSync(EngineLink(urls=["http://127.0.0.1:9"]), "m", Path("unused"))
+    assert publish_policy(lora, lambda: pytest.fail("no weights are needed"), "m", 0) == PolicyState(model="m", version=0)

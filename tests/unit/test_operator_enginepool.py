@@ -117,7 +117,7 @@ def test_a_run_on_a_pool_has_no_engine_and_samples_the_pools_servers_under_its_o
     assert [s.secret for s in plan.learner.secrets if s.path == CLUSTER_PATHS["adapter-store-token"]] == [
         "team-a-codex-adapter-store"]
     # The pool's servers set the context length the learner plans for.
-    assert learner.grpo.dr_grpo_tokens == 65536
+    assert learner.grpo.dr_grpo_tokens == 40960
 
     out = by_name(render(plan, RUN_OWNER))
     for manifest in out.values():

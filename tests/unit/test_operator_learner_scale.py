@@ -53,8 +53,8 @@ def test_several_gpus_run_torchrun_in_one_pod() -> None:
     job = out[("Job", "run-learner")]
     kubernetes_validate.validate(job, K8S_VERSION, strict=True)
     [container] = job["spec"]["template"]["spec"]["containers"]
-    assert container["command"][:3] == ["torchrun", "--nproc-per-node=4", "--standalone"]
-    assert container["command"][3:] == ["--no-python", "harnessrl", "learner", "--config", "/etc/harnessrl/config.yaml"]
+    assert container["command"][:4] == ["harnessrl", "torchrun", "--nproc-per-node=4", "--standalone"]
+    assert container["command"][4:] == ["--no-python", "harnessrl", "learner", "--config", "/etc/harnessrl/config.yaml"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert not any(kind == "JobSet" for kind, _ in out)
 
@@ -154,3 +154,12 @@ def test_a_running_learner_keeps_its_placement_and_says_it_waits_for_its_next_st
     assert deferred_change(live, copy.deepcopy(live)) is None
     live["spec"]["suspend"] = True
     assert deferred_change(placed, live) is None  # suspended and not started since: suspended_template_patch moves it
+
+
+def test_a_multi_node_learners_own_checkpoint_claim_is_shared_between_nodes() -> None:
+    # ReadWriteOnce binds the volume to one node: the other nodes' Pods would never start.
+    one = learner(nodes=1, checkpointClaimName=None)[("PersistentVolumeClaim", "run-checkpoints")]
+    several = learner(nodes=2, checkpointClaimName=None)[("PersistentVolumeClaim", "run-checkpoints")]
+    assert one["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert several["spec"]["accessModes"] == ["ReadWriteMany"]
+    kubernetes_validate.validate(several, K8S_VERSION, strict=True)

@@ -243,7 +243,8 @@ def test_learner_job_secrets_are_files_never_literals() -> None:
     assert learner["resources"]["limits"]["nvidia.com/gpu"] == "1"
     mounted = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
     assert mounted == {"hf-token", "run-proxy-admin", "run-runner-token"}
-    assert all("valueFrom" not in e for c in pod["containers"] for e in c.get("env", []))
+    # Only the downward API (the Pod's IP) fills a variable: no Secret reaches it as one.
+    assert all("fieldRef" in e["valueFrom"] for c in pod["containers"] for e in c.get("env", []) if "valueFrom" in e)
     checkpoints = next(v for v in pod["volumes"] if v["name"] == "checkpoints")
     assert checkpoints["persistentVolumeClaim"]["claimName"] == "qwen3-8b-checkpoints"
     assert ("PersistentVolumeClaim", "run-checkpoints") not in m  # the user's claim is used, none created

@@ -58,12 +58,12 @@ def test_component_configs_are_the_components_own_models_wired_together() -> Non
     assert learner.proxy.url == "http://run-proxy.team.svc:8080"
     # LoRA rank 32 is served with the same max rank; the engine hot-loads it.
     assert engine.lora.enabled and engine.lora.max_rank == 32 and engine.tensor_parallel_size == 1
-    assert engine.model == "Qwen/Qwen3-8B" and engine.max_model_len == 65536 and engine.device == "cuda"
+    assert engine.model == "Qwen/Qwen3-8B" and engine.max_model_len == 40960 and engine.device == "cuda"
     assert learner.grpo.steps == 400 and learner.grpo.groups_per_step == 8
     # grpo.maxTokensPerStep is the update's token budget, not the size of a forward pass (defect 4).
     assert learner.grpo.max_tokens_per_step == 2_000_000 and learner.grpo.micro_batch_tokens == 16384
     assert (learner.grpo.loss_type, learner.grpo.scale_rewards, learner.grpo.tis_cap) == ("dapo", "batch", None)
-    assert learner.grpo.dr_grpo_tokens == 65536 and learner.model.gradient_checkpointing
+    assert learner.grpo.dr_grpo_tokens == 40960 and learner.model.gradient_checkpointing
     assert learner.grpo.max_grad_norm == 1.0  # the API's default; 0 turns clipping off
     unclipped = example_plan(grpo=EXAMPLE["spec"]["grpo"] | {"maxGradNorm": 0}).learner.config
     assert isinstance(unclipped, LearnerConfig) and unclipped.grpo.max_grad_norm is None
@@ -185,7 +185,7 @@ def test_nccl_weight_sync_wires_engine_and_learner() -> None:
     assert isinstance(engine, EngineConfig) and isinstance(learner, LearnerConfig)
     assert engine.env["VLLM_SERVER_DEV_MODE"] == "1" and '{"backend":"nccl"}' in engine.extra_args
     assert engine.tensor_parallel_size == 2 and not engine.lora.enabled
-    assert learner.engine.sync == SyncMode.nccl and learner.engine.nccl_master_address == "run-learner.team.svc"
+    assert learner.engine.sync == SyncMode.nccl and learner.engine.nccl_master_address_env == "POD_IP"
     assert [p.name for p in plan.learner.ports] == ["http", "nccl-0"]
     # N engine replicas: one transfer group each, on its own port (the learner's master port + i).
     three = example_plan(model={"base": {"hub": {"repo": "a/b"}}, "adapter": {"full": {}}},
