@@ -89,7 +89,8 @@ def call_candidate(function, cases):
 
 
 def main():
-    exp = json.loads(open(sys.argv[1]).read())
+    with open(sys.argv[1]) as fh:
+        exp = json.load(fh)
     kind, tol = exp["kind"], exp.get("tol", 1e-6)
     if kind == "number":
         text = read("answer.txt").strip()
