@@ -252,12 +252,12 @@ def test_status_counts_rollouts_by_pool_for_the_harness_pool_status() -> None:
                    sequences)
     pools = c.status().pools
     # pa: eval solved + timeout, training wrong + infra_error; pe: one harness_error, one still leased.
-    assert pools["pa"].model_dump() == {"active": 0, "completed": 2, "failed": 1, "timed_out": 1,
+    assert pools["pa"].model_dump() == {"active": 0, "completed": 2, "failed": 1, "timed_out": 1, "grader_failures": 0,
                                         "unknown_tool_calls": 4, "invalid_tool_calls": 2,
                                         "prefix_breaks": {"retry": 4, "reply_changed": 2},
                                         "captured_rollouts": 1, "sequences": 2, "sampled_tokens": 3,
                                         "sandbox_seconds": 90.0}
-    assert pools["pe"].model_dump() == {"active": 1, "completed": 0, "failed": 1, "timed_out": 0,
+    assert pools["pe"].model_dump() == {"active": 1, "completed": 0, "failed": 1, "timed_out": 0, "grader_failures": 0,
                                         "unknown_tool_calls": 1, "invalid_tool_calls": 0,
                                         "prefix_breaks": {"retry": 1},
                                         "captured_rollouts": 0, "sequences": 0, "sampled_tokens": 0,
