@@ -73,8 +73,9 @@ bench-trajectory: venv tools sandbox-deps
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest -p tests.conftest -s -o addopts= \
 	  benchmarks/trajectory/sequences_per_rollout.py
 
-# The quickstart needs only the venv: its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
-demo: venv
+# The quickstart needs the venv and the local sandbox's bubblewrap (a fresh machine has none): its harnesses are a
+# custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
+demo: venv sandbox-deps
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	rm -rf runs/quickstart
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml \
