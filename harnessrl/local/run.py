@@ -52,11 +52,10 @@ from harnessrl.operator.plan import (
 )
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_argv, engine_env
-from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published
+from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published, sync_dir
 from harnessrl.runtime.harness.config import LocalSandboxConfig, RunnerConfig
 from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
-from harnessrl.runtime.learner.sync import sync_dir
 from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
 

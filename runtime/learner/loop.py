@@ -21,6 +21,7 @@ from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
 from harnessrl.runtime.coordinator.service import replay
+from harnessrl.runtime.engine.restart import sync_dir
 from harnessrl.runtime.learner.background import LatestOnlyWorker
 from harnessrl.runtime.learner.checkpoint import (
     latest_checkpoint,
@@ -46,7 +47,7 @@ from harnessrl.runtime.learner.metrics import (
 from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
-from harnessrl.runtime.learner.sync import ProxyControl, make_sync, sync_dir
+from harnessrl.runtime.learner.sync import ProxyControl, make_sync
 from harnessrl.runtime.learner.tracking import Tracking
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
 
