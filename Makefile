@@ -16,7 +16,8 @@ PYTEST_ARGS ?=
 all: test
 
 $(VENV)/.installed: pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# -P: from the repository root, `python3 -m venv` would import the repo's operator/ as the standard library's.
+	test -x $(PY) || $(PYTHON) -P -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	# Where the CPU wheel is on local disk (pip's find-links), the main install takes it; elsewhere fetch it first.
 	$(PIP) download -q --no-index --no-deps "torch==$(TORCH_VERSION)+cpu" -d $(VENV)/.torch-probe >/dev/null 2>&1 \
