@@ -12,7 +12,7 @@ TOOLS := .tools
 PYTEST_ARGS ?=
 
 .PHONY: all venv tools sandbox-deps engine-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
-  images images-check images-sizes container-deps
+  images images-check images-sizes container-deps fresh-check
 
 all: test
 
@@ -128,6 +128,11 @@ images-check: container-deps
 
 images-sizes:
 	$(IMAGE_ENV) checks/images.sh sizes
+
+# The committed HEAD on a fresh machine (a bare Debian container with only the README's prerequisites): make demo,
+# the install steps of make test, a subset of the tests (checks/fresh-machine.sh). Long: not part of make test.
+fresh-check: container-deps
+	checks/fresh-machine.sh
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_src .mypy_cache .ruff_cache .pytest_cache runs
