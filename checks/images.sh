@@ -140,6 +140,9 @@ check_all() {
     expect "$name: imports ${module[$name]}" run --entrypoint python3 "$(ref "$name")" -c "import ${module[$name]}"
     expect "$name: carries no torch, transformers, peft, TRL or vLLM" run --entrypoint python3 "$(ref "$name")" -c "$no_torch"
   done
+  # The proxy re-executes itself with mimalloc preloaded; a library mimalloc links but the image lacks ends it.
+  expect "proxy: starts on mimalloc (LD_PRELOAD)" run --entrypoint bash "$(ref proxy)" -c \
+    'LD_PRELOAD="$(python3 -c "from harnessrl.runtime.proxy.allocator import mimalloc_library as m; print(m())")" python3 -c pass'
   expect "harness-runner: node >= 20" run --entrypoint node "$(ref harness-runner)" -e \
     'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'
   for h in "${HARNESSES[@]}"; do
