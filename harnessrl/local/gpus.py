@@ -7,9 +7,9 @@ the learner on one device, and a learner of several GPUs ran as one process on o
 
 from __future__ import annotations
 
-import glob
-import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from harnessrl.operator.plan import Plan
@@ -17,12 +17,18 @@ from harnessrl.operator.plan import Plan
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 
-def gpu_ids() -> list[str]:
-    """The GPUs this process may use: the CUDA_VISIBLE_DEVICES it was given, else every NVIDIA device node."""
-    given = os.environ.get(CUDA_VISIBLE_DEVICES)
-    if given is not None:
-        return [d for d in given.split(",") if d.strip()]
-    return [str(i) for i in range(len(glob.glob("/dev/nvidia[0-9]*")))]
+def gpu_ids(environ: Mapping[str, str], dev: Path = Path("/dev")) -> list[str]:
+    """The NVIDIA GPUs a process started here can use: CUDA_VISIBLE_DEVICES where it is set (as CUDA reads it:
+    up to the first invalid entry), else the /dev/nvidiaN device files. No CUDA library is loaded for this."""
+    visible = environ.get(CUDA_VISIBLE_DEVICES)
+    if visible is None:
+        return sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)), key=int)
+    ids = []
+    for entry in visible.split(","):
+        if not re.fullmatch(r"\s*(\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+)\s*", entry) or entry.strip() == "-1":
+            break
+        ids.append(entry.strip())
+    return ids
 
 
 def engine_process(replica: int) -> str:

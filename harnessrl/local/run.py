@@ -33,6 +33,7 @@ from pathlib import Path
 
 from harnessrl.local.gpus import CUDA_VISIBLE_DEVICES, engine_process, gpu_ids, learner_argv, visible_devices
 from harnessrl.local.live import LiveView
+from harnessrl.local.preflight import gpu_problem, sandbox_problem, volume_path, volume_problem
 from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.common import VolumePath
 from harnessrl.operator.api.harnesspool import HarnessPool
@@ -49,14 +50,15 @@ from harnessrl.operator.plan import (
     check_context,
     check_learner_memory,
     eval_task_ids_file,
+    pool_names,
 )
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_argv, engine_env
-from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published
+from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published, sync_dir
+from harnessrl.runtime.harness.config import LocalSandboxConfig, RunnerConfig
 from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.memory import context_limit
-from harnessrl.runtime.learner.sync import sync_dir
 from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
 
@@ -135,15 +137,10 @@ def read_inputs(files: list[Path]) -> tuple[TrainingRun, dict[str, HarnessPool]]
 
 def resolve_volume(ref: VolumePath, volumes: dict[str, Path], what: str) -> Path:
     """A PVC path on this machine: `--volume CLAIM=DIR` says where the claim's files are."""
-    if ref.claim_name not in volumes:
-        raise LocalRunError(
-            f"{what} reads PersistentVolumeClaim {ref.claim_name!r}; pass --volume {ref.claim_name}=DIR "
-            "to say where its files are on this machine"
-        )
-    path = volumes[ref.claim_name] / ref.path.lstrip("/")
-    if not path.exists():
-        raise LocalRunError(f"{what}: {path} (volume {ref.claim_name}) does not exist")
-    return path
+    problem = volume_problem(ref, volumes, what)
+    if problem is not None:
+        raise LocalRunError(problem)
+    return volume_path(ref, volumes)
 
 
 def resolve_model(run: TrainingRun, volumes: dict[str, Path], secret_files: dict[str, Path]) -> Path:
@@ -276,7 +273,7 @@ def engine_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None) -> l
     engine = plan.engine.config
     assert isinstance(engine, EngineConfig)
     specs: list[ProcessSpec] = []
-    devices = visible_devices(plan, gpu_ids())
+    devices = visible_devices(plan, gpu_ids(os.environ))
     for replica, url in enumerate(learner_config(plan).engine.urls):
         port = int(url.rsplit(":", 1)[1])
         replica_config = engine.model_copy(update={"host": "127.0.0.1", "port": port})
@@ -341,7 +338,7 @@ def process_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None = No
                 name=component.name,
                 argv=learner_argv(component.gpus, path) if learner
                 else [sys.executable, "-P", "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
-                env={CUDA_VISIBLE_DEVICES: visible_devices(plan, gpu_ids())[component.name]} if learner else {},
+                env={CUDA_VISIBLE_DEVICES: visible_devices(plan, gpu_ids(os.environ))[component.name]} if learner else {},
                 log=logs / f"{component.name}.log",
                 health_url=health,
                 # Loading torch and the base model takes the learner a while on a busy CPU.
@@ -363,6 +360,51 @@ def parse_mapping(items: list[str], flag: str) -> dict[str, Path]:
     return out
 
 
+def check_before_downloads(run: TrainingRun, spec: TrainingRunSpec, pools: dict[str, HarnessPool],
+                           volumes: dict[str, Path], secret_files: dict[str, Path], run_dir: Path) -> None:
+    """Everything this machine can be asked before a download or a start, all problems at once: the pools, the
+    volumes, the task split, the GPUs, the Secrets and the local sandbox. A plan made on stand-in paths names
+    the Secrets and the runners the real one will (a path never changes what a plan needs)."""
+    problems: list[str] = []
+    found: dict[str, Path] = {}
+    for ref, what in ((spec.model.base.pvc, "spec.model.base"), (spec.tasks.pvc, "spec.tasks")):
+        problem = volume_problem(ref, volumes, what) if ref is not None else None
+        if problem is not None:
+            problems.append(problem)
+        elif ref is not None:
+            found[what] = volume_path(ref, volumes)
+    if spec.tasks.image is not None:
+        problems.append("spec.tasks.image needs a cluster; on one machine use a pvc source with --volume CLAIM=DIR")
+    elif "spec.tasks" in found:
+        try:
+            write_task_ids(found["spec.tasks"], spec.tasks.split, spec.tasks.limit, run_dir / "task-ids.txt")
+        except LocalRunError as exc:
+            problems.append(str(exc))
+    gpus = gpu_problem(spec, len(gpu_ids(os.environ)))
+    problems += [gpus] if gpus else []
+    absent = [name for name in pool_names(spec) if name not in pools]
+    if absent:
+        problems.append(f"the run names HarnessPool {', '.join(absent)}, defined in none of the files given: "
+                        "add the file(s) that define them")
+        raise LocalRunError("\n".join(problems))
+    placement = LocalPlacement(run_dir, found.get("spec.model.base", run_dir / "model"),
+                               found.get("spec.tasks", run_dir / "tasks"), spec.engine.replicas, spec.proxy.workers)
+    plan = build_plan(run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement)
+    generated = {plan.proxy_admin_secret, plan.runner_token_secret}
+    for secret, key in sorted({(s.secret, s.key) for c in plan.components() for s in c.secrets if s.secret not in generated}):
+        try:
+            secret_text(secret, key, secret_files)
+        except LocalRunError as exc:
+            problems.append(str(exc))
+    for runner in plan.runners:
+        config = runner.config
+        assert isinstance(config, RunnerConfig)
+        sandbox = sandbox_problem(config.pool, config.sandbox) if isinstance(config.sandbox, LocalSandboxConfig) else None
+        problems += [sandbox] if sandbox else []
+    if problems:
+        raise LocalRunError("\n".join(problems))
+
+
 def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     run, pools = read_inputs(args.files)
     spec = run.spec
@@ -379,6 +421,7 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     secret_files = parse_mapping(args.secret, "--secret")
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    check_before_downloads(run, spec, pools, volumes, secret_files, run_dir)
     model_dir = resolve_model(run, volumes, secret_files)
     # vLLM refuses a context past the model's own positions: said before anything starts.
     config = model_dir / "config.json"
@@ -388,10 +431,6 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     plan = build_plan(
         run.metadata.name, "local", spec, {name: pool.spec for name, pool in pools.items()}, placement
     )
-    try:  # each engine replica and the learner on GPUs of their own
-        visible_devices(plan, gpu_ids())
-    except ValueError as exc:
-        raise LocalRunError(str(exc)) from None
     n_tasks = write_task_ids(placement.tasks_dir, spec.tasks.split, spec.tasks.limit, Path(placement.path("task-ids")))
     if spec.eval is not None:  # the learner evaluates on this split during training (it applies the limit)
         eval_ids = Path(eval_task_ids_file(placement.path("task-ids")))
@@ -442,7 +481,7 @@ def supervise(plan: Plan, run_dir: Path, live: bool) -> int:
         print(f"harnessrl run: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        supervisor.stop_all()
+        supervisor.stop_all(say=lambda line: print(f"harnessrl: {line}", flush=True))
 
 
 def learner_config(plan: Plan) -> LearnerConfig:
@@ -470,6 +509,7 @@ def main(argv: list[str]) -> int:
     try:
         plan, _ = plan_run(args)
     except (LocalRunError, ManifestError, PlanError) as exc:
-        print(f"harnessrl run: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # one line per problem found
+            print(f"harnessrl run: {line}", file=sys.stderr)
         return 2
     return supervise(plan, args.run_dir.resolve(), live=not args.no_live and sys.stdout.isatty())

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,13 +142,32 @@ class Supervisor:
         managed.spec = spec
         self._launch(managed)
 
-    def stop_all(self, grace_s: float = 15.0) -> None:
-        """SIGTERM every component in reverse start order, then SIGKILL what is left after `grace_s`."""
+    def stop_all(self, grace_s: float = 15.0, say: Callable[[str], None] | None = None,
+                 every_s: float = 3.0) -> None:
+        """SIGTERM every component in reverse start order, then SIGKILL what is left after `grace_s`. `say` hears
+        what happens meanwhile: which components it stops, each one as it ends, and every `every_s` seconds
+        which it still waits for."""
+        tell = say or (lambda line: None)
+        live = {m.spec.name: m.popen for m in reversed(self.procs) if m.popen is not None and m.popen.poll() is None}
         for managed in reversed(self.procs):
             _signal_group(managed.popen, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
+        if live:
+            tell(f"stopping {', '.join(live)} (each gets {grace_s:.0f} s, then is killed)")
+        started = time.monotonic()
+        next_note = started + every_s
+        while live and time.monotonic() < started + grace_s:
+            time.sleep(0.1)
+            for name, popen in [(n, p) for n, p in live.items() if p.poll() is not None]:
+                del live[name]
+                tell(f"{name} stopped (exit status {popen.returncode}) after {time.monotonic() - started:.1f} s")
+            if live and time.monotonic() >= next_note:
+                tell(f"still waiting for {', '.join(live)} ({time.monotonic() - started:.0f} s of {grace_s:.0f} s)")
+                next_note += every_s
+        for name in live:
+            tell(f"{name} did not stop in {grace_s:.0f} s: killed")
+        # SIGKILL every group: it may hold children even after its leader has exited.
         for managed in reversed(self.procs):
-            _reap(managed.popen, deadline)
+            _reap(managed.popen, started)
 
 
 def _last_line(log: Path) -> str:

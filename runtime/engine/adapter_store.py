@@ -11,7 +11,7 @@ shares with vLLM, and the learner then loads it from there:
 
 Writes need `Authorization: Bearer <credential>`. The store's own token (a run's proxy admin token, or an
 EnginePool's store token that only the operator holds) writes any name. On an EnginePool each run gets its own
-credential, `run_credential(token, run)` (the operator puts it in the run's Secret): it writes and deletes only
+credential, `store_credentials.run_credential(token, run)` (the operator puts it in the run's Secret): it writes and deletes only
 that run's adapters, `<run>-v<N>`, so one run cannot replace or remove another's.
 
 An upload streams to a file on the store's volume (never held in memory), then is unpacked into a temporary
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import hmac
 import io
 import logging
@@ -37,6 +36,7 @@ import tempfile
 from pathlib import Path
 
 from fastapi import FastAPI, Header, HTTPException, Request, Response
+from harnessrl.runtime.engine.store_credentials import owned, run_of
 from pydantic import BaseModel, Field
 
 log = logging.getLogger(__name__)
@@ -45,26 +45,6 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_UPLOAD_BYTES = 2 * 1024**3  # LoRA adapters are megabytes to a few hundred
 MAX_MEMBERS = 1000  # an adapter is a handful of files
 COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd magic
-
-
-def run_credential(token: str, run: str) -> str:
-    """The store credential of one run on an EnginePool: its name and a MAC of it under the store's token."""
-    return f"{run}.{_mac(token, run)}"
-
-
-def _mac(token: str, run: str) -> str:
-    return hmac.new(token.encode(), f"adapter-store/{run}".encode(), hashlib.sha256).hexdigest()
-
-
-def run_of(token: str, given: str) -> str | None:
-    """The run a per-run credential belongs to, or None when it is not one the store's token made."""
-    run, _, mac = given.rpartition(".")
-    return run if run and hmac.compare_digest(mac.encode(), _mac(token, run).encode()) else None
-
-
-def owned(run: str, name: str) -> bool:
-    """A run's adapters are `<run>-v<N>` (handlers/adapters.py relies on the same form)."""
-    return re.fullmatch(rf"{re.escape(run)}-v\d+", name) is not None
 
 
 class StoredAdapter(BaseModel):

@@ -25,6 +25,11 @@ class PublishedPolicy(BaseModel):
     written_at: float
 
 
+def sync_dir(checkpoint_dir: Path) -> Path:
+    """Where published policies live (the LoRA adapters the engines load, or restart sync's `policy.json`)."""
+    return checkpoint_dir / "sync"
+
+
 def write_published(sync_dir: Path, policy: PublishedPolicy) -> None:
     """Atomically: an engine restarter never reads a half-written file."""
     tmp = sync_dir / f".{POLICY_FILE}.tmp"

@@ -20,6 +20,7 @@ from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
 from harnessrl.runtime.coordinator.service import replay
+from harnessrl.runtime.engine.restart import sync_dir
 from harnessrl.runtime.learner.background import LatestOnlyWorker
 from harnessrl.runtime.learner.checkpoint import (
     latest_checkpoint,
@@ -45,7 +46,7 @@ from harnessrl.runtime.learner.metrics import (
 from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
 from harnessrl.runtime.learner.schedule import GroupPlanner
-from harnessrl.runtime.learner.sync import ProxyControl, make_sync, publish_policy, sync_dir
+from harnessrl.runtime.learner.sync import ProxyControl, make_sync, publish_policy
 from harnessrl.runtime.learner.tracking import Tracking
 from harnessrl.runtime.learner.trainer import PolicyTrainer, StepStats, compute_dtype, load_policy
 from harnessrl.runtime.serving import server as http_server

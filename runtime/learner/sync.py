@@ -181,11 +181,6 @@ def publish_policy(sync: WeightSync, policy: Callable[[], Any], served_name: str
     return sync.publish(policy(), version)
 
 
-def sync_dir(checkpoint_dir: Path) -> Path:
-    """Where published policies live (the LoRA adapters the engines load, or restart sync's `policy.json`)."""
-    return checkpoint_dir / "sync"
-
-
 def make_sync(engine: EngineLink, model: ModelConfig, sync_dir: Path) -> WeightSync:
     sync_dir.mkdir(parents=True, exist_ok=True)
     if engine.sync == SyncMode.lora:

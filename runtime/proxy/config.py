@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import yaml
 from harnessrl.runtime.contracts.coordinator import read_runner_token
-from harnessrl.runtime.serving import ServerLimits
+from harnessrl.runtime.server_limits import ServerLimits
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 

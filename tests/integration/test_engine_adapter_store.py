@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harnessrl.runtime.engine.adapter_store import run_credential
+from harnessrl.runtime.engine.store_credentials import run_credential
 from harnessrl.runtime.learner.config import EngineLink, SyncMode
 from harnessrl.runtime.learner.sync import LoraSync
 

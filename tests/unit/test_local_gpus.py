@@ -61,7 +61,7 @@ def test_a_run_needing_more_gpus_than_the_machine_has_is_refused(tmp_path: Path,
     a = quickstart_on_gpus(tmp_path, model_dir, {"gpus": 1, "replicas": 2}, {"gpus": 1})
     argv = [str(f) for f in a.files] + ["--run-dir", str(a.run_dir), *[f"--volume={v}" for v in a.volume]]
     assert main(argv) == 2
-    assert "the run needs 3 GPUs (engine-0 1, engine-1 1, quickstart-learner 1), and this machine has 2" in (
+    assert "spec.learner.gpus 1 and spec.engine.gpus 1 x 2 replica(s) need 3 GPU(s); this machine has 2" in (
         capsys.readouterr().err)
 
 

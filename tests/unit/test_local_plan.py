@@ -274,3 +274,15 @@ def test_an_engine_variable_from_a_secret_reaches_only_the_engines_environment(t
     assert not any("AWS_SECRET_ACCESS_KEY" in s.env for name, s in specs.items() if name != "engine-0")
     for config in (run_dir / "config").iterdir():
         assert "wJalrXUtnFEMI" not in config.read_text()
+
+
+def test_the_gpus_here_are_counted_as_cuda_would_see_them(tmp_path: Path) -> None:
+    from harnessrl.local.gpus import gpu_ids
+
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-caps"):
+        (tmp_path / name).touch()
+    assert len(gpu_ids({}, tmp_path)) == 2  # device files, not the control nodes
+    assert len(gpu_ids({"CUDA_VISIBLE_DEVICES": "0"}, tmp_path)) == 1
+    assert len(gpu_ids({"CUDA_VISIBLE_DEVICES": ""}, tmp_path)) == 0
+    assert len(gpu_ids({"CUDA_VISIBLE_DEVICES": "1,0,-1,2"}, tmp_path)) == 2  # CUDA stops at the first invalid one
+    assert len(gpu_ids({"CUDA_VISIBLE_DEVICES": "GPU-8a1b2c3d-0000-1111-2222-333344445555"}, tmp_path)) == 1

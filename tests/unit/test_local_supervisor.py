@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -177,3 +178,35 @@ def test_a_component_that_exits_failed_is_not_restarted(tmp_path: Path) -> None:
     with pytest.raises(SupervisorError, match="not restarted: WeightSyncRejected: the engine said no"):
         sup.check()
     assert m.restarts == 0
+
+
+def test_stopping_says_what_it_stops_waits_for_and_kills(tmp_path: Path) -> None:
+    """Ctrl-C used to stop a run in 15-20 s of silence: every step of the stop is now said as it happens."""
+    supervisor = Supervisor()
+    quick = ProcessSpec(name="quick", argv=[sys.executable, "-c", "import time; time.sleep(600)"], env={},
+                        log=tmp_path / "quick.log")
+    ready = tmp_path / "stubborn.ready"
+    # Ignores SIGTERM, as a component busy in a long call may: only SIGKILL ends it.
+    stubborn = ProcessSpec(
+        name="stubborn", env={}, log=tmp_path / "stubborn.log",
+        argv=[sys.executable, "-c", "import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              f"pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"],
+    )
+    said: list[tuple[float, str]] = []
+    supervisor.start(quick)
+    supervisor.start(stubborn)
+    deadline = time.monotonic() + 10
+    while not ready.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    began = time.monotonic()
+    supervisor.stop_all(grace_s=4, say=lambda line: said.append((time.monotonic() - began, line)))
+    lines = [line for _, line in said]
+    assert lines[0] == "stopping stubborn, quick (each gets 4 s, then is killed)"
+    assert lines[1].startswith("quick stopped (exit status -15) after 0.")  # said as it ends, not after the rest
+    assert lines[2] == "still waiting for stubborn (3 s of 4 s)"
+    assert lines[3:] == ["stubborn did not stop in 4 s: killed"]
+    # No silence longer than the progress interval while it waits.
+    times = [0.0] + [t for t, _ in said]
+    assert max(b - a for a, b in itertools.pairwise(times)) < 3.5
+    assert all(m.popen is not None and m.popen.poll() is not None for m in supervisor.procs)
