@@ -148,3 +148,21 @@ async def test_a_rollout_over_its_disk_limit_is_stopped(tmp_path: Path) -> None:
         small = await sb.run(["sh", "-c", "rm f*; echo ok"], {}, 60)
         assert small.limit_exceeded is None and small.stdout == "ok\n"
 
+
+async def test_what_one_rollout_plants_does_not_stop_another(provider: LocalProvider) -> None:
+    """FIFOs, /dev/zero and links where a runner once kept each command's output (io/N.out|err) and the verifier's
+    files (logs/, tests/), and a FIFO for an answer: the runner opens none of them, so it grades that rollout wrong
+    and another rollout runs and is graded beside it. (Before, opening io/2.out for the grading blocked the event
+    loop, and every rollout of the runner with it.)"""
+    plant = ("mv ../io ../io-was 2>/dev/null; rm -rf ../logs ../tests; mkdir -p ../io ../logs/verifier;"
+             " for n in 1 2 3; do mkfifo ../io/$n.out; ln -s /dev/zero ../io/$n.err; done;"
+             " mkfifo ../logs/verifier/reward.txt; ln -s /etc ../tests; mkfifo answer.txt")
+    async with await provider.open("r-plant", TASK) as planted, await provider.open("r-other", TASK) as other:
+        assert (await planted.run(["sh", "-c", plant], {}, 30)).exit_code == 0
+        answering = asyncio.ensure_future(other.run(["sh", "-c", "sleep 1; echo 5351 > answer.txt"], {}, 30))
+        graded = await asyncio.wait_for(planted.grade(TASK, 20), 40)
+        assert (await asyncio.wait_for(answering, 30)).exit_code == 0
+        assert graded.grade is not None and graded.grade.reward == 0.0, graded
+        beside = await other.grade(TASK, 30)
+        assert beside.grade is not None and beside.grade.reward == 1.0, beside
+
