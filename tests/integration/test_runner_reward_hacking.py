@@ -63,8 +63,12 @@ async def test_no_attack_is_graded_solved_with_a_root_runner(workdir: Path) -> N
 def test_no_attack_is_graded_solved_with_an_unprivileged_runner(workdir: Path) -> None:
     (workdir / "base").mkdir()
     os.chown(workdir / "base", NOBODY, NOBODY)
+    # The tasks where the unprivileged runner can read them (a checkout may be root's alone, as CI's clone is).
+    tasks = [workdir / "tasks" / path.name for path in TASKS]
+    for path, copy in zip(TASKS, tasks, strict=True):
+        shutil.copytree(path, copy)
     code = f"import sys; sys.path.append({str(ROOT)!r}); from tests.fixtures.reward_hacking import main; main()"
-    argv = as_user(NOBODY, [sys.executable, "-P", "-c", code, str(workdir / "base"), *map(str, TASKS)],
+    argv = as_user(NOBODY, [sys.executable, "-P", "-c", code, str(workdir / "base"), *map(str, tasks)],
                    Path(tempfile.mkdtemp(prefix="stage-", dir="/tmp")))
     res = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=workdir, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
