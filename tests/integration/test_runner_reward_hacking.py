@@ -67,8 +67,10 @@ def test_no_attack_is_graded_solved_with_an_unprivileged_runner(workdir: Path) -
     tasks = [workdir / "tasks" / path.name for path in TASKS]
     for path, copy in zip(TASKS, tasks, strict=True):
         shutil.copytree(path, copy)
-    code = f"import sys; sys.path.append({str(ROOT)!r}); from tests.fixtures.reward_hacking import main; main()"
-    argv = as_user(NOBODY, [sys.executable, "-P", "-c", code, str(workdir / "base"), *map(str, tasks)],
+    # Run as a script: a directory the unprivileged user may only traverse cannot be listed, so `tests` would not
+    # import from it (the fixture needs only harnessrl, which the editable install maps by path).
+    script = ROOT / "tests" / "fixtures" / "reward_hacking.py"
+    argv = as_user(NOBODY, [sys.executable, "-P", str(script), str(workdir / "base"), *map(str, tasks)],
                    Path(tempfile.mkdtemp(prefix="stage-", dir="/tmp")))
     res = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=workdir, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
