@@ -283,7 +283,7 @@ def test_conditions_go_pending_training_complete(operator: Any, learner_status: 
     assert status["passAt1"] == {"mini-swe-agent": 0.25}
     pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
                              and p["status"]["rollouts"]["completed"] == 16 and p)
-    assert pool["status"]["rollouts"] == {"active": 3, "completed": 16, "failed": 1, "timedOut": 0,
+    assert pool["status"]["rollouts"] == {"active": 3, "completed": 16, "failed": 1, "timedOut": 0, "graderFailures": 0,
                                           "unknownToolCalls": 2, "invalidToolCalls": 0,
                                           "prefixBreaks": {"retry": 3, "replyChanged": 0, "historyChanged": 1},
                                           "capture": {"rollouts": 14, "sequences": 21, "sampledTokens": 900}}
