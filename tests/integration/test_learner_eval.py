@@ -105,7 +105,12 @@ class Runner:
                 req = LeaseRequest(runner_id=f"{self.pool}-runner", pool=self.pool, harness=self.harness, max=4)
                 got = LeaseResponse.model_validate(await call(http, f"{self.coordinator}/v1/leases", req.model_dump()))
                 if got.done:  # the learner answers `done` a few seconds before it exits
-                    status = (await http.get(f"{self.coordinator}/v1/status")).json()
+                    # Its last checkpoint is written in the background and recorded at the loop's next turn.
+                    for _ in range(100):
+                        status = (await http.get(f"{self.coordinator}/v1/status")).json()
+                        if status.get("latest_checkpoint"):
+                            break
+                        await asyncio.sleep(0.1)
                     self.final_status = CoordinatorStatus.model_validate(status)
                     return
                 if not got.leases:
