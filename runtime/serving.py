@@ -1,5 +1,5 @@
 """How every harnessrl HTTP server is built (the proxy, the coordinators, the runner's metrics): uvicorn on
-httptools, with a request's head bounded in size and in time, and the program's own logging.
+httptools, with a request's head and body bounded in size and in time, and the program's own logging.
 
 uvicorn bounds neither on httptools (h11 has `h11_max_incomplete_event_size`; neither has a deadline on reading
 a request's head: `timeout_keep_alive` runs only between requests). Issue #47 measured on the proxy before these limits:
@@ -7,10 +7,9 @@ four connections sending 128 MB of unfinished headers took it from 87 to 818 MB,
 connections sending a header byte now and then were all held for as long as they liked. So a request's head (its
 request line and headers) must arrive within `max_head_bytes` (else 431 and the connection closes) and within
 `head_timeout_s` of its first byte, or of the connection's start (else 408, or a plain close when nothing came).
-Between requests a kept-alive connection waits `keep_alive_s`, as before.
-
-`BearerBeforeBody` is the other half for servers whose writes need a token: it checks the token and the declared
-body size before the app reads a byte of the body (FastAPI parses a route's body before its dependencies run).
+Its body, likewise, must be whole within `body_timeout_s` of its head (a body trickled a byte at a time held a
+connection and its request's task for as long as the caller liked: 408) and at most `max_body_bytes`, declared or
+sent (413), whether or not the app reads it. Between requests a kept-alive connection waits `keep_alive_s`, as before.
 """
 
 from __future__ import annotations
@@ -44,26 +43,30 @@ def _status(code: int, reason: str) -> bytes:
 
 def http_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
     """The protocol class uvicorn builds each connection with: its httptools protocol with a size limit and a
-    deadline on each request's head (`limits`). uvicorn is imported here, not with this module: configs import
-    `ServerLimits`, and the proxy reads its config before it re-executes itself on mimalloc."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    deadline on each request's head and on its body (`limits`). uvicorn is imported here, not with this module:
+    configs import `ServerLimits`, and the proxy reads its config before it re-executes itself on mimalloc."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._head_bytes = 0
+            self._body_bytes = 0
             self._in_head = True  # False from a request's headers to its end (its body)
+            self._refused = False  # answered by these limits: the parser's remaining callbacks are ignored
             self._head_timer: asyncio.TimerHandle | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
             self._arm_head_timer()
 
         def _arm_head_timer(self) -> None:
             if self._head_timer is None:
                 self._head_timer = self.loop.call_later(limits.head_timeout_s, self._head_timed_out)
 
-        def _disarm_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+        def _disarm_timers(self) -> None:
+            for timer in (self._head_timer, self._body_timer):
+                if timer is not None:
+                    timer.cancel()
+            self._head_timer = self._body_timer = None
 
         def _head_timed_out(self) -> None:
             self._head_timer = None
@@ -73,20 +76,38 @@ def http_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
                 return
             self._refuse(_status(408, "Request Timeout") if self._head_bytes else b"")
 
-        def _refuse(self, answer: bytes) -> None:
+        def _body_timed_out(self) -> None:
+            self._body_timer = None
+            if self.pipeline:  # a pipelined request, unread until the answer before it ends: its time starts then
+                self._body_timer = self.loop.call_later(limits.body_timeout_s, self._body_timed_out)
+                return
+            self._refuse(_status(408, "Request Timeout"), self.cycle)
+
+        def _refuse(self, answer: bytes, request: RequestResponseCycle | None = None) -> None:
+            """Answer `answer` and close. `request`: the one refused, when its app runs already: it reads a
+            disconnect and what it sends afterwards is dropped; if it had begun answering, it is not answered."""
+            self._refused = True
+            self._disarm_timers()
+            if request is not None:
+                if request.response_started:
+                    answer = b""
+                request.disconnected = True
+                request.message_event.set()
             if not self.transport.is_closing():
                 if answer:
                     self.transport.write(answer)
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
             counted = self._in_head
             if counted:
                 self._head_bytes += len(data)
             super().data_received(data)
             # Checked after parsing: bytes past a head that ended in this chunk are its body, not head. Unparsed,
             # the parser holds at most the limit plus one read (256 KiB).
-            if counted and self._in_head and self._head_bytes > limits.max_head_bytes:
+            if counted and self._in_head and self._head_bytes > limits.max_head_bytes and not self._refused:
                 self._refuse(_status(431, "Request Header Fields Too Large"))
 
         def on_message_begin(self) -> None:
@@ -95,16 +116,36 @@ def http_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
 
         def on_headers_complete(self) -> None:
             self._in_head = False
-            self._head_bytes = 0
-            self._disarm_head_timer()
+            self._head_bytes = self._body_bytes = 0
+            self._disarm_timers()
+            declared = dict(self.headers).get(b"content-length", b"0")
+            if not declared.isdigit() or int(declared) > limits.max_body_bytes:
+                # Refused before the app runs: nothing of the body is read.
+                self._refuse(_status(413, "Content Too Large"))
+                return
+            self._body_timer = self.loop.call_later(limits.body_timeout_s, self._body_timed_out)
             super().on_headers_complete()
 
+        def on_body(self, body: bytes) -> None:
+            if self._refused:
+                return
+            self._body_bytes += len(body)
+            if self._body_bytes > limits.max_body_bytes:  # a chunked body: no length declared up front
+                self._refuse(_status(413, "Content Too Large"), self.cycle)
+                return
+            super().on_body(body)
+
         def on_message_complete(self) -> None:
+            if self._refused:
+                return
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
             super().on_message_complete()
             self._in_head = True
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm_head_timer()
+            self._disarm_timers()
             super().connection_lost(exc)
 
     return BoundedHttpToolsProtocol
@@ -114,12 +155,13 @@ def server(app: ASGIApp, host: str, port: int, limits: ServerLimits | None = Non
            **options: Any) -> uvicorn.Server:
     """A uvicorn server for `app` with `limits` on every connection. It logs through the program's logging
     (runtime/logs.py: its redaction of bearer values included), never uvicorn's own handlers; no access log (one
-    line per call, with the call's path, is neither affordable nor safe). `options`: other uvicorn settings."""
+    line per call, with the call's path, is neither affordable nor safe); no WebSocket upgrades (no server here speaks
+    it, and an upgraded connection would escape these limits). `options`: other uvicorn settings."""
     import uvicorn
 
     limits = limits or ServerLimits()
     config = uvicorn.Config(
-        app, host=host, port=port, http=http_protocol(limits), timeout_keep_alive=limits.keep_alive_s,
+        app, host=host, port=port, http=http_protocol(limits), ws="none", timeout_keep_alive=limits.keep_alive_s,
         log_config=None, log_level=log_level, access_log=False, **options,
     )
     return uvicorn.Server(config)

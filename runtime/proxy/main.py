@@ -58,8 +58,10 @@ def main(argv: list[str]) -> int:
             return 2
         app = create_app(worker_config(config, args.worker),
                          role=worker_role(config, args.worker, args.heartbeat_fd))
+    # The call's own limit (answered in the caller's dialect) applies first; the server's is the backstop above it.
+    limits = config.http.model_copy(update={"max_body_bytes": max(config.http.max_body_bytes, config.max_body_bytes)})
     server = serving.server(
-        app, config.host, config.port, limits=config.http, log_level=config.log_level,
+        app, config.host, config.port, limits=limits, log_level=config.log_level,
         loop="uvloop",  # uvicorn[standard]'s pick (a dependency): cheaper per call than asyncio
         # Shut down without waiting long on streams; the journal holds everything already answered.
         timeout_graceful_shutdown=5,

@@ -1,10 +1,13 @@
-"""Every server's request heads are bounded in size and time (runtime/serving.py), attacked over real sockets on
+"""Every server's requests are bounded in size and time (runtime/serving.py), attacked over real sockets on
 127.0.0.1 against a real `harnessrl proxy` process (the other programs build their servers the same way).
 
 - Unfinished request heads (128 MB of headers on each of four connections) are cut at the head limit with 431,
   and the proxy's peak memory stays flat (its peak went from 65 to 195 MB before).
 - Slow heads (slowloris: 200 connections, half sending nothing, half a header byte now and then) are all closed
   once their head takes longer than the head timeout (before, all 200 were held), and the proxy still serves.
+- Slow bodies (a head, then a body byte now and then) are cut with 408 once the body takes longer than the body
+  timeout (before, each held its connection and its request's task for as long as it liked); a body over the
+  server's limit, declared or chunked, is refused with 413 before it is read.
 Memory is the process's peak RSS (VmHWM in /proc/PID/status): growth there is what the attack cost.
 """
 
@@ -27,7 +30,7 @@ from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, create_app
 
 from tests.fixtures.proxy_server import ProxyFactory, serve_in_thread
-from tests.fixtures.raw_http import MB, answer_head, peak_rss_mb, send_until_refused
+from tests.fixtures.raw_http import MB, answer_head, closed_within, peak_rss_mb, send_until_refused
 from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
 from tests.ports import free_port, wait_serving
 
@@ -35,22 +38,29 @@ pytestmark = pytest.mark.timeout(180)
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "tasks" / "test"
 
 
+def endless_head(port: int, request_line: bytes) -> tuple[bytes, int]:
+    """A request head that never ends (8 KB header lines, up to 128 MB) sent to `port`: what the server answered,
+    and how many bytes it took before it closed the connection."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request_line + b"\r\nhost: x\r\n")
+        sent = send_until_refused(sock, 128 * MB, b"x-pad: " + b"a" * 8000 + b"\r\n")
+        return answer_head(sock, 10.0), sent
+
+
 @pytest.fixture
 def proxy(proxy_factory: ProxyFactory, scripted_engine_factory: Callable[..., Any]) -> Any:
     engine = scripted_engine_factory(tokenizer="bytes")
-    return proxy_factory([engine.root_url], http={"head_timeout_s": 2.0}, allocator="system")
+    return proxy_factory([engine.root_url], http={"head_timeout_s": 2.0, "body_timeout_s": 2.0}, allocator="system")
 
 
 def test_unfinished_headers_are_cut_at_the_head_limit_and_cost_the_proxy_no_memory(proxy: Any) -> None:
     pid = proxy.proc.pid
     before = peak_rss_mb(pid)
-    line = b"x-pad: " + b"a" * 8000 + b"\r\n"
     answers, sent = [], 0
     for _ in range(4):
-        with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
-            sent += send_until_refused(sock, 128 * MB, line)
-            answers.append(answer_head(sock, 10.0))
+        answer, taken = endless_head(proxy.port, b"POST /v1/chat/completions HTTP/1.1")
+        answers.append(answer)
+        sent += taken
     after = peak_rss_mb(pid)
     assert after - before < 30, f"peak RSS {before:.0f} -> {after:.0f} MB after {sent / MB:.0f} MB of headers"
     assert all(a.startswith(b"HTTP/1.1 431") for a in answers), [a[:100] for a in answers]
@@ -64,25 +74,10 @@ def test_slow_heads_are_closed_after_the_head_timeout(proxy: Any) -> None:
         # Half send nothing at all, half start a head and then trickle a header byte at a time.
         for sock in conns[1::2]:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-slow: ")
-        closed: set[int] = set()
-        deadline = time.monotonic() + 15
-        while len(closed) < len(conns) and time.monotonic() < deadline:
-            for i, sock in enumerate(conns):
-                if i in closed:
-                    continue
-                try:
-                    if i % 2:
-                        sock.sendall(b"x")
-                    sock.settimeout(0.001)
-                    if sock.recv(4096) == b"":
-                        closed.add(i)
-                except TimeoutError:
-                    pass
-                except OSError:  # reset, or the pipe is broken: closed by the server
-                    closed.add(i)
-            time.sleep(0.2)
+        started = time.monotonic()
+        closed, _ = closed_within(conns, 15.0, trickle=b"x", trickling=range(1, len(conns), 2))
         assert len(closed) == len(conns), f"{len(conns) - len(closed)} slow connections still held"
-        assert time.monotonic() < deadline
+        assert time.monotonic() - started < 15
     finally:
         for sock in conns:
             sock.close()
@@ -129,4 +124,63 @@ def test_the_runner_serves_metrics_beside_its_loop_and_still_stops_on_sigterm(tm
         if runner.poll() is None:
             runner.kill()
             runner.wait()
+        server.should_exit = True
+
+
+def test_trickled_bodies_are_cut_after_the_body_timeout(proxy: Any) -> None:
+    """A session request's head with its token, then its body a byte at a time: before, 50 of them held their
+    connections (and the tasks waiting on their bodies) as long as they trickled."""
+    auth = b"authorization: %s\r\n" % RUNNER_AUTH["Authorization"].encode()
+    conns = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(50)]
+    try:
+        for sock in conns:
+            sock.sendall(b"POST /sessions HTTP/1.1\r\nhost: x\r\n%scontent-type: application/json\r\n"
+                         b"content-length: 100000\r\n\r\n{" % auth)
+        started = time.monotonic()
+        closed, answers = closed_within(conns, 10.0, trickle=b" ")
+        assert len(closed) == len(conns), f"{len(conns) - len(closed)} trickled bodies still held"
+        assert time.monotonic() - started < 6
+        assert all(a.startswith(b"HTTP/1.1 408") for a in answers), {a[:60] for a in answers}
+    finally:
+        for sock in conns:
+            sock.close()
+    assert httpx.get(f"{proxy.url}/healthz", timeout=10).status_code == 200
+
+
+def test_a_body_over_the_servers_limit_is_refused_before_it_is_read() -> None:
+    """A server whose app reads whatever body comes (as starlette's `request.body()` does): a declared body over
+    the server's limit never reaches the app, and a chunked one (no size up front) is cut at the limit."""
+    from harnessrl.runtime import serving
+    from harnessrl.runtime.server_limits import ServerLimits
+
+    read: list[int] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        size, more = 0, True
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        read.append(size)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"read"})
+
+    port = free_port()
+    server = serving.server(app, "127.0.0.1", port, ServerLimits(max_body_bytes=MB), lifespan="off")
+    serving.run_in_thread(server)
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % (200 * MB))
+            assert answer_head(sock, 5.0).startswith(b"HTTP/1.1 413")
+        assert read == []
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
+            chunk = b"%x\r\n%s\r\n" % (64 * 1024, b"a" * 64 * 1024)
+            sent = send_until_refused(sock, 200 * MB, chunk)
+            answer = answer_head(sock, 5.0)
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
+        assert sent < 100 * MB
+        assert read == [] or read[0] <= MB  # the app saw no more than the limit (and a disconnect)
+        assert httpx.post(f"http://127.0.0.1:{port}/", content=b"x" * 1000, timeout=10).text == "read"
+    finally:
         server.should_exit = True
