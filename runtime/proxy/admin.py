@@ -32,6 +32,7 @@ from harnessrl.runtime.proxy.workers import FORWARDED_HEADER, Forwarded, forward
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 router = APIRouter()
+ADMIN_BODY_BYTES = 1 << 20  # an admin write or a session's creation
 
 
 def proxy_state(request: Request) -> ProxyState:
@@ -106,6 +107,19 @@ def forward_failed(forwarded: Forwarded) -> JSONResponse | None:
                          "replica (retry): " + "; ".join(forwarded.failures)}, status_code=502)
 
 
+async def admin_body(request: Request) -> bytes:
+    """An admin write's or a session creation's body, at most ADMIN_BODY_BYTES (a policy, an engine or a session
+    request is a few hundred bytes). Read only in a route that took its token's dependency: the token is checked
+    before a byte of the body is read."""
+    return await read_body(request.scope, request.receive, ADMIN_BODY_BYTES)
+
+
+def too_large(exc: DialectError) -> JSONResponse:
+    """A body over the limit, answered as the admin API answers every error ({"detail": ...}); the connection
+    closes, so the rest of the body is never read."""
+    return JSONResponse({"detail": exc.message}, status_code=exc.status, headers={"connection": "close"})
+
+
 # --------------------------------------------------------------------------- open
 
 
@@ -140,9 +154,9 @@ async def create_session(request: Request, response: Response, state: SessionSta
         # connection would put them all on one worker, so each creation ends its connection.
         response.headers["connection"] = "close"
     try:
-        body = CreateSessionRequest.model_validate_json(await read_body(request.scope, request.receive, 1 << 20))
+        body = CreateSessionRequest.model_validate_json(await admin_body(request))
     except DialectError as exc:
-        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+        return too_large(exc)
     except ValueError as exc:
         return JSONResponse({"detail": f"invalid session request: {exc}"}, status_code=422)
     try:
@@ -196,9 +210,11 @@ async def delete_session(session: RunnerSession, state: SessionState) -> Any:
 
 @router.put("/policy")
 async def put_policy(request: Request, state: AdminState) -> Any:
-    body = await request.body()
     try:
+        body = await admin_body(request)
         policy = PolicyState.model_validate_json(body)
+    except DialectError as exc:
+        return too_large(exc)
     except ValueError as exc:
         return JSONResponse({"detail": f"invalid policy: {exc}"}, status_code=422)
     await state.set_policy(policy)
@@ -218,7 +234,10 @@ async def get_engines(state: AdminState) -> Any:
 @router.post("/engines/drain")
 async def drain_engine(request: Request, state: AdminState) -> Any:
     """Body {"url": ..., "draining": bool}: a draining engine gets no new calls; in-flight ones finish."""
-    body = await request.body()
+    try:
+        body = await admin_body(request)
+    except DialectError as exc:
+        return too_large(exc)
     data = json.loads(body)
     engine = state.pool.get(str(data.get("url", "")))
     if engine is None:

@@ -8,6 +8,8 @@
 - Slow bodies (a head, then a body byte now and then) are cut with 408 once the body takes longer than the body
   timeout (before, each held its connection and its request's task for as long as it liked); a body over the
   server's limit, declared or chunked, is refused with 413 before it is read.
+- The proxy's admin writes read at most 1 MiB (a 60 MB `PUT /policy` with the admin token was read whole), and
+  not a byte without the token.
 Memory is the process's peak RSS (VmHWM in /proc/PID/status): growth there is what the attack cost.
 """
 
@@ -184,3 +186,23 @@ def test_a_body_over_the_servers_limit_is_refused_before_it_is_read() -> None:
         assert httpx.post(f"http://127.0.0.1:{port}/", content=b"x" * 1000, timeout=10).text == "read"
     finally:
         server.should_exit = True
+
+
+def test_an_admin_write_reads_a_bounded_body_and_none_without_the_token(proxy: Any) -> None:
+    """60 MB: under the server's own limit (ServerLimits.max_body_bytes), which would refuse it on its head."""
+    pid = proxy.proc.pid
+    before = peak_rss_mb(pid)
+    size = 60 * MB
+    for auth, status in ((b"", b"401"), (b"authorization: Bearer %s\r\n" % proxy.admin_token.encode(), b"413")):
+        with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+            sock.sendall(b"PUT /policy HTTP/1.1\r\nhost: x\r\n%scontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n{\"model\": \"" % (auth, size))
+            refused = answer_head(sock, 5.0)  # on the head alone, before a byte of the body is read
+            sent = send_until_refused(sock, size, b"a" * MB)
+            refused = refused or answer_head(sock, 10.0)
+        assert refused.startswith(b"HTTP/1.1 " + status), refused[:200]
+        assert sent < size
+    assert b"over the limit of 1048576 bytes" in refused
+    after = peak_rss_mb(pid)
+    assert after - before < 30, f"peak RSS {before:.0f} -> {after:.0f} MB"
+    assert httpx.get(f"{proxy.url}/policy", timeout=10).status_code == 200
