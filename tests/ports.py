@@ -1,5 +1,5 @@
 """Loopback servers that tests start: `free_port()` picks a port for one, and `wait_serving()` waits until the
-process behind it answers its health URL. A plain module, not in tests/fixtures/, so the fixture plugins can
+process behind it answers its health URL, and `stop_process()` stops it by its PID. A plain module, not in tests/fixtures/, so the fixture plugins can
 import it at load time without pytest warning that it was imported before it could be rewritten."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from harnessrl.runtime.ports import free_ports
 
-__all__ = ["free_port", "free_ports", "wait_serving"]
+__all__ = ["free_port", "free_ports", "stop_process", "wait_serving"]
 
 
 def free_port() -> int:
@@ -35,3 +35,15 @@ def wait_serving(health_url: str, proc: subprocess.Popen[bytes], timeout_s: floa
             pass
         time.sleep(poll_s)
     raise RuntimeError(f"{what} not healthy after {timeout_s:.0f} s:\n{log()}")
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM (a program cleans up, as on a Pod's deletion), then SIGKILL after `grace_s`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)

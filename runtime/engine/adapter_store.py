@@ -18,6 +18,10 @@ An upload streams to a file on the store's volume (never held in memory), then i
 directory and renamed into place, so vLLM never reads half an adapter. The tar must be uncompressed (as
 `adapter_tar` writes it: safetensors do not shrink) and its members may not add up to more than the upload itself
 (nor `MAX_MEMBERS` files): a small archive cannot unpack into a large tree.
+
+It is served as every harnessrl server is (runtime/serving.py): a request's head bounded in size and time, its body
+to `MAX_UPLOAD_BYTES` and `--body-timeout-seconds`. A write's credential is checked before a byte of its body is
+read, and a refused write ends its connection, so the body it declared is never read.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ import tempfile
 from pathlib import Path
 
 from fastapi import FastAPI, Header, HTTPException, Request, Response
+from harnessrl.runtime import logs, serving
 from harnessrl.runtime.engine.store_credentials import owned, run_of
+from harnessrl.runtime.server_limits import ServerLimits
 from pydantic import BaseModel, Field
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,8 @@ log = logging.getLogger(__name__)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_UPLOAD_BYTES = 2 * 1024**3  # LoRA adapters are megabytes to a few hundred
 MAX_MEMBERS = 1000  # an adapter is a handful of files
+UPLOAD_TIMEOUT_S = 600.0  # the largest upload at 30 MB/s; a trickled one is cut then (408)
+CLOSE = {"connection": "close"}  # a write refused before its body is read ends its connection: the body never is
 COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd magic
 
 
@@ -71,10 +79,10 @@ def create_app(root: Path, token: str) -> FastAPI:
             return
         run = run_of(token, given) if scheme.lower() == "bearer" else None
         if run is None:
-            raise HTTPException(status_code=401, detail="a valid bearer token is required")
+            raise HTTPException(status_code=401, detail="a valid bearer token is required", headers=CLOSE)
         if not owned(run, name):
             raise HTTPException(status_code=403, detail=f"this credential writes only run {run}'s adapters "
-                                                        f"({run}-v<N>), not {name}")
+                                                        f"({run}-v<N>), not {name}", headers=CLOSE)
 
     def checked(name: str) -> str:
         if re.fullmatch(NAME_PATTERN, name) is None:
@@ -89,7 +97,7 @@ def create_app(root: Path, token: str) -> FastAPI:
     async def put(name: str, request: Request, authorization: str | None = Header(None)) -> StoredAdapter:
         authorize(authorization, checked(name))  # before a byte of the body is read
         if int(request.headers.get("content-length") or 0) > MAX_UPLOAD_BYTES:
-            raise HTTPException(status_code=413, detail=f"adapter upload over {MAX_UPLOAD_BYTES} bytes")
+            raise HTTPException(status_code=413, detail=f"adapter upload over {MAX_UPLOAD_BYTES} bytes", headers=CLOSE)
         fd, upload = tempfile.mkstemp(dir=root, prefix=".upload-")
         try:
             size = 0
@@ -145,6 +153,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--token-file", required=True, type=Path, help="file holding the bearer token")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--body-timeout-seconds", type=float, default=UPLOAD_TIMEOUT_S,
+                        help="an upload must be whole this long after its request's head")
     args = parser.parse_args(argv)
     try:
         token = args.token_file.read_text().strip()
@@ -154,8 +164,8 @@ def main(argv: list[str]) -> int:
     if not token:
         print(f"harnessrl adapter-store: the token file {args.token_file} is empty", file=sys.stderr)
         return 2
-    import uvicorn
-
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(args.dir, token), host=args.host, port=args.port, log_level="warning")
+    logs.configure("INFO")
+    # Built as every server is (runtime/serving.py), its body limits raised to an upload's.
+    limits = ServerLimits(max_body_bytes=MAX_UPLOAD_BYTES, body_timeout_s=args.body_timeout_seconds)
+    serving.server(create_app(args.dir, token), args.host, args.port, limits).run()
     return 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import io
 import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,30 +18,8 @@ from harnessrl.runtime.engine.store_credentials import run_credential
 from harnessrl.runtime.learner.config import EngineLink, SyncMode
 from harnessrl.runtime.learner.sync import LoraSync
 
-from tests.fixtures.vllm_server import VllmServer, stop_process_group
-from tests.ports import free_port, wait_serving
-
-TOKEN = "store-token-0123456789"
-
-
-@pytest.fixture
-def store_process(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
-    """(URL, directory, process) of an adapter store process; stopped by its PID."""
-    directory, token_file, log = tmp_path / "engine-pod" / "adapters", tmp_path / "token", tmp_path / "store.log"
-    token_file.write_text(TOKEN + "\n")
-    port = free_port()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "harnessrl"), "adapter-store", "--dir", str(directory),
-             "--token-file", str(token_file), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_serving(f"{url}/healthz", proc, 60, "adapter store", log.read_text)
-        yield url, directory, proc
-    finally:
-        stop_process_group(proc)
+from tests.fixtures.adapter_store import STORE_TOKEN as TOKEN
+from tests.fixtures.vllm_server import VllmServer
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Every server's requests are bounded in size and time (runtime/serving.py), attacked over real sockets on
-127.0.0.1 against a real `harnessrl proxy` process (the other programs build their servers the same way).
+127.0.0.1 against real processes: the `harnessrl proxy` (the other programs build their servers the same way) and
+the adapter store.
 
 - Unfinished request heads (128 MB of headers on each of four connections) are cut at the head limit with 431,
   and the proxy's peak memory stays flat (its peak went from 65 to 195 MB before).
@@ -10,6 +11,7 @@
   server's limit, declared or chunked, is refused with 413 before it is read.
 - The proxy's admin writes read at most 1 MiB (a 60 MB `PUT /policy` with the admin token was read whole), and
   not a byte without the token.
+- The adapter store (plain uvicorn before) is built the same way.
 Memory is the process's peak RSS (VmHWM in /proc/PID/status): growth there is what the attack cost.
 """
 
@@ -31,6 +33,7 @@ from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, create_app
 
+from tests.fixtures.adapter_store import STORE_TOKEN, start_store
 from tests.fixtures.proxy_server import ProxyFactory, serve_in_thread
 from tests.fixtures.raw_http import MB, answer_head, closed_within, peak_rss_mb, send_until_refused
 from tests.fixtures.runner_token import RUNNER_AUTH, runner_token_file
@@ -206,3 +209,19 @@ def test_an_admin_write_reads_a_bounded_body_and_none_without_the_token(proxy: A
     after = peak_rss_mb(pid)
     assert after - before < 30, f"peak RSS {before:.0f} -> {after:.0f} MB"
     assert httpx.get(f"{proxy.url}/policy", timeout=10).status_code == 200
+
+
+def test_the_adapter_store_bounds_heads_and_bodies(tmp_path: Path) -> None:
+    """The store was plain uvicorn: an unfinished head grew without limit, and a trickled upload was held."""
+    with start_store(tmp_path, "--body-timeout-seconds", "2") as (url, _, proc):
+        port = int(url.rsplit(":", 1)[1])
+        before = peak_rss_mb(proc.pid)
+        answer, sent = endless_head(port, b"PUT /adapters/a HTTP/1.1")
+        assert answer.startswith(b"HTTP/1.1 431") and sent < 16 * MB, answer[:100]
+        assert peak_rss_mb(proc.pid) - before < 30
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"PUT /adapters/a HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n"
+                         b"content-length: 1000000\r\n\r\n" % STORE_TOKEN.encode())
+            closed, answers = closed_within([sock], 10.0, trickle=b"a")
+        assert closed and answers[0].startswith(b"HTTP/1.1 408"), answers[0][:100]
+        assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
