@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
 from typing import Any
+
+from harnessrl.runtime.server_limits import ServerLimits
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -15,7 +19,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--standalone", action="store_true", help="no kopf peering objects (replicas coordinate by --leader-elect)"
     )
-    parser.add_argument("--liveness", default=None, help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--liveness", default=None,
+                        help="serve the liveness probe (from kopf's loop), e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--resync-seconds", type=float, default=10.0, help="level-based resync period")
     parser.add_argument("--image-registry", default=None, help="registry of the component images")
     parser.add_argument("--image-tag", default=None, help="tag of the component images")
@@ -35,6 +40,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="a leader that could not renew this long stops reconciling")
     parser.add_argument("--retry-period-seconds", type=float, default=2.0, help="between tries to take or renew")
     parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--head-timeout-seconds", type=float, default=ServerLimits().head_timeout_s,
+                        help="a request's head to --liveness or --metrics-port must be whole this long after it began")
     parser.add_argument("--log-format", choices=["text", "json"], default=None,
                         help="log lines as text or one JSON object each; default: $HARNESSRL_LOG_FORMAT, else text")
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -63,7 +70,7 @@ def main(argv: list[str]) -> int:
 
     logs.configure(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     import kopf
-    import prometheus_client
+    from harnessrl.operator.endpoints import endpoints, serve_beside
     from harnessrl.operator.handlers import OperatorOptions, build_registry
     from harnessrl.operator.leader import LeaderElection, default_namespace
     from harnessrl.operator.plan import Images
@@ -89,8 +96,11 @@ def main(argv: list[str]) -> int:
     )
     client = api_client(args.kubeconfig)
     registry, ctx = build_registry(options, client)
-    if args.metrics_port is not None:
-        prometheus_client.start_http_server(args.metrics_port, registry=ctx.metrics.registry)
+    try:
+        servers = endpoints(args.liveness, args.metrics_port, ctx.metrics.registry,
+                            ServerLimits(head_timeout_s=args.head_timeout_seconds))
+    except ValueError as exc:
+        raise SystemExit(f"harnessrl operator: {exc}") from None
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -109,11 +119,9 @@ def main(argv: list[str]) -> int:
             token=token,
         )
 
-    kopf.run(
-        registry=registry,
-        standalone=args.standalone,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=args.liveness,
-    )
+    # kopf.run(), with the operator's own bounded endpoints (endpoints.py) in place of kopf's liveness server.
+    operator = kopf.operator(registry=registry, standalone=args.standalone, clusterwide=not args.namespace,
+                             namespaces=args.namespace)
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(serve_beside(servers, operator))
     return 0

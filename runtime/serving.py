@@ -1,5 +1,6 @@
-"""How every harnessrl HTTP server is built (the proxy, the coordinators, the runner's metrics): uvicorn on
-httptools, with a request's head and body bounded in size and in time, and the program's own logging.
+"""How every harnessrl HTTP server is built (the proxy, the coordinators, the runner's and the operator's metrics,
+the adapter store): uvicorn on httptools, with a request's head and body bounded in size and in time, and the
+program's own logging.
 
 uvicorn bounds neither on httptools (h11 has `h11_max_incomplete_event_size`; neither has a deadline on reading
 a request's head: `timeout_keep_alive` runs only between requests). Issue #47 measured on the proxy before these limits:
@@ -15,11 +16,12 @@ sent (413), whether or not the app reads it. Between requests a kept-alive conne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from harnessrl.runtime.server_limits import ServerLimits
@@ -152,11 +154,12 @@ def http_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
 
 
 def server(app: ASGIApp, host: str, port: int, limits: ServerLimits | None = None, log_level: str = "warning",
-           **options: Any) -> uvicorn.Server:
+           takes_signals: bool = True, **options: Any) -> uvicorn.Server:
     """A uvicorn server for `app` with `limits` on every connection. It logs through the program's logging
     (runtime/logs.py: its redaction of bearer values included), never uvicorn's own handlers; no access log (one
     line per call, with the call's path, is neither affordable nor safe); no WebSocket upgrades (no server here speaks
-    it, and an upgraded connection would escape these limits). `options`: other uvicorn settings."""
+    it, and an upgraded connection would escape these limits). `takes_signals=False`: its `serve()` leaves SIGTERM
+    and SIGINT to the program whose loop it shares (kopf's). `options`: other uvicorn settings."""
     import uvicorn
 
     limits = limits or ServerLimits()
@@ -164,7 +167,15 @@ def server(app: ASGIApp, host: str, port: int, limits: ServerLimits | None = Non
         app, host=host, port=port, http=http_protocol(limits), ws="none", timeout_keep_alive=limits.keep_alive_s,
         log_config=None, log_level=log_level, access_log=False, **options,
     )
-    return uvicorn.Server(config)
+    if takes_signals:
+        return uvicorn.Server(config)
+
+    class SignalsLeftAlone(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return SignalsLeftAlone(config)
 
 
 def run_in_thread(server: uvicorn.Server, start_timeout_s: float = 10.0) -> threading.Thread:

@@ -1,10 +1,9 @@
 """`harnessrl operator` as a process, as the chart's Deployment runs it: it logs in from a kubeconfig, serves
-kopf's liveness endpoint, and reconciles a TrainingRun applied to the API emulator."""
+its liveness endpoint, and reconciles a TrainingRun applied to the API emulator."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,21 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.ports import free_port
+from tests.ports import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (the operator cleans up, as on a Pod's deletion), then SIGKILL after 20 s."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 def test_operator_process_serves_liveness_and_reconciles(kube_api: Any, tmp_path: Path) -> None:

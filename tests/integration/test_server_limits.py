@@ -1,6 +1,6 @@
 """Every server's requests are bounded in size and time (runtime/serving.py), attacked over real sockets on
-127.0.0.1 against real processes: the `harnessrl proxy` (the other programs build their servers the same way) and
-the adapter store.
+127.0.0.1 against real processes: the `harnessrl proxy` (the other programs build their servers the same way), the
+operator's liveness and /metrics endpoints, and the adapter store.
 
 - Unfinished request heads (128 MB of headers on each of four connections) are cut at the head limit with 431,
   and the proxy's peak memory stays flat (its peak went from 65 to 195 MB before).
@@ -11,7 +11,8 @@ the adapter store.
   server's limit, declared or chunked, is refused with 413 before it is read.
 - The proxy's admin writes read at most 1 MiB (a 60 MB `PUT /policy` with the admin token was read whole), and
   not a byte without the token.
-- The adapter store (plain uvicorn before) is built the same way.
+- The operator's endpoints (kopf's aiohttp liveness server and prometheus_client's thread-per-connection server,
+  with no deadline on a head) and the adapter store (plain uvicorn) are built the same way.
 Memory is the process's peak RSS (VmHWM in /proc/PID/status): growth there is what the attack cost.
 """
 
@@ -225,3 +226,43 @@ def test_the_adapter_store_bounds_heads_and_bodies(tmp_path: Path) -> None:
             closed, answers = closed_within([sock], 10.0, trickle=b"a")
         assert closed and answers[0].startswith(b"HTTP/1.1 408"), answers[0][:100]
         assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+
+
+def test_the_operators_endpoints_bound_heads_and_still_answer(kube_api: Any, tmp_path: Path) -> None:
+    """--liveness (kopf's aiohttp server before) and --metrics-port (prometheus_client's, a thread per
+    connection): slow heads are closed after the head timeout (before, all 50 were held on each), an endless one is
+    cut at 431 (both cut it before too, with 400 and 431); both still answer, and the operator stops on SIGTERM."""
+    liveness, metrics = free_port(), free_port()
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "harnessrl.cli", "operator", "--standalone", "--namespace", "default",
+             "--kubeconfig", str(kube_api.kubeconfig_path), "--liveness", f"http://127.0.0.1:{liveness}/healthz",
+             "--metrics-port", str(metrics), "--head-timeout-seconds", "2"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_serving(f"http://127.0.0.1:{liveness}/healthz", proc, 30, "operator", log.read_text)
+        wait_serving(f"http://127.0.0.1:{metrics}/metrics", proc, 30, "operator", log.read_text)
+        before = peak_rss_mb(proc.pid)
+        for port in (liveness, metrics):
+            conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+            try:
+                for sock in conns[1::2]:
+                    sock.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\nx-slow: ")
+                closed, _ = closed_within(conns, 8.0, trickle=b"")
+                assert len(closed) == len(conns), f"{len(conns) - len(closed)} slow connections still held"
+            finally:
+                for sock in conns:
+                    sock.close()
+            answer, sent = endless_head(port, b"GET /healthz HTTP/1.1")
+            assert answer.startswith(b"HTTP/1.1 431") and sent < 16 * MB, answer[:100]
+        assert peak_rss_mb(proc.pid) - before < 30
+        health = httpx.get(f"http://127.0.0.1:{liveness}/healthz", timeout=10)
+        assert health.status_code == 200 and health.json() == {}
+        assert "harnessrl_operator" in httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=10).text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
