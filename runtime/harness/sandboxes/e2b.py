@@ -72,8 +72,6 @@ def infra_error(doing: str, exc: Exception) -> SandboxError:
 
 
 class E2BSandbox(remote.RemoteShellSandbox):
-    kill_all = "pkill -9 -u user -f . 2>/dev/null; true"
-
     def __init__(self, provider: E2BProvider, sbx: Any, workdir: str) -> None:
         self.provider = provider
         self.sbx = sbx
