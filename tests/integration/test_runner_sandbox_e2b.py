@@ -99,5 +99,6 @@ async def test_a_process_the_harness_left_is_gone_before_the_grader_runs(e2b_sta
         graded = await sb.grade(TASK, 60)
         assert graded.grade is not None and graded.grade.reward == 0.0, graded
         assert await sb.read_file(beat_path(sb.home)) == beat
+        assert set(e2b_standin.users) == {"user"}  # never the template's default user, which may be root
     finally:
         await sb.close()
