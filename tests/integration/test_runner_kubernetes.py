@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -19,10 +20,12 @@ from typing import Any
 
 import pytest
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig, Resources
+from harnessrl.runtime.harness.sandboxes import kubernetes
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.kubernetes import STDERR_LIMIT, STDOUT_LIMIT, KubernetesProvider
 from harnessrl.runtime.harness.tasks import load_dir
 
+from tests.fixtures.left_behind import leave_walker
 from tests.fixtures.raw_http import peak_rss_mb
 from tests.kube_emulator import pod_security
 
@@ -220,3 +223,74 @@ def test_emulated_exec_speaks_stdin_and_the_v4_protocol(kube_api: Any) -> None:
         assert (ws.read_stdout(), ws.read_stderr(), ws.returncode) == ("got:hello\n", "e\n", 7)
         ws.close()
     prov.delete(name)
+
+
+def test_the_grader_pod_is_the_rollout_pods_twin_without_network(kube_api: Any) -> None:
+    kube_api.patch("v1", "Namespace", "default", {"metadata": {"labels": {pod_security.ENFORCE: "restricted"}}})
+    prov = provider(kube_api)
+    rollout = kube_api.get("v1", "Pod", prov.create("rollout-1"), "default")
+    name = prov.create("rollout-1", grader=True)
+    pod = kube_api.get("v1", "Pod", name, "default")
+    assert pod["spec"] == rollout["spec"]
+    assert pod["metadata"]["labels"] == {**rollout["metadata"]["labels"], "harnessrl.io/sandbox": name}
+    policy = kube_api.get("networking.k8s.io/v1", "NetworkPolicy", name, "default")["spec"]
+    assert policy["podSelector"] == {"matchLabels": {"harnessrl.io/sandbox": name}}
+    assert (policy["ingress"], policy["egress"], policy["policyTypes"]) == ([], [], ["Ingress", "Egress"])
+    prov.reap()
+    assert sandboxes(kube_api) == ([], [])
+
+
+@pytest.mark.usefixtures("kubelet")
+async def test_a_harness_cannot_leave_anything_behind_that_the_grader_runs_with(kube_api: Any, tmp_path: Path) -> None:
+    """The attack: the harness leaves a process that keeps planting a reward of 1 and a test.sh that writes one
+    (tests/fixtures/left_behind.py), and a usercustomize.py in its HOME that makes every Python exit 0 at start.
+    The task's grader is Harbor's common kind, a `python3` check without -I. Before, the grader ran in the rollout
+    Pod with that HOME and a wrong answer scored 1.0 (the process itself was already gone: `kill -9 -1` after each
+    command ends it, in the emulator's container as in a Pod); now it runs in a Pod of its own and scores 0, and
+    that Pod is deleted when grading ends. What the emulator does not reproduce: the image (its container is this
+    machine's system read-only, run as this test's user in bubblewrap), the runtime class, resource limits and the
+    NetworkPolicy's enforcement."""
+    shutil.copytree(TASKS / "train" / "sales-total", tmp_path / "harbor-style")
+    (tmp_path / "harbor-style" / "tests" / "test.sh").write_text(
+        '#!/usr/bin/env bash\nmkdir -p "$LOGS_DIR/verifier"\n'
+        'if python3 -c \'import sys; sys.exit(open("answer.txt").read().strip() != "5351")\'; '
+        'then echo 1; else echo 0; fi > "$LOGS_DIR/verifier/reward.txt"\n')
+    task = load_dir(tmp_path)["harbor-style"]
+    prov = provider(kube_api)
+    async with await prov.open("rollout-left", task) as sb:
+        await sb.write_files({"/workspace/answer.txt": "5351\n"})
+        assert (await sb.grade(task, 60)).grade.reward == 1.0  # type: ignore[union-attr]
+        await sb.write_files({"/workspace/answer.txt": "1\n"})
+        plant = ("d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p \"$d\" && "
+                 "echo 'import os; os._exit(0)' > \"$d/usercustomize.py\"")
+        assert (await sb.run(["sh", "-c", plant], {}, 30)).exit_code == 0
+        await sb.run(leave_walker(sb.home, sb.logs_dir, sb.tests_dir), {}, 30)
+        graded = await sb.grade(task, 60)
+        assert graded.grade is not None and graded.grade.reward == 0.0, graded
+        assert sandboxes(kube_api)[0] == [sb.name]  # the grader's Pod is gone
+    assert sandboxes(kube_api) == ([], [])
+
+
+@pytest.mark.usefixtures("kubelet")
+async def test_the_workspace_reaches_the_grader_pod_whole_and_only_up_to_its_limit(
+    kube_api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = load_dir(TASKS)["sales-total"]
+    prov = provider(kube_api)
+    async with await prov.open("rollout-big", task) as sb:
+        # 600 KB that gzip cannot shrink: read out in three chunks, written in through stdin.
+        make = "head -c 600000 /dev/urandom > blob && mkdir -p d && ln -s ../blob d/link && sha256sum blob"
+        digest = (await sb.run(["sh", "-c", make], {}, 30)).stdout
+        packed = await sb.pack(sb.workspace)
+        assert packed is not None and len(packed) > 2 * kubernetes.CHUNK
+        grader = await prov.open_grader("rollout-big")
+        try:
+            await grader.unpack(packed, grader.workspace)
+            res = await grader.run(["sh", "-c", "sha256sum blob && readlink d/link && head -1 sales.csv"], {}, 30)
+        finally:
+            await grader.close()
+        assert res.stdout == digest + "../blob\norder_id,customer,region,date,amount\n"
+        monkeypatch.setattr(kubernetes, "WORKSPACE_LIMIT", 500_000)
+        graded = await sb.grade(task, 60)
+        assert graded.grade is None and "over the 500000 bytes a grader pod takes" in str(graded.error)
+        assert sandboxes(kube_api)[0] == [sb.name]

@@ -4,6 +4,7 @@ timeouts, and E2B's errors (rate limit, sandbox gone, unresponsive) as infrastru
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from harnessrl.runtime.harness.config import E2BSandboxConfig
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.e2b import E2BProvider
 from harnessrl.runtime.harness.tasks import load_dir
+
+from tests.fixtures.left_behind import beat_path, leave_walker
 
 TASK = load_dir(Path(__file__).resolve().parents[2] / "examples" / "tasks")["sales-total"]
 
@@ -76,3 +79,26 @@ async def test_e2b_errors_are_infrastructure_errors(e2b_standin: Any, tmp_path: 
         await sb._sh("true", 1.5)
     e2b_standin.hang = False
     await sb.close()
+
+
+async def test_a_process_the_harness_left_is_gone_before_the_grader_runs(e2b_standin: Any, tmp_path: Path) -> None:
+    """The attack: the harness leaves a process (tests/fixtures/left_behind.py) that keeps writing a reward of 1 and
+    a test.sh that writes one, in a new process every few ms. Before, it outlived the `pkill -9 -u user -f .` run
+    after each command and a wrong answer scored 1.0; now `kill -9 -1` ends it at once, its beat stops before the
+    grader runs, and the answer scores 0. What the stand-in does not reproduce: its commands run as this test's
+    user, not E2B's `user` (so the old pkill found no one here, where on E2B the walker slips past its one pass over
+    /proc), in a PID namespace on this machine rather than E2B's VM."""
+    prov = provider(tmp_path)
+    sb = await prov.open("rollout-left", TASK)
+    try:
+        await sb.write_files({f"{sb.workspace}/answer.txt": "1\n"})
+        await sb.run(leave_walker(sb.home, sb.logs_dir, sb.tests_dir), {}, 30)
+        beat = await sb.read_file(beat_path(sb.home))
+        await asyncio.sleep(0.5)
+        assert beat is not None and await sb.read_file(beat_path(sb.home)) == beat, "the walker still runs"
+        graded = await sb.grade(TASK, 60)
+        assert graded.grade is not None and graded.grade.reward == 0.0, graded
+        assert await sb.read_file(beat_path(sb.home)) == beat
+        assert set(e2b_standin.users) == {"user"}  # never the template's default user, which may be root
+    finally:
+        await sb.close()

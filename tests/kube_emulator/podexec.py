@@ -2,10 +2,11 @@
 (v5.channel.k8s.io / v4.channel.k8s.io) that the official client's `kubernetes.stream.stream()` speaks.
 
 Each message is one channel byte then data: 0 stdin, 1 stdout, 2 stderr, 3 the exit Status (JSON), and in v5 255
-closes a channel (the client's stdin). The command runs in bubblewrap with the Pod's emptyDir volumes bound at
-their mount paths (the "container" is this machine's system read-only, the volumes read-write), in its own PID and
-network namespaces. `drop_after_start` makes the server cut the connection once the command started, as a
-restarting kubelet or API server would.
+closes a channel (the client's stdin). The command runs in the Pod's container (tests/fixtures/container.py): a
+bubblewrap PID namespace per Pod, started at its first exec, with the Pod's emptyDir volumes bound at their mount
+paths over this machine's system read-only, the container's env, and processes that outlive the exec that started
+them until something kills them (`kill -9 -1` reaches all but PID 1, as in a Pod). `drop_after_start` makes the
+server cut the connection once the command started, as a restarting kubelet or API server would.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import aiohttp.web
-from harnessrl.runtime.harness.sandboxes.bwrap import BwrapPlan, bwrap_argv
+
+from tests.fixtures.container import DRAIN_S, Command, Container
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
+# An image's default PATH (the emulator has no image to read it from).
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def exit_status(code: int) -> dict[str, Any]:
@@ -46,6 +49,7 @@ class PodExec:
         self._root: Path | None = None
         self.drop_after_start = False
         self.started: list[list[str]] = []  # each command run, in order (for assertions)
+        self.containers: dict[str, Container] = {}  # by Pod uid
 
     @property
     def root(self) -> Path:
@@ -54,6 +58,8 @@ class PodExec:
         return self._root
 
     def close(self) -> None:
+        for container in self.containers.values():
+            container.close()
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
 
@@ -69,11 +75,21 @@ class PodExec:
                 out.append((host, mount["mountPath"]))
         return tuple(out)
 
-    def command(self, pod: dict[str, Any], argv: list[str]) -> list[str]:
-        container = pod["spec"]["containers"][0]
-        plan = BwrapPlan(bwrap="bwrap", rollout_dir=self.root / "_", read_only=(), binds=self.binds(pod))
-        (self.root / "_").mkdir(exist_ok=True)
-        return bwrap_argv(plan, argv, container.get("workingDir", "/"))
+    def container(self, pod: dict[str, Any]) -> Container:
+        meta = pod["metadata"]
+        key = meta.get("uid") or f"{meta['namespace']}/{meta['name']}"
+        if key not in self.containers:
+            state = self.root / "_containers" / key.replace("/", "_")
+            self.containers[key] = Container(self.binds(pod), state)
+        return self.containers[key]
+
+    @staticmethod
+    def env(container: dict[str, Any]) -> dict[str, str]:
+        return {"PATH": IMAGE_PATH, **{e["name"]: e.get("value", "") for e in container.get("env", [])}}
+
+    async def start(self, pod: dict[str, Any], argv: list[str], stdin: bool) -> Command:
+        spec = pod["spec"]["containers"][0]
+        return await self.container(pod).exec(argv, self.env(spec), spec.get("workingDir", "/"), stdin)
 
     async def serve(self, request: aiohttp.web.BaseRequest, pod: dict[str, Any]) -> aiohttp.web.StreamResponse:
         argv = request.query.getall("command", [])
@@ -83,18 +99,14 @@ class PodExec:
         v5 = ws.ws_protocol == PROTOCOLS[0]
         self.started.append(argv)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.command(pod, argv), stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-            )
+            proc = await self.start(pod, argv, want_stdin)
         except OSError as exc:
             await ws.send_bytes(bytes([ERROR]) + json.dumps(exit_status(126) | {"message": str(exc)}).encode())
             await ws.close()
             return ws
         if self.drop_after_start:
             await asyncio.sleep(0.2)
-            self._kill(proc)
-            await proc.wait()
+            proc.kill()
             # Gone without a status, as a dying server goes: no close handshake either.
             transport = request.transport
             if transport is not None:
@@ -113,31 +125,34 @@ class PodExec:
                     continue
                 channel, data = raw[0], raw[1:]
                 if channel == STDIN and proc.stdin is not None:
-                    proc.stdin.write(data)
-                    await proc.stdin.drain()
+                    os.write(proc.stdin, data)
                 elif channel == CLOSE and v5 and data[:1] == bytes([STDIN]) and proc.stdin is not None:
-                    proc.stdin.close()
+                    os.close(proc.stdin)
+                    proc.stdin = None
             # The client went away: the command goes with it.
-            self._kill(proc)
+            proc.kill()
 
-        assert proc.stdout is not None and proc.stderr is not None
         feeder = asyncio.create_task(feed())
+        pumps = asyncio.gather(pump(proc.stdout, STDOUT), pump(proc.stderr, STDERR))
         try:
-            await asyncio.gather(pump(proc.stdout, STDOUT), pump(proc.stderr, STDERR))
             code = await proc.wait()
-            await ws.send_bytes(bytes([ERROR]) + json.dumps(exit_status(code)).encode())
-            await ws.close()
+            # What it printed, but not what a process it left keeps printing.
+            await asyncio.wait_for(asyncio.shield(pumps), DRAIN_S)
+        except TimeoutError:
+            pass
+        except (ConnectionError, RuntimeError):
+            code = None  # the client closed first
+        try:
+            if code is not None:
+                await ws.send_bytes(bytes([ERROR]) + json.dumps(exit_status(code)).encode())
+                await ws.close()
         except (ConnectionError, RuntimeError):
             pass  # the client closed first
         finally:
-            self._kill(proc)
+            proc.kill()
+            pumps.cancel()
             feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await feeder
-            await proc.wait()
+            for task in (pumps, feeder):
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError, RuntimeError):
+                    await task
         return ws
-
-    @staticmethod
-    def _kill(proc: asyncio.subprocess.Process) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig
 from harnessrl.runtime.harness.sandboxes.kubernetes import (
+    grader_network_policy_manifest,
     network_policy_manifest,
     pod_manifest,
     sandbox_labels,
@@ -103,6 +104,8 @@ def test_what_the_runner_creates_is_admitted_and_other_users_are_not_matched() -
     pod, net = runner_objects()
     assert len(runner_bindings()) == 2  # the claude-code and codex runners' bindings: checked against each
     assert denials(pod) == [] and denials(net) == []
+    # A grader's Pod is the same manifest; its NetworkPolicy allows nothing.
+    assert denials(grader_network_policy_manifest(sandbox_config(), "sbx-1", pod["metadata"]["labels"])) == []
     assert denials(pod, operation="DELETE") == [] and denials(net, operation="DELETE") == []
     bad = copy.deepcopy(pod)
     bad["spec"]["hostNetwork"] = True

@@ -21,6 +21,7 @@ from harnessrl.runtime.harness.tasks import Task
 
 log = logging.getLogger(__name__)
 
+USER = "user"
 HOME = "/home/user"
 TESTS = "/home/user/.harnessrl/tests"
 LOGS = "/home/user/.harnessrl/logs"
@@ -72,8 +73,6 @@ def infra_error(doing: str, exc: Exception) -> SandboxError:
 
 
 class E2BSandbox(remote.RemoteShellSandbox):
-    kill_all = "pkill -9 -u user -f . 2>/dev/null; true"
-
     def __init__(self, provider: E2BProvider, sbx: Any, workdir: str) -> None:
         self.provider = provider
         self.sbx = sbx
@@ -91,7 +90,9 @@ class E2BSandbox(remote.RemoteShellSandbox):
 
         started = time.monotonic()
         try:
-            res = await self.sbx.commands.run(line, timeout=timeout_s)
+            # As `user` always (not the template's default, which may be root): KILL_ALL then reaches the agent's
+            # processes and never envd's.
+            res = await self.sbx.commands.run(line, timeout=timeout_s, user=USER)
         except CommandExitException as exc:  # a non-zero exit is a result, not an error
             res = exc
         except Exception as exc:

@@ -7,6 +7,13 @@ deletes everything still open. `activeDeadlineSeconds` bounds a Pod whose runner
 Commands run through the exec API (the official client's websocket stream) under coreutils `timeout`; after
 every command `kill -9 -1` in the container ends whatever the harness left running.
 
+The grader runs in a Pod of its own (`KubernetesSandbox.grade`): the rollout Pod's manifest (image, security,
+fresh volumes) under a NetworkPolicy that allows nothing. Once the rollout Pod's processes are gone, its workspace
+is packed there and carried over through exec, and the task's tests written fresh; nothing else of the rollout Pod
+(its HOME, root filesystem, /tmp, processes) reaches the grader. The grader Pod is deleted by name when grading
+ends. (Its one container also runs the candidate's code that a verifier runs: the chart's admission policy allows
+sandbox Pods no second or init container, and the Pod can neither nest namespaces nor switch users.)
+
 Tasks from an OCI image are mounted into the runner's own pod (an image volume rendered by the operator) and
 read as a directory there; the task files travel into the sandbox Pod through exec.
 """
@@ -14,11 +21,13 @@ read as a directory there; the task files travel into the sandbox Pod through ex
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
 import secrets
 import select
+import shlex
 import ssl
 import time
 from dataclasses import dataclass
@@ -26,7 +35,15 @@ from typing import Any
 
 from harnessrl.runtime.harness.config import KubernetesSandboxConfig
 from harnessrl.runtime.harness.sandboxes import remote
-from harnessrl.runtime.harness.sandboxes.base import OUTPUT_LIMIT, ExecResult, SandboxError, SandboxProvider
+from harnessrl.runtime.harness.sandboxes.base import (
+    OUTPUT_LIMIT,
+    ExecResult,
+    GradeResult,
+    SandboxError,
+    SandboxProvider,
+    graded,
+    verifier_env,
+)
 from harnessrl.runtime.harness.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -46,6 +63,9 @@ DEADLINE_SLACK_S = 600
 STDOUT_LIMIT = max(OUTPUT_LIMIT, remote.MAX_INLINE_BYTES * 4)
 STDERR_LIMIT = 64 * 1024
 STATUS_LIMIT = 64 * 1024  # the error channel's Status JSON
+# The largest workspace (gzip tarball) carried into a grader Pod, and the chunk read per exec (its base64 fits stdout).
+WORKSPACE_LIMIT = 64 * 1024 * 1024
+CHUNK = 256 * 1024
 
 
 def label_value(value: str) -> str:
@@ -113,6 +133,17 @@ def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, s
         "kind": "Pod",
         "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
         "spec": spec,
+    }
+
+
+def grader_network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The grader reaches nothing and nothing reaches it."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
+        "spec": {"podSelector": {"matchLabels": {LABEL_SANDBOX: name}}, "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [], "egress": []},
     }
 
 
@@ -222,17 +253,69 @@ def read_exec(ws: Any, deadline: float, output: ExecStream) -> None:
             output.status += payload
 
 
-class KubernetesSandbox(remote.RemoteShellSandbox):
-    kill_all = "kill -9 -1 2>/dev/null; true"
+class Unpackable(Exception):
+    """The workspace cannot be carried to a grader Pod (a grade failure)."""
 
-    def __init__(self, provider: KubernetesProvider, name: str) -> None:
+
+class KubernetesSandbox(remote.RemoteShellSandbox):
+    def __init__(self, provider: KubernetesProvider, name: str, rollout_id: str) -> None:
         self.provider = provider
         self.name = name
+        self.rollout_id = rollout_id
         self.home = HOME
         self.workspace = provider.config.workdir
         self.tests_dir = TESTS
         self.logs_dir = LOGS
         self._closed = False
+
+    async def grade(self, task: Task, timeout_s: float) -> GradeResult:
+        """test.sh in a Pod of its own, the rollout Pod's twin with no network: nothing of this Pod reaches it but
+        its workspace, copied over once its processes are gone; its HOME, root filesystem, tests and reward
+        directory are fresh."""
+        try:
+            packed = await self.pack(self.workspace)
+        except Unpackable as exc:
+            return GradeResult(grade=None, output="", error=str(exc))
+        grader = await self.provider.open_grader(self.rollout_id)
+        try:
+            await grader.put_tests(task)
+            await grader.unpack(packed, grader.workspace)
+            env = {**verifier_env(task, grader), "PYTHONNOUSERSITE": "1"}
+            res = await grader.run(["bash", f"{TESTS}/test.sh"], env, timeout_s)
+            txt = await grader.read_file(f"{LOGS}/verifier/reward.txt")
+            js = await grader.read_file(f"{LOGS}/verifier/reward.json")
+        finally:
+            await grader.close()
+        return graded(res, timeout_s, txt, js)
+
+    async def pack(self, directory: str) -> bytes:
+        """A directory of this Pod as a gzip tarball, read in chunks that fit an exec's output. Raises Unpackable
+        when what the harness left cannot be packed or is over WORKSPACE_LIMIT: the candidate's failure, not the
+        sandbox's."""
+        res = await self._sh(remote.pack_line(directory), 300)
+        if res.exit_code != 0:
+            raise Unpackable(f"packing the workspace failed: {res.stderr[-300:]}")
+        path, size_text = res.stdout.split()[:2]
+        size = int(size_text)
+        try:
+            if size > WORKSPACE_LIMIT:
+                raise Unpackable(f"the packed workspace is over the {WORKSPACE_LIMIT} bytes a grader pod takes")
+            chunks = []
+            for offset in range(0, size, CHUNK):
+                res = await self._check(remote.read_chunk_line(path, offset, CHUNK), 60, f"reading {directory}")
+                chunks.append(base64.b64decode(res.stdout))
+        finally:
+            await self._sh(f"rm -f {shlex.quote(path)}", 60)
+        data = b"".join(chunks)
+        if len(data) != size:
+            raise SandboxError(f"packing {directory}{self.where}: read {len(data)} of {size} bytes")
+        return data
+
+    async def unpack(self, data: bytes, dest: str) -> None:
+        argv = ["sh", "-c", remote.unpack_line(len(data), dest)]
+        res = await asyncio.to_thread(self.provider.exec, self.name, argv, 300, data)
+        if res.exit_code != 0:
+            raise SandboxError(f"unpacking into {dest}{self.where} failed: {res.stderr[-300:]}")
 
     async def _sh(self, line: str, timeout_s: float) -> ExecResult:
         return await asyncio.to_thread(self.provider.exec, self.name, ["sh", "-c", line], timeout_s)
@@ -283,15 +366,17 @@ class KubernetesProvider(SandboxProvider):
 
     # -- API calls (blocking; called through asyncio.to_thread) -------------------------------------------
 
-    def create(self, rollout_id: str) -> str:
+    def create(self, rollout_id: str, grader: bool = False) -> str:
+        """A rollout's Pod and NetworkPolicy, or a grader's (the same Pod; no network)."""
         from kubernetes.client.exceptions import ApiException
 
         name = f"hrl-{label_value(self.pool)[:20].lower()}-{secrets.token_hex(6)}".replace("_", "-").replace(".", "-")
         labels = sandbox_labels(self.config, self.pool, self.runner_id, rollout_id, name)
         ns = self.config.namespace
+        policy = (grader_network_policy_manifest if grader else network_policy_manifest)(self.config, name, labels)
         try:
             # The policy first: the Pod must never run unrestricted, even for a moment.
-            self.net.create_namespaced_network_policy(ns, network_policy_manifest(self.config, name, labels))
+            self.net.create_namespaced_network_policy(ns, policy)
             self.core.create_namespaced_pod(ns, pod_manifest(self.config, name, labels, self.deadline_s))
         except ApiException as exc:
             self.delete(name)
@@ -315,18 +400,22 @@ class KubernetesProvider(SandboxProvider):
             time.sleep(0.5)
         raise SandboxError(f"sandbox pod {name} not running after {self.config.pod_start_timeout_s:.0f}s")
 
-    def exec(self, name: str, argv: list[str], timeout_s: float) -> ExecResult:
+    def exec(self, name: str, argv: list[str], timeout_s: float, stdin: bytes = b"") -> ExecResult:
+        """Run argv in the Pod's container; `stdin`, when given, is written to it first (the command reads no more
+        than it is told: the stream's stdin is never closed)."""
         from kubernetes.stream import stream
 
         try:
             ws = stream(
                 self.core.connect_get_namespaced_pod_exec, name, self.config.namespace, container=CONTAINER,
-                command=argv, stdin=False, stdout=True, stderr=True, tty=False, _preload_content=False,
+                command=argv, stdin=bool(stdin), stdout=True, stderr=True, tty=False, _preload_content=False,
             )
         except Exception as exc:  # the client raises ApiException or websocket errors
             raise SandboxError(f"exec in pod {name} failed: {exc}") from exc
         output = ExecStream(Tail(STDOUT_LIMIT), Tail(STDERR_LIMIT))
         try:
+            for offset in range(0, len(stdin), 1 << 20):
+                ws.write_stdin(stdin[offset:offset + (1 << 20)])
             read_exec(ws, time.monotonic() + timeout_s, output)
         except Exception as exc:  # websocket errors: the stream broke under the command
             raise SandboxError(f"exec in pod {name} failed: {exc}") from exc
@@ -370,13 +459,25 @@ class KubernetesProvider(SandboxProvider):
             log.info("reaped %d sandboxes left by an earlier runner", reaped)
 
     async def open(self, rollout_id: str, task: Task) -> KubernetesSandbox:
-        name = await asyncio.to_thread(self.create, rollout_id)
-        sandbox = KubernetesSandbox(self, name)
+        sandbox = await self.running(rollout_id, grader=False)
+        try:
+            if task.environment_dir.is_dir():
+                await sandbox.put_dir(remote.tar_b64(task.environment_dir), sandbox.workspace)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    async def open_grader(self, rollout_id: str) -> KubernetesSandbox:
+        """A fresh Pod, with no network, to grade one rollout in."""
+        return await self.running(rollout_id, grader=True)
+
+    async def running(self, rollout_id: str, grader: bool) -> KubernetesSandbox:
+        name = await asyncio.to_thread(self.create, rollout_id, grader)
+        sandbox = KubernetesSandbox(self, name, rollout_id)
         self.open_sandboxes[name] = sandbox
         try:
             await asyncio.to_thread(self.wait_running, name)
-            if task.environment_dir.is_dir():
-                await sandbox.put_dir(remote.tar_b64(task.environment_dir), sandbox.workspace)
         except BaseException:
             await sandbox.close()
             raise

@@ -21,6 +21,11 @@ MAX_INLINE_BYTES = 96 * 1024
 # Exit status of `timeout --signal=KILL` when it had to kill the command.
 TIMEOUT_KILLED = 137
 
+# Run after every command: SIGKILL to every process of the sandbox's user but this shell (and PID 1). One call
+# reaches them all at once, in the kernel: unlike pkill's pass over /proc, nothing that forks anew meanwhile slips
+# through.
+KILL_ALL = "kill -9 -1 2>/dev/null; true"
+
 
 def shell_line(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float | None = None) -> str:
     """One `sh -c` line: cd, set env, run argv (under coreutils `timeout` when given); every word quoted."""
@@ -57,6 +62,22 @@ def untar_line(b64: str, dest: str) -> str:
     return f"mkdir -p {q} && printf %s {b64} | base64 -d | tar -xz -C {q}"
 
 
+def pack_line(directory: str) -> str:
+    """Packs a directory into a fresh temporary gzip tarball; prints the tarball's path and size."""
+    return f't=$(mktemp) && tar -C {shlex.quote(directory)} -czf "$t" . && echo "$t" $(wc -c < "$t")'
+
+
+def read_chunk_line(path: str, offset: int, size: int) -> str:
+    """Prints `size` bytes of a file from `offset`, base64-encoded."""
+    return f"tail -c +{offset + 1} {shlex.quote(path)} | head -c {size} | base64 -w0"
+
+
+def unpack_line(size: int, dest: str) -> str:
+    """Unpacks the gzip tarball of `size` bytes that arrives on stdin (no end of input needed)."""
+    q = shlex.quote(dest)
+    return f"mkdir -p {q} && head -c {size} | tar -xz -C {q}"
+
+
 def read_file_line(path: str) -> str:
     """Prints the file base64-encoded (exact bytes through a text channel); exit 3 if it does not exist."""
     q = shlex.quote(path)
@@ -64,10 +85,8 @@ def read_file_line(path: str) -> str:
 
 
 class RemoteShellSandbox(InPlaceGradingSandbox):
-    """A sandbox driven by `sh -c LINE` alone; subclasses say how a line runs and what kills all that is left."""
-
-    # Run after every command: ends whatever it left behind (daemons, backgrounded tools).
-    kill_all: str
+    """A sandbox driven by `sh -c LINE` alone; subclasses say how a line runs. After every command KILL_ALL ends
+    whatever it left behind (daemons, backgrounded tools)."""
 
     @abstractmethod
     async def _sh(self, line: str, timeout_s: float) -> ExecResult:
@@ -115,6 +134,6 @@ class RemoteShellSandbox(InPlaceGradingSandbox):
             res = await self._sh(line, timeout_s + 30)
             res.duration_s = time.monotonic() - started
         finally:
-            await asyncio.shield(self._sh(self.kill_all, 30))
+            await asyncio.shield(self._sh(KILL_ALL, 30))
         res.timed_out = res.timed_out or (res.exit_code == TIMEOUT_KILLED and res.duration_s >= timeout_s)
         return res
