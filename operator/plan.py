@@ -754,6 +754,7 @@ def _learner(
             scale_rewards=grpo.scale_rewards,
             importance_sampling_level=grpo.importance_sampling_level,
             baseline=grpo.baseline,
+            beta=grpo.beta,
             vllm_importance_sampling_correction=grpo.vllm_importance_sampling_correction,
             vllm_importance_sampling_mode=grpo.vllm_importance_sampling_mode,
             vllm_importance_sampling_clip_min=grpo.vllm_importance_sampling_clip_min,

@@ -241,6 +241,14 @@ class GrpoSpec(ApiModel):
         "of the group (group), or not at all (none; Dr. GRPO). batch by default: per-group std turns an "
         "all-solved group's small efficiency-bonus differences into advantages larger than solving a task.",
     )
+    beta: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=100.0,
+        description="KL penalty to the base policy (TRL's beta): beta times a k3 estimate of KL(π‖π_base) per token "
+        "is added to the loss. The base is the LoRA adapter switched off (one more forward pass per micro-batch); "
+        "it needs model.adapter.lora. Off at 0.",
+    )
     vllm_importance_sampling_correction: bool = Field(
         default=True,
         description="Correct off-policy tokens (TRL's name): the clip is taken against the learner's policy before "
@@ -590,6 +598,11 @@ class TrainingRunSpec(ApiModel):
             cel="self.engine.weightSync != 'lora' || has(self.model.adapter.lora)",
             message="engine.weightSync lora needs model.adapter.lora",
             check=lambda s: s.engine.weight_sync != "lora" or s.model.adapter.lora is not None,
+        ),
+        Rule(
+            cel="self.grpo.beta == 0.0 || has(self.model.adapter.lora)",
+            message="grpo.beta needs model.adapter.lora: the base policy is the adapter switched off",
+            check=lambda s: s.grpo.beta == 0.0 or s.model.adapter.lora is not None,
         ),
         Rule(
             cel="!has(self.engine.pool) || self.engine.weightSync == 'lora'",

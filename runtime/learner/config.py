@@ -94,6 +94,11 @@ class GrpoConfig(_Cfg):
     # engine's logprobs directly and a stale token's ratio is unbounded on the side the clip does not cut.
     # Token level by default (TRL: sequence_mask): a sequence ratio multiplies thousands of token ratios, so a
     # stale agent rollout would nearly always fall outside the band and be masked whole, i.e. dropped.
+    # KL penalty to the base policy (TRL's beta): beta × k3(π_base/π) per token is added to the loss, times the
+    # ratio with use_bias_correction_kl (TRL's default). The base is a LoRA's adapter switched off (one more
+    # forward per micro-batch); a full fine-tune would need a second copy of the weights, which it does not get.
+    beta: float = Field(0.0, ge=0)
+    use_bias_correction_kl: bool = True
     vllm_importance_sampling_correction: bool = True
     vllm_importance_sampling_mode: IsMode = "token_truncate"
     vllm_importance_sampling_clip_min: float | None = Field(None, ge=0)
@@ -409,6 +414,8 @@ class LearnerConfig(_Cfg):
     def _sync_fits_adapter(self) -> LearnerConfig:
         if self.engine.sync == SyncMode.lora and self.adapter.kind != "lora":
             raise ValueError("engine.sync 'lora' needs adapter.kind 'lora'")
+        if self.grpo.beta > 0 and self.adapter.kind != "lora":
+            raise ValueError("grpo.beta needs adapter.kind 'lora': the base policy is the adapter switched off")
         if self.engine.sync == SyncMode.nccl and self.adapter.kind != "full":
             raise ValueError("engine.sync 'nccl' pushes full weights: it needs adapter.kind 'full'")
         return self

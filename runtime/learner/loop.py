@@ -270,6 +270,7 @@ class Learner:
             loss=stats.loss,
             clip_fraction=stats.clip_fraction,
             kl=stats.kl,
+            base_kl=stats.base_kl,
             tokens=stats.tokens,
             loss_tokens=stats.loss_tokens,
             tokens_per_s=stats.tokens_per_s,

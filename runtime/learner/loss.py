@@ -37,6 +37,7 @@ def broadcast(values: torch.Tensor, segments: torch.Tensor | None) -> torch.Tens
 class TokenLoss:
     per_token: torch.Tensor  # (B, T) loss before masking/normalisation
     clipped: torch.Tensor  # (B, T) bool: the clip (or CISPO's cap) cut this token's ratio on the side that matters
+    base_kl: torch.Tensor | None = None  # (B, T) detached k3 KL to the base policy, with a KL penalty
 
 
 @dataclass
@@ -54,8 +55,10 @@ def token_loss(
     grpo: GrpoConfig,
     is_weights: torch.Tensor | None = None,
     segments: torch.Tensor | None = None,
+    base_logps: torch.Tensor | None = None,
 ) -> TokenLoss:
-    """logps/old_logps/mask: (B, T); advantages: (B,) or (B, T); is_weights: (B, T) or None."""
+    """logps/old_logps/mask: (B, T); advantages: (B,) or (B, T); is_weights: (B, T) or None; base_logps: (B, T),
+    the base policy's, for the KL penalty (grpo.beta)."""
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     log_ratio = logps - old_logps
     if grpo.importance_sampling_level == "sequence":  # GSPO: the mean log-ratio of the sequence's loss tokens
@@ -71,7 +74,13 @@ def token_loss(
         clipped = ((coef_1 < 1 - grpo.clip_low) & (adv < 0)) | ((coef_1 > 1 + grpo.clip_high) & (adv > 0))
     if is_weights is not None:
         per_token = per_token * is_weights
-    return TokenLoss(per_token=per_token, clipped=clipped.detach().expand_as(mask))
+    base_kl = None
+    if base_logps is not None and grpo.beta > 0:
+        d = base_logps - logps
+        kl = torch.exp(d) - d - 1
+        base_kl = kl.detach()
+        per_token = per_token + grpo.beta * (kl * coef_1 if grpo.use_bias_correction_kl else kl)
+    return TokenLoss(per_token=per_token, clipped=clipped.detach().expand_as(mask), base_kl=base_kl)
 
 
 def importance_weights(proximal: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor, grpo: GrpoConfig,

@@ -47,6 +47,7 @@ class StepMetrics(BaseModel):
     loss: float
     clip_fraction: float
     kl: float
+    base_kl: float = 0.0  # k3 KL to the base policy (grpo.beta > 0)
     tokens: int
     loss_tokens: int
     tokens_per_s: float
@@ -105,6 +106,7 @@ class MetricsSink:
             "loss": g("loss", "policy loss of the last step"),
             "clip_fraction": g("clip_fraction", "fraction of loss tokens clipped in the last step"),
             "kl": g("kl", "k3 KL estimate to the behaviour policy, last step"),
+            "base_kl": g("base_kl", "k3 KL estimate to the base policy (with grpo.beta), last step"),
             "tokens_per_s": g("tokens_per_s", "trained tokens per second, last step"),
             "sync_s": g("sync_seconds", "weight sync time of the last step"),
         }

@@ -50,6 +50,7 @@ class StepStats:
     micro_batches: int
     grad_norm: float
     seconds: float
+    base_kl: float = 0.0  # mean k3 KL to the base policy over loss tokens (with grpo.beta)
     # Loss tokens whose importance weight the band truncated, and those it masked (weight 0), per harness.
     is_truncated_by_harness: dict[str, int] = field(default_factory=dict)
     is_masked_by_harness: dict[str, int] = field(default_factory=dict)
@@ -69,6 +70,7 @@ class StepStats:
 class MicroBatchStats:
     clipped: float  # loss tokens the clip cut
     kl: float  # Σ k3 KL to the engine's policy over loss tokens
+    base_kl: float  # Σ k3 KL to the base policy over loss tokens (with grpo.beta)
     truncated: list[int]  # per sequence of the micro-batch (its sequence_ids' order): tokens truncated, masked
     masked: list[int]
 
@@ -215,7 +217,7 @@ class PolicyTrainer:
         if not samples:
             raise ValueError("no trainable tokens in this step's sequences")
         self.model.train()
-        local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "loss_tokens": 0.0, "tokens": 0.0, "mbs": 0.0}
+        local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "base_kl": 0.0, "loss_tokens": 0.0, "tokens": 0.0, "mbs": 0.0}
         grad_norm = 0.0
         # Each update takes at most maxTokensPerStep tokens (an over-long mini-batch becomes several updates);
         # the split is the same on every rank, and each rank then packs its share of each update.
@@ -247,6 +249,7 @@ class PolicyTrainer:
                 local["loss"] += float(loss.detach())
                 local["clipped"] += stats.clipped
                 local["kl"] += stats.kl
+                local["base_kl"] += stats.base_kl
                 local["loss_tokens"] += mb.loss_tokens
                 local["tokens"] += int(mb.attention_mask.sum())
                 local["mbs"] += 1
@@ -268,6 +271,7 @@ class PolicyTrainer:
             loss=totals["loss"] / len(minis),
             clip_fraction=totals["clipped"] / lt,
             kl=totals["kl"] / lt,
+            base_kl=totals["base_kl"] / lt,
             loss_tokens=int(totals["loss_tokens"]),
             tokens=int(totals["tokens"]),
             sequences=len(samples),
@@ -292,6 +296,12 @@ class PolicyTrainer:
         return pack(samples, self.grpo.micro_batch_tokens, self.pad_id)
 
     @torch.no_grad()
+    def _base_logps(self, mb: MicroBatch) -> torch.Tensor:
+        """The base policy's logprobs: the LoRA adapter switched off (peft's `disable_adapter`)."""
+        with self.model.disable_adapter(), self._forward():
+            return sequence_logps(self.model, mb)
+
+    @torch.no_grad()
     def _score_no_grad(self, mb: MicroBatch) -> torch.Tensor:
         with self._forward():
             return sequence_logps(self.model, mb).cpu()
@@ -311,8 +321,9 @@ class PolicyTrainer:
         if self.grpo.vllm_importance_sampling_correction:
             old = logps.detach() if proximal is None else proximal.to(dev)
             weights = importance_weights(old, engine, mask, self.grpo, segments)
+        base = self._base_logps(mb).to(dev) if self.grpo.beta > 0 else None
         tl = token_loss(logps, old, mb.advantages.to(dev), mask, self.grpo,
-                        None if weights is None else weights.weights, segments)
+                        None if weights is None else weights.weights, segments, base)
         loss = reduce_loss(tl.per_token, mask, self.grpo.loss_type, normalizer, segments)
 
         def count(flags: torch.Tensor) -> list[int]:
@@ -322,6 +333,7 @@ class PolicyTrainer:
         return loss, MicroBatchStats(
             clipped=float((tl.clipped.float() * mask).sum()),
             kl=float((k3(logps.detach() - engine) * mask).sum()),
+            base_kl=0.0 if tl.base_kl is None else float((tl.base_kl * mask).sum()),
             truncated=none if weights is None else count(weights.truncated),
             masked=none if weights is None else count(weights.masked),
         )

@@ -8,6 +8,7 @@ gradients and the clip statistics must agree. Packing/accumulation must not chan
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import types
 from collections import defaultdict
@@ -88,17 +89,18 @@ class _Accel:
 
 
 def trl_loss(model: torch.nn.Module, inputs: dict[str, Any], loss_type: str, low: float, high: float,
-             is_ratio: torch.Tensor | None = None, level: str = "token") -> tuple[torch.Tensor, dict[str, list[float]]]:
+             is_ratio: torch.Tensor | None = None, level: str = "token",
+             beta: float = 0.0) -> tuple[torch.Tensor, dict[str, list[float]]]:
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
     fake = types.SimpleNamespace(
         accelerator=_Accel(), model=model, aux_loss_enabled=False, top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None, importance_sampling_level=level, beta=0.0, loss_type=loss_type,
+        off_policy_mask_threshold=None, importance_sampling_level=level, beta=beta, loss_type=loss_type,
         epsilon_low=low, epsilon_high=high, use_vllm=is_ratio is not None,
         vllm_importance_sampling_correction=is_ratio is not None, current_gradient_accumulation_steps=1,
         _entropy_bonus_enabled=False, _metrics=metrics, max_completion_length=DR_GRPO_TOKENS,
-        args=types.SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=False),
+        args=types.SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=True),
     )
     fake._get_per_token_logps_and_entropies = types.MethodType(GRPOTrainer._get_per_token_logps_and_entropies, fake)
     if is_ratio is not None:
@@ -225,6 +227,52 @@ def test_importance_sampling_correction_matches_trl(mode: str, clip_min: float |
         assert_same_grads(grads(model), ref_grads)
         counted = stats.masked if mode.endswith("mask") else stats.truncated
         assert sum(counted) == int(outside.sum()) and sum(stats.masked) + sum(stats.truncated) == sum(counted)
+
+
+def test_kl_penalty_to_the_base_policy_matches_trl() -> None:
+    # TRL's beta with its default bias-corrected KL, the reference being the base model: ours is the same LoRA
+    # model with its adapter switched off; TRL's reference here is a separate copy of the base weights.
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_model()
+    reference = copy.deepcopy(base)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    torch.manual_seed(5)
+    with torch.no_grad():  # a trained adapter: the policy has moved away from its base
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+    samples = near_policy_samples(model)
+    inputs = trl_inputs(samples)
+    with torch.no_grad():
+        from trl.trainer.grpo_trainer import GRPOTrainer
+
+        def trl_logps(m: torch.nn.Module) -> torch.Tensor:
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+            attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+            lps, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+                types.SimpleNamespace(accelerator=_Accel()), m, ids, attention, inputs["completion_ids"].size(1))
+            return lps
+
+        ref_logps, policy_logps = trl_logps(reference), trl_logps(model)
+        d = ref_logps - policy_logps  # the k3 KL to the base, unweighted by the ratio (TRL logs it weighted)
+        mask = inputs["completion_mask"]
+        expected_kl = float(((torch.exp(d) - d - 1) * mask).sum() / mask.sum())
+    cfg = GrpoConfig(beta=0.5, vllm_importance_sampling_correction=False)
+    model.zero_grad(set_to_none=True)
+    ref, _ = trl_loss(model, {**inputs, "ref_per_token_logps": ref_logps}, "dapo", 0.2, 0.28, beta=0.5)
+    ref.backward()
+    ref_grads = grads(model)
+    trainer = PolicyTrainer(model, cfg)
+    [mb] = pack(samples, budget=10_000)
+    model.zero_grad(set_to_none=True)
+    loss, stats = trainer.micro_batch_loss(mb, loss_normalizer(cfg, mb.loss_tokens, len(samples)), None)
+    loss.backward()
+    assert float(loss) == pytest.approx(float(ref), rel=1e-5, abs=1e-7)
+    assert stats.base_kl / mb.loss_tokens == pytest.approx(expected_kl, rel=1e-4) and expected_kl > 1e-3
+    assert_same_grads(grads(model), ref_grads)
+    unpenalised, _ = trainer.micro_batch_loss(mb, loss_normalizer(cfg, mb.loss_tokens, len(samples)), None)
+    assert float(unpenalised) == pytest.approx(float(loss))  # the adapter is back on after the base's forward
 
 
 def test_a_steps_corrected_tokens_are_counted_per_harness() -> None:
