@@ -163,6 +163,18 @@ class GrpoSpec(ApiModel):
             message="grpo.clipHigh must be greater than or equal to grpo.clipLow",
             check=lambda g: g.clip_high >= g.clip_low,
         ),
+        Rule(
+            cel="self.lossType != 'cispo' || self.clipHigh >= 1.0",
+            message="grpo.clipHigh is CISPO's weight cap: it must be at least 1",
+            check=lambda g: g.loss_type != "cispo" or g.clip_high >= 1.0,
+        ),
+        Rule(
+            cel="!has(self.vllmImportanceSamplingClipMin) || "
+            "self.vllmImportanceSamplingClipMin <= self.vllmImportanceSamplingClipMax",
+            message="grpo.vllmImportanceSamplingClipMin must be less than or equal to vllmImportanceSamplingClipMax",
+            check=lambda g: g.vllm_importance_sampling_clip_min is None
+            or g.vllm_importance_sampling_clip_min <= g.vllm_importance_sampling_clip_max,
+        ),
     )
 
     group_size: int = Field(
@@ -176,7 +188,12 @@ class GrpoSpec(ApiModel):
         default=100, ge=1, le=1_000_000, description="Optimiser steps before the run completes."
     )
     max_staleness: int = Field(
-        default=1, ge=0, le=64, description="Drop rollouts sampled more than this many policy versions ago."
+        default=1000,
+        ge=0,
+        le=1000,
+        description="Last resort: drop rollouts sampled more than this many policy versions ago. Below it a stale "
+        "rollout is kept and each token corrected by its importance weight (vllmImportanceSampling*): dropping "
+        "starves the slow rollouts, which are the hard tasks.",
     )
     learning_rate: float = Field(default=1e-5, gt=0.0, le=1.0, description="Optimiser learning rate.")
     clip_low: float = Field(
@@ -193,11 +210,22 @@ class GrpoSpec(ApiModel):
         "several updates (nothing is dropped). One update per step when empty. The size of a forward pass is "
         "learner.microBatchTokens.",
     )
-    loss_type: Literal["dapo", "grpo", "dr_grpo"] = Field(
+    loss_type: Literal["dapo", "grpo", "dr_grpo", "cispo"] = Field(
         default="dapo",
         description="How token losses are averaged (TRL's loss_type): dapo over every loss token of the update; "
         "grpo per sequence, then over sequences (favours short sequences); dr_grpo summed per sequence over a "
-        "constant length (engine.maxModelLen, or 32768).",
+        "constant length (engine.maxModelLen, or 32768); cispo, CISPO's loss: each token's log-probability "
+        "gradient weighted by its ratio capped at clipHigh (then the cap, 5 recommended), averaged as dapo.",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        default="token",
+        description="The ratio the clip acts on (TRL's importanceSamplingLevel): per token, or one per sequence, "
+        "the geometric mean of its tokens' ratios (GSPO).",
+    )
+    baseline: Literal["mean", "rloo"] = Field(
+        default="mean",
+        description="Advantage baseline: the group's mean reward, or the mean of the group's other rewards "
+        "(RLOO); scaleRewards applies to either.",
     )
     loss_balance: Literal["token", "rollout", "harness"] = Field(
         default="token",
@@ -213,13 +241,35 @@ class GrpoSpec(ApiModel):
         "of the group (group), or not at all (none; Dr. GRPO). batch by default: per-group std turns an "
         "all-solved group's small efficiency-bonus differences into advantages larger than solving a task.",
     )
-    tis_cap: float | None = Field(
-        default=None,
-        gt=0.0,
-        le=1000.0,
-        description="Truncated importance sampling: weight each token's loss by min(π_learner/π_engine, tisCap). "
-        "Off when empty: the ratio is already taken against the engine's own sampled logprobs; TIS costs one "
-        "extra forward pass per micro-batch.",
+    beta: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=100.0,
+        description="KL penalty to the base policy (TRL's beta): beta times a k3 estimate of KL(π‖π_base) per token "
+        "is added to the loss. The base is the LoRA adapter switched off (one more forward pass per micro-batch); "
+        "it needs model.adapter.lora. Off at 0.",
+    )
+    vllm_importance_sampling_correction: bool = Field(
+        default=True,
+        description="Correct off-policy tokens (TRL's name): the clip is taken against the learner's policy before "
+        "the step, and each token's loss is weighted by π_learner/π_engine, the engine's logprob recorded with "
+        "the token being its own behaviour policy however many versions old, bounded as "
+        "vllmImportanceSamplingMode says. Free with one update per step; otherwise one extra forward pass.",
+    )
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = (
+        Field(
+            default="token_truncate",
+            description="Bound on the importance weight: per token or one per sequence (the product of its "
+            "tokens'), truncated into [clipMin, clipMax] or set to 0 outside it (token_mask is IcePop's masking). "
+            "token_truncate by default, unlike TRL: a long agent rollout's sequence ratio nearly always leaves "
+            "the band, which would drop stale rollouts whole.",
+        )
+    )
+    vllm_importance_sampling_clip_min: float | None = Field(
+        default=None, ge=0.0, le=1000.0, description="Lower bound of the importance weight; none when empty."
+    )
+    vllm_importance_sampling_clip_max: float = Field(
+        default=3.0, gt=0.0, le=1000.0, description="Upper bound of the importance weight."
     )
     max_grad_norm: float = Field(
         default=1.0,
@@ -548,6 +598,11 @@ class TrainingRunSpec(ApiModel):
             cel="self.engine.weightSync != 'lora' || has(self.model.adapter.lora)",
             message="engine.weightSync lora needs model.adapter.lora",
             check=lambda s: s.engine.weight_sync != "lora" or s.model.adapter.lora is not None,
+        ),
+        Rule(
+            cel="self.grpo.beta == 0.0 || has(self.model.adapter.lora)",
+            message="grpo.beta needs model.adapter.lora: the base policy is the adapter switched off",
+            check=lambda s: s.grpo.beta == 0.0 or s.model.adapter.lora is not None,
         ),
         Rule(
             cel="!has(self.engine.pool) || self.engine.weightSync == 'lora'",

@@ -18,6 +18,9 @@ from harnessrl.runtime.coordinator.ledger import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Balance = Literal["token", "rollout", "harness"]
+# How each token's importance weight π_proximal/π_engine is bounded (TRL's vllm_importance_sampling_mode): per
+# token or one ratio per sequence, truncated into [clip_min, clip_max] or masked (zero) outside it.
+IsMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
 
 class _Cfg(BaseModel):
@@ -55,8 +58,10 @@ class AdapterConfig(_Cfg):
 
 class GrpoConfig(_Cfg):
     group_size: int = Field(8, ge=2, le=1024)
-    # A rollout whose oldest turn was sampled more than this many versions ago is dropped (and counted).
-    max_staleness: int = Field(1, ge=0, le=1000)
+    # Last resort only: a rollout whose oldest sampled token is more than this many versions old is dropped (and
+    # counted). Below it a stale rollout is kept and corrected token by token (vllm_importance_sampling_*):
+    # dropping starves slow rollouts, and the slow ones are the hard tasks.
+    max_staleness: int = Field(1000, ge=0, le=1000)
     lr: float = Field(1e-5, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
@@ -66,7 +71,9 @@ class GrpoConfig(_Cfg):
     # How token losses are averaged (TRL's loss_type): "dapo" = over all loss tokens of the update; "grpo" = per
     # sequence, then over sequences; "dr_grpo" = summed per sequence, divided by sequences × dr_grpo_tokens
     # (a constant, so no length bias).
-    loss_type: Literal["dapo", "grpo", "dr_grpo"] = "dapo"
+    # "cispo" (TRL's): -min(ratio, clip_high).detach() × A × log π per token, averaged as dapo; clip_high is then
+    # the weight's cap ε_max (ScaleRL recommends 5), not an epsilon around 1.
+    loss_type: Literal["dapo", "grpo", "dr_grpo", "cispo"] = "dapo"
     dr_grpo_tokens: int = Field(32768, ge=1, description="dr_grpo's constant: the longest sequence trained")
     # What share of an update's loss each rollout carries (balance.py): as the loss type gives it ("token"), one
     # equal share per rollout ("rollout"), or per harness and then per rollout ("harness").
@@ -74,9 +81,28 @@ class GrpoConfig(_Cfg):
     # Advantages (TRL's scale_rewards): r - group mean, divided by the group's std ("group"), by the std of all
     # the step's rewards ("batch"), or not at all ("none", Dr. GRPO). See reward.scale_batch.
     scale_rewards: Literal["group", "batch", "none"] = "batch"
-    # Truncated importance sampling: multiply token losses by min(exp(logp_trainer_old - logp_engine), cap)
-    # to correct for engine/trainer mismatch. None = off.
-    tis_cap: float | None = Field(None, gt=0)
+    # The ratio the clip acts on (TRL's importance_sampling_level): per token, or GSPO's one per sequence (the
+    # geometric mean of its tokens' ratios).
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    # Baseline of the advantage: the group's mean, or RLOO's mean of the other rollouts of the group
+    # (r − mean × G/(G−1)); either is then scaled as `scale_rewards` says.
+    baseline: Literal["mean", "rloo"] = "mean"
+    # Off-policy correction (TRL's vllm_importance_sampling_*): the trainer's own logprobs before the step are
+    # the proximal policy the clip is taken against, and each token's loss is weighted by π_proximal/π_engine,
+    # the engine logprob recorded with the token being its own behaviour policy, however many versions old;
+    # bounded by `vllm_importance_sampling_mode` into [clip_min, clip_max]. Off: the clip is taken against the
+    # engine's logprobs directly and a stale token's ratio is unbounded on the side the clip does not cut.
+    # Token level by default (TRL: sequence_mask): a sequence ratio multiplies thousands of token ratios, so a
+    # stale agent rollout would nearly always fall outside the band and be masked whole, i.e. dropped.
+    # KL penalty to the base policy (TRL's beta): beta × k3(π_base/π) per token is added to the loss, times the
+    # ratio with use_bias_correction_kl (TRL's default). The base is a LoRA's adapter switched off (one more
+    # forward per micro-batch); a full fine-tune would need a second copy of the weights, which it does not get.
+    beta: float = Field(0.0, ge=0)
+    use_bias_correction_kl: bool = True
+    vllm_importance_sampling_correction: bool = True
+    vllm_importance_sampling_mode: IsMode = "token_truncate"
+    vllm_importance_sampling_clip_min: float | None = Field(None, ge=0)
+    vllm_importance_sampling_clip_max: float | None = Field(3.0, gt=0)
     steps: int = Field(100, ge=1)
     groups_per_step: int = Field(4, ge=1, le=4096)
     # Open groups the coordinator keeps ahead of training (leasable at once); default 2 x groups_per_step.
@@ -107,6 +133,13 @@ class GrpoConfig(_Cfg):
             raise ValueError("grpo.max_open_groups must be >= grpo.groups_per_step")
         if self.max_groups_per_step is not None and self.max_groups_per_step < self.groups_per_step:
             raise ValueError("grpo.max_groups_per_step must be >= grpo.groups_per_step")
+        if self.loss_type == "cispo" and self.clip_high < 1:
+            raise ValueError("grpo.clip_high is CISPO's weight cap ε_max: below 1 it scales down every on-policy token")
+        lo, hi = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+        if self.vllm_importance_sampling_correction and lo is None and hi is None:
+            raise ValueError("grpo.vllm_importance_sampling_correction needs clip_min or clip_max: a ratio must be bounded")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError("grpo.vllm_importance_sampling_clip_min must be <= vllm_importance_sampling_clip_max")
         return self
 
     def open_groups(self) -> int:
@@ -381,6 +414,8 @@ class LearnerConfig(_Cfg):
     def _sync_fits_adapter(self) -> LearnerConfig:
         if self.engine.sync == SyncMode.lora and self.adapter.kind != "lora":
             raise ValueError("engine.sync 'lora' needs adapter.kind 'lora'")
+        if self.grpo.beta > 0 and self.adapter.kind != "lora":
+            raise ValueError("grpo.beta needs adapter.kind 'lora': the base policy is the adapter switched off")
         if self.engine.sync == SyncMode.nccl and self.adapter.kind != "full":
             raise ValueError("engine.sync 'nccl' pushes full weights: it needs adapter.kind 'full'")
         return self

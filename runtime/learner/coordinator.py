@@ -108,7 +108,12 @@ class Batch(BaseModel):
     groups: list[TrainGroup] = Field(default_factory=list)
     # every fresh scored rollout consumed since the last batch, trained or skipped
     rewards_by_harness: dict[str, list[float]] = Field(default_factory=dict)
-    stale: int = 0
+    stale: int = 0  # dropped: older than grpo.max_staleness
+    # Per harness: rollouts trained, and of them those sampled (in part) by an older policy than the one trained,
+    # kept and corrected; and the rollouts dropped as stale.
+    rollouts_trained_by_harness: dict[str, int] = Field(default_factory=dict)
+    stale_kept_by_harness: dict[str, int] = Field(default_factory=dict)
+    stale_dropped_by_harness: dict[str, int] = Field(default_factory=dict)
     zero_variance: int = 0
     skipped: int = 0  # groups consumed without training: zero variance, or fewer than 2 fresh rollouts
 
@@ -140,6 +145,11 @@ class Artifacts(BaseModel):
 # How far past the planned groups a completion may point (groups planned after the last checkpoint of a
 # crashed run); beyond it the rollout id is rejected rather than planning without bound.
 _REPLAN_LIMIT = 64
+
+
+def _add(counts: dict[str, int], key: str, n: int) -> None:
+    if n:
+        counts[key] = counts.get(key, 0) + n
 
 
 def _group_id(index: int) -> str:
@@ -400,7 +410,8 @@ class Coordinator:
         the last batch and the trainable ones reach `grpo.groups_per_step_limit()`, the trainable ones there are
         (maybe none: a step without an update) make the batch: dynamic sampling is bounded.
 
-        Stale rollouts (oldest sampled token more than max_staleness versions old) are dropped and counted.
+        Stale rollouts are kept (the loss corrects them token by token) and counted per harness; only those past the
+        hard limit (oldest sampled token more than max_staleness versions old) are dropped and counted.
         Final groups left with < 2 rollouts or no reward variance are consumed at once (so they never clog
         the window of open groups), counted, and reported with the next batch."""
         trainable: list[tuple[GroupState, list[float], list[RolloutSlot]]] = []
@@ -430,6 +441,9 @@ class Coordinator:
         for (g, _, fresh), advantages in zip(chosen, scaled, strict=True):
             self._consume(g, fresh, self._fresh_advantages(g)[2])
             self.state.counters.groups_trained += 1
+            _add(batch.rollouts_trained_by_harness, g.harness, len(fresh))
+            _add(batch.stale_kept_by_harness, g.harness,
+                 sum(1 for s in fresh if any(q.min_policy_version < self.state.policy_version for q in s.sequences)))
             batch.groups.append(
                 TrainGroup(
                     group_id=g.group_id,
@@ -449,6 +463,7 @@ class Coordinator:
     def _consume(self, g: GroupState, fresh: list[RolloutSlot], stale: int) -> None:
         self.state.counters.rollouts_stale += stale
         self.state.carry.stale += stale
+        _add(self.state.carry.stale_dropped_by_harness, g.harness, stale)
         self.state.carry.rewards_by_harness.setdefault(g.harness, []).extend(
             s.reward for s in fresh if s.reward is not None
         )
@@ -459,7 +474,8 @@ class Coordinator:
         fresh = [s for s in done if all(q.min_policy_version >= oldest_ok for q in s.sequences)]
         stale = len(done) - len(fresh)
         rewards = [s.reward for s in fresh if s.reward is not None]
-        return group_advantages(rewards, self.grpo.adv_epsilon, self.grpo.scale_rewards), fresh, stale
+        return (group_advantages(rewards, self.grpo.adv_epsilon, self.grpo.scale_rewards, self.grpo.baseline),
+                fresh, stale)
 
     def finish_step(self, policy_version: int, policy_model: str, done: bool) -> None:
         """Count the step; open an evaluation round when one is due (the run is done only after it)."""

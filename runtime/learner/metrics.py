@@ -36,9 +36,18 @@ class StepMetrics(BaseModel):
     # compute again for each sequence and a prefix tree would compute once: what sharing prefixes could save.
     tokens_by_harness: dict[str, int] = Field(default_factory=dict)
     repeated_prefix_tokens_by_harness: dict[str, int] = Field(default_factory=dict)
+    # Off-policy data, per harness: rollouts trained this step; of them, those sampled (in part) by an older
+    # policy than the one trained, kept and corrected; rollouts dropped past grpo.max_staleness; and loss tokens
+    # whose importance weight the band truncated or masked (grpo.vllm_importance_sampling_*).
+    rollouts_trained_by_harness: dict[str, int] = Field(default_factory=dict)
+    stale_rollouts_kept_by_harness: dict[str, int] = Field(default_factory=dict)
+    stale_rollouts_dropped_by_harness: dict[str, int] = Field(default_factory=dict)
+    is_truncated_tokens_by_harness: dict[str, int] = Field(default_factory=dict)
+    is_masked_tokens_by_harness: dict[str, int] = Field(default_factory=dict)
     loss: float
     clip_fraction: float
     kl: float
+    base_kl: float = 0.0  # k3 KL to the base policy (grpo.beta > 0)
     tokens: int
     loss_tokens: int
     tokens_per_s: float
@@ -97,6 +106,7 @@ class MetricsSink:
             "loss": g("loss", "policy loss of the last step"),
             "clip_fraction": g("clip_fraction", "fraction of loss tokens clipped in the last step"),
             "kl": g("kl", "k3 KL estimate to the behaviour policy, last step"),
+            "base_kl": g("base_kl", "k3 KL estimate to the base policy (with grpo.beta), last step"),
             "tokens_per_s": g("tokens_per_s", "trained tokens per second, last step"),
             "sync_s": g("sync_seconds", "weight sync time of the last step"),
         }
@@ -106,6 +116,16 @@ class MetricsSink:
         self.loss_tokens = g("loss_tokens", "sampled tokens trained in the last step", ("harness",))
         self.repeated_prefix = g("repeated_prefix_tokens", "tokens trained in the last step that repeat a prefix "
                                  "another of the harness's sequences already has", ("harness",))
+        self.off_policy = {
+            "stale_rollouts_kept_by_harness": g("stale_rollouts_kept", "rollouts trained in the last step that an "
+                                                "older policy sampled, corrected", ("harness",)),
+            "stale_rollouts_dropped_by_harness": g("stale_rollouts_dropped", "rollouts the last step dropped past "
+                                                   "grpo.maxStaleness", ("harness",)),
+            "is_truncated_tokens_by_harness": g("is_truncated_tokens", "loss tokens of the last step whose "
+                                                "importance weight was truncated", ("harness",)),
+            "is_masked_tokens_by_harness": g("is_masked_tokens", "loss tokens of the last step whose importance "
+                                             "weight was masked to 0", ("harness",)),
+        }
 
     def record(self, m: StepMetrics) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
@@ -121,6 +141,10 @@ class MetricsSink:
             self.loss_tokens.labels(harness=harness).set(t)
         for harness, t in m.repeated_prefix_tokens_by_harness.items():
             self.repeated_prefix.labels(harness=harness).set(t)
+        for field, gauge in self.off_policy.items():
+            counts = getattr(m, field)
+            for harness in {*m.rollouts_trained_by_harness, *counts}:  # a harness trained with none reads 0
+                gauge.labels(harness=harness).set(counts.get(harness, 0))
 
     def history(self) -> list[StepMetrics]:
         if not self.path.exists():

@@ -39,9 +39,11 @@ def _std(xs: Sequence[float]) -> float:
     return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def group_advantages(rewards: Sequence[float], epsilon: float, scale: str = "group") -> list[float] | None:
-    """r − group mean, divided by the group's std + ε when `scale` is "group" (TRL scale_rewards="group");
-    "batch" and "none" leave the division to `scale_batch`.
+def group_advantages(rewards: Sequence[float], epsilon: float, scale: str = "group",
+                     baseline: str = "mean") -> list[float] | None:
+    """r − baseline, divided by the group's std + ε when `scale` is "group" (TRL scale_rewards="group");
+    "batch" and "none" leave the division to `scale_batch`. The baseline is the group's mean, or RLOO's mean of
+    the group's other rewards (TRL's RLOOTrainer): r − (Σ − r)/(G − 1) = (r − mean) × G/(G − 1).
 
     Returns None when the group has no variance: every advantage would be 0, so the group teaches nothing
     and is skipped (and counted) rather than trained on.
@@ -51,9 +53,12 @@ def group_advantages(rewards: Sequence[float], epsilon: float, scale: str = "gro
     std = _std(rewards)
     if std <= 1e-12:
         return None
-    mean = sum(rewards) / len(rewards)
+    total = sum(rewards)
+    n = len(rewards)
     div = std + epsilon if scale == "group" else 1.0
-    return [(r - mean) / div for r in rewards]
+    if baseline == "rloo":
+        return [(r - (total - r) / (n - 1)) / div for r in rewards]
+    return [(r - total / n) / div for r in rewards]
 
 
 def scale_batch(advantages: list[list[float]], rewards: list[list[float]], epsilon: float, scale: str) -> list[list[float]]:

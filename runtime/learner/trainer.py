@@ -10,7 +10,7 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,14 @@ import torch
 from harnessrl.runtime.learner.balance import balanced
 from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.distributed import World, all_max, all_sum, device_for, rank_share, shard
-from harnessrl.runtime.learner.loss import loss_normalizer, reduce_loss, tis_weights, token_loss
+from harnessrl.runtime.learner.loss import (
+    importance_weights,
+    k3,
+    loss_normalizer,
+    per_sequence,
+    reduce_loss,
+    token_loss,
+)
 from harnessrl.runtime.learner.packing import (
     MicroBatch,
     Sample,
@@ -43,6 +50,10 @@ class StepStats:
     micro_batches: int
     grad_norm: float
     seconds: float
+    base_kl: float = 0.0  # mean k3 KL to the base policy over loss tokens (with grpo.beta)
+    # Loss tokens whose importance weight the band truncated, and those it masked (weight 0), per harness.
+    is_truncated_by_harness: dict[str, int] = field(default_factory=dict)
+    is_masked_by_harness: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def without_update(cls) -> StepStats:
@@ -53,6 +64,15 @@ class StepStats:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class MicroBatchStats:
+    clipped: float  # loss tokens the clip cut
+    kl: float  # Σ k3 KL to the engine's policy over loss tokens
+    base_kl: float  # Σ k3 KL to the base policy over loss tokens (with grpo.beta)
+    truncated: list[int]  # per sequence of the micro-batch (its sequence_ids' order): tokens truncated, masked
+    masked: list[int]
 
 
 def resolve_device(cfg: ModelConfig) -> torch.device:
@@ -197,7 +217,7 @@ class PolicyTrainer:
         if not samples:
             raise ValueError("no trainable tokens in this step's sequences")
         self.model.train()
-        local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "loss_tokens": 0.0, "tokens": 0.0, "mbs": 0.0}
+        local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "base_kl": 0.0, "loss_tokens": 0.0, "tokens": 0.0, "mbs": 0.0}
         grad_norm = 0.0
         # Each update takes at most maxTokensPerStep tokens (an over-long mini-batch becomes several updates);
         # the split is the same on every rank, and each rank then packs its share of each update.
@@ -207,9 +227,13 @@ class PolicyTrainer:
             for m in split_mini_batches(samples, self.grpo.mini_batches)
             for chunk in split_by_tokens(m, self.grpo.max_tokens_per_step)
         ]
-        # With TIS, "old" is the trainer's policy before this step's first update, scored once up front.
-        old = [[self._score_no_grad(mb) for mb in mbs] for mbs, _ in minis] if self.grpo.tis_cap is not None else None
-        for k, (mbs, n_real) in enumerate(minis):
+        # With the correction, "old" is the trainer's policy before this step's first update. With one update
+        # that is each micro-batch's own forward (detached, no extra pass); with several, scored once up front.
+        correct = self.grpo.vllm_importance_sampling_correction
+        old = [[self._score_no_grad(mb) for mb in mbs] for mbs, _, _ in minis] if correct and len(minis) > 1 else None
+        harnesses = sorted({s.harness for s in samples})  # the same on every rank: samples are broadcast
+        corrected = torch.zeros(2, len(harnesses), dtype=torch.float64)  # truncated, masked
+        for k, (mbs, n_real, mine) in enumerate(minis):
             n_tokens, n_rows = all_sum(
                 [sum(mb.loss_tokens for mb in mbs[:n_real]), sum(len(mb.sequence_ids) for mb in mbs[:n_real])],
                 self.world,
@@ -223,11 +247,16 @@ class PolicyTrainer:
                 if j >= n_real:
                     continue
                 local["loss"] += float(loss.detach())
-                local["clipped"] += stats["clipped"]
-                local["kl"] += stats["kl"]
+                local["clipped"] += stats.clipped
+                local["kl"] += stats.kl
+                local["base_kl"] += stats.base_kl
                 local["loss_tokens"] += mb.loss_tokens
                 local["tokens"] += int(mb.attention_mask.sum())
                 local["mbs"] += 1
+                for sid, t, m in zip(mb.sequence_ids, stats.truncated, stats.masked, strict=True):
+                    h = harnesses.index(mine[sid].harness)
+                    corrected[0, h] += t
+                    corrected[1, h] += m
             params = [p for p in self.model.parameters() if p.requires_grad]
             # With no clipping configured, an infinite bound still measures the norm for the metrics.
             limit = self.grpo.max_grad_norm if self.grpo.max_grad_norm is not None else float("inf")
@@ -235,26 +264,31 @@ class PolicyTrainer:
             grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
             self.optimizer.step()
         totals = dict(zip(local, all_sum(list(local.values()), self.world), strict=True))
+        by_harness = all_sum(corrected.flatten().tolist(), self.world)
+        n = len(harnesses)
         lt = max(int(totals["loss_tokens"]), 1)
         return StepStats(
             loss=totals["loss"] / len(minis),
             clip_fraction=totals["clipped"] / lt,
             kl=totals["kl"] / lt,
+            base_kl=totals["base_kl"] / lt,
             loss_tokens=int(totals["loss_tokens"]),
             tokens=int(totals["tokens"]),
             sequences=len(samples),
             micro_batches=int(totals["mbs"]),
             grad_norm=grad_norm if math.isfinite(grad_norm) else float("nan"),
             seconds=time.perf_counter() - t0,
+            is_truncated_by_harness={h: int(v) for h, v in zip(harnesses, by_harness[:n], strict=True) if v},
+            is_masked_by_harness={h: int(v) for h, v in zip(harnesses, by_harness[n:], strict=True) if v},
         )
 
-    def _my_micro_batches(self, mini: list[Sample]) -> tuple[list[MicroBatch], int]:
+    def _my_micro_batches(self, mini: list[Sample]) -> tuple[list[MicroBatch], int, list[Sample]]:
         """This rank's share of a mini-batch, packed, then topped up with idle micro-batches to the most any
-        rank has; and how many of them are real."""
+        rank has; how many of them are real; and the share (what the micro-batches' sequence ids index)."""
         mine = rank_share(mini, [len(s.sequence.token_ids) for s in mini], self.world)
         mbs = self._pack(mine) if mine else []
         n = all_max(len(mbs), self.world)
-        return mbs + [idle_micro_batch(self.pad_id) for _ in range(n - len(mbs))], len(mbs)
+        return mbs + [idle_micro_batch(self.pad_id) for _ in range(n - len(mbs))], len(mbs), mine
 
     def _pack(self, samples: list[Sample]) -> list[MicroBatch]:
         if self.grpo.padding_free:
@@ -262,31 +296,47 @@ class PolicyTrainer:
         return pack(samples, self.grpo.micro_batch_tokens, self.pad_id)
 
     @torch.no_grad()
+    def _base_logps(self, mb: MicroBatch) -> torch.Tensor:
+        """The base policy's logprobs: the LoRA adapter switched off (peft's `disable_adapter`)."""
+        with self.model.disable_adapter(), self._forward():
+            return sequence_logps(self.model, mb)
+
+    @torch.no_grad()
     def _score_no_grad(self, mb: MicroBatch) -> torch.Tensor:
         with self._forward():
             return sequence_logps(self.model, mb).cpu()
 
     def micro_batch_loss(
-        self, mb: MicroBatch, normalizer: float, trainer_old: torch.Tensor | None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+        self, mb: MicroBatch, normalizer: float, proximal: torch.Tensor | None
+    ) -> tuple[torch.Tensor, MicroBatchStats]:
+        """The micro-batch's share of the update's loss. `proximal`: the trainer's logprobs before the step's
+        first update (None: this forward's own, right for the step's only update)."""
         with self._forward():
             logps = sequence_logps(self.model, mb)
         dev = logps.device
         mask = mb.loss_mask.to(dev)
         engine = mb.behaviour_logps.to(dev)
-        if trainer_old is None:
-            old, weights = engine, None
-        else:
-            assert self.grpo.tis_cap is not None
-            old = trainer_old.to(dev)
-            weights = tis_weights(old, engine, self.grpo.tis_cap)
-        tl = token_loss(logps, old, mb.advantages.to(dev), self.grpo.clip_low, self.grpo.clip_high, weights)
-        loss = reduce_loss(tl.per_token, mask, self.grpo.loss_type, normalizer, mb.segments)
-        stats = {
-            "clipped": float((tl.clipped.float() * mask).sum()),
-            "kl": float((tl.kl * mask).sum()),
-        }
-        return loss, stats
+        segments = None if mb.segments is None else mb.segments.to(dev)
+        old, weights = engine, None
+        if self.grpo.vllm_importance_sampling_correction:
+            old = logps.detach() if proximal is None else proximal.to(dev)
+            weights = importance_weights(old, engine, mask, self.grpo, segments)
+        base = self._base_logps(mb).to(dev) if self.grpo.beta > 0 else None
+        tl = token_loss(logps, old, mb.advantages.to(dev), mask, self.grpo,
+                        None if weights is None else weights.weights, segments, base)
+        loss = reduce_loss(tl.per_token, mask, self.grpo.loss_type, normalizer, segments)
+
+        def count(flags: torch.Tensor) -> list[int]:
+            return [int(v) for v in per_sequence(flags.float() * mask, segments).tolist()][: len(mb.sequence_ids)]
+
+        none = [0] * len(mb.sequence_ids)
+        return loss, MicroBatchStats(
+            clipped=float((tl.clipped.float() * mask).sum()),
+            kl=float((k3(logps.detach() - engine) * mask).sum()),
+            base_kl=0.0 if tl.base_kl is None else float((tl.base_kl * mask).sum()),
+            truncated=none if weights is None else count(weights.truncated),
+            masked=none if weights is None else count(weights.masked),
+        )
 
     # -- state for checkpoints ------------------------------------------------------------------------------
     # Full (unsharded) state keyed by parameter name, so a checkpoint written by N processes resumes in M.

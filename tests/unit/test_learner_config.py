@@ -47,6 +47,11 @@ def test_defaults_follow_the_architecture() -> None:
         ({"export": {"repo": "a/b", "token_env": "X", "token_file": "/f"}}, "exactly one of `token_file`"),
         ({"grpo": {"groups_per_step": 4, "max_open_groups": 2}}, "max_open_groups must be >= grpo.groups_per_step"),
         ({"surprise": 1}, "Extra inputs are not permitted"),
+        ({"adapter": {"kind": "full"}, "engine": {"urls": ["http://e"], "sync": "nccl"}, "grpo": {"beta": 0.1}},
+         "grpo.beta needs adapter.kind 'lora'"),
+        ({"grpo": {"loss_type": "cispo"}}, "clip_high is CISPO's weight cap"),
+        ({"grpo": {"vllm_importance_sampling_clip_max": None}}, "needs clip_min or clip_max"),
+        ({"grpo": {"vllm_importance_sampling_clip_min": 4.0}}, "clip_min must be <= vllm_importance_sampling_clip_max"),
     ],
 )
 def test_bad_configs_say_what_is_wrong(over: dict[str, Any], message: str) -> None:

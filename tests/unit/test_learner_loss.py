@@ -8,8 +8,11 @@ gradients and the clip statistics must agree. Packing/accumulation must not chan
 from __future__ import annotations
 
 import contextlib
+import copy
+import math
 import types
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -86,17 +89,18 @@ class _Accel:
 
 
 def trl_loss(model: torch.nn.Module, inputs: dict[str, Any], loss_type: str, low: float, high: float,
-             is_ratio: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, list[float]]]:
+             is_ratio: torch.Tensor | None = None, level: str = "token",
+             beta: float = 0.0) -> tuple[torch.Tensor, dict[str, list[float]]]:
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
     fake = types.SimpleNamespace(
         accelerator=_Accel(), model=model, aux_loss_enabled=False, top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None, importance_sampling_level="token", beta=0.0, loss_type=loss_type,
+        off_policy_mask_threshold=None, importance_sampling_level=level, beta=beta, loss_type=loss_type,
         epsilon_low=low, epsilon_high=high, use_vllm=is_ratio is not None,
         vllm_importance_sampling_correction=is_ratio is not None, current_gradient_accumulation_steps=1,
         _entropy_bonus_enabled=False, _metrics=metrics, max_completion_length=DR_GRPO_TOKENS,
-        args=types.SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=False),
+        args=types.SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=True),
     )
     fake._get_per_token_logps_and_entropies = types.MethodType(GRPOTrainer._get_per_token_logps_and_entropies, fake)
     if is_ratio is not None:
@@ -116,51 +120,183 @@ def ours(model: torch.nn.Module, samples: list[Sample], cfg: GrpoConfig,
     n = loss_normalizer(cfg, mb.loss_tokens, mb.input_ids.size(0))
     loss, stats = trainer.micro_batch_loss(mb, n, old)
     loss.backward()
-    return float(loss), stats["clipped"] / mb.loss_tokens, grads(model)
+    return float(loss), stats.clipped / mb.loss_tokens, grads(model)
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
-def test_loss_and_gradients_match_trl(loss_type: str) -> None:
+def assert_same_grads(ours_: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> None:
+    assert ours_.keys() == ref.keys() and ref
+    for name, g in ref.items():
+        torch.testing.assert_close(ours_[name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+# (loss type, importance-sampling level, clip low, clip high): DAPO/GRPO/Dr. GRPO, GSPO's sequence-level ratio
+# (TRL importance_sampling_level="sequence"), and CISPO, whose clip high is the weight's cap ε_max.
+VARIANTS = [("dapo", "token", 0.2, 0.28), ("grpo", "token", 0.2, 0.28), ("dr_grpo", "token", 0.2, 0.28),
+            ("dapo", "sequence", 3e-4, 4e-4), ("grpo", "sequence", 3e-4, 4e-4), ("cispo", "token", 0.2, 1.5)]
+
+
+@pytest.mark.parametrize(("loss_type", "level", "low", "high"), VARIANTS)
+def test_loss_and_gradients_match_trl(loss_type: str, level: str, low: float, high: float) -> None:
+    # Without the correction the ratio is taken against the engine's logprobs directly, as TRL's "old".
     model = tiny_model()
     samples = make_samples()
-    cfg = GrpoConfig(loss_type=loss_type, clip_low=0.2, clip_high=0.28,  # type: ignore[arg-type]
-                     dr_grpo_tokens=DR_GRPO_TOKENS)
+    cfg = GrpoConfig(loss_type=loss_type, clip_low=low, clip_high=high, dr_grpo_tokens=DR_GRPO_TOKENS,
+                     importance_sampling_level=level, vllm_importance_sampling_correction=False)
     model.zero_grad(set_to_none=True)
-    ref, metrics = trl_loss(model, trl_inputs(samples), loss_type, 0.2, 0.28)
+    ref, metrics = trl_loss(model, trl_inputs(samples), loss_type, low, high, level=level)
     ref.backward()
     ref_grads = grads(model)
     loss, clip_frac, our_grads = ours(model, samples, cfg)
     assert loss == pytest.approx(float(ref), rel=1e-5, abs=1e-7)
-    assert metrics["clip_ratio/region_mean"][0] > 0  # random behaviour logprobs: the clip is exercised
-    assert clip_frac == pytest.approx(metrics["clip_ratio/region_mean"][0], rel=1e-5)
-    assert our_grads.keys() == ref_grads.keys() and ref_grads
-    for name, g in ref_grads.items():
-        torch.testing.assert_close(our_grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
+    if loss_type == "cispo":
+        assert 0 < clip_frac == pytest.approx(metrics["cispo_clip_ratio"][0], rel=1e-5)  # the cap bites
+    elif level == "token":
+        assert metrics["clip_ratio/region_mean"][0] > 0  # random behaviour logprobs: the clip is exercised
+        assert clip_frac == pytest.approx(metrics["clip_ratio/region_mean"][0], rel=1e-5)
+    else:
+        assert 0 < clip_frac < 1  # some sequences' ratios are clipped, not all
+    assert_same_grads(our_grads, ref_grads)
 
 
-def test_truncated_importance_sampling_matches_trl_vllm_correction() -> None:
+def trl_is_ratio(old: torch.Tensor, sampling: torch.Tensor, mask: torch.Tensor, mode: str,
+                 clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+    """TRL's vLLM importance-sampling ratio, as `GRPOTrainer._generate_and_score_completions` computes it
+    (trl 1.16, grpo_trainer.py: the block under `vllm_importance_sampling_correction`), line for line."""
+    diff = torch.nan_to_num((old - sampling) * mask, nan=0.0)
+    if mode in ("sequence_mask", "sequence_truncate"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode in ("sequence_truncate", "token_truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    lo = clip_min if clip_min is not None else -math.inf
+    hi = clip_max if clip_max is not None else math.inf
+    return ratio.masked_fill((ratio < lo) | (ratio > hi), value=0.0)
+
+
+def near_policy_samples(model: torch.nn.Module, n: int = 8) -> list[Sample]:
+    """Samples whose engine logprobs are the model's own plus noise: token ratios straddle a band around 1, and
+    so do the ratios of some whole sequences (a stale or mismatched engine)."""
+    samples = make_samples(n)
+    [mb] = pack(samples, 10_000)
+    with torch.no_grad():
+        own = sequence_logps(model, mb)
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for row, i in enumerate(mb.sequence_ids):
+        s = samples[i].sequence
+        k = len(s.token_ids)
+        noisy = own[row, :k] + torch.randn(k, generator=g) * 0.5 + 0.1 * (i - n / 2)
+        lps = [float(v) if m else 0.0 for v, m in zip(noisy, s.loss_mask, strict=True)]
+        out.append((i, Sample(sequence=s.model_copy(update={"logprobs": lps}), advantage=samples[i].advantage)))
+    return [x for _, x in sorted(out, key=lambda t: t[0])]
+
+
+@pytest.mark.parametrize(("mode", "clip_min", "clip_max"), [
+    ("token_truncate", 0.5, 2.0), ("token_mask", 0.5, 2.0),  # token_mask with a band: IcePop
+    ("sequence_truncate", 0.5, 2.0), ("sequence_mask", 0.5, 2.0), ("token_truncate", None, 1.5),
+])
+def test_importance_sampling_correction_matches_trl(mode: str, clip_min: float | None, clip_max: float) -> None:
     model = tiny_model()
-    samples = make_samples()
-    cfg = GrpoConfig(loss_type="dapo", tis_cap=2.0)
+    samples = near_policy_samples(model)
+    cfg = GrpoConfig(loss_type="dapo", vllm_importance_sampling_mode=mode,
+                     vllm_importance_sampling_clip_min=clip_min, vllm_importance_sampling_clip_max=clip_max)
     trainer = PolicyTrainer(model, cfg)
     [mb] = pack(samples, budget=10_000)
     trainer_old = trainer._score_no_grad(mb)
-    # TRL's inputs: old = the trainer's own logprobs, the ratio = clamp(exp(old - vLLM's), max=cap).
+    # TRL's inputs: old = the trainer's own logprobs, the ratio from them and vLLM's (the engine's).
     inputs = trl_inputs(samples)
     old_c = torch.zeros_like(inputs["old_per_token_logps"])
     for i, s in enumerate(samples):
         n = len(s.sequence.token_ids) - PROMPT
         old_c[i, :n] = trainer_old[mb.sequence_ids.index(i), PROMPT : PROMPT + n]
-    ratio = torch.clamp(torch.exp(old_c - inputs["old_per_token_logps"]), max=2.0)
-    assert float(ratio.max()) == 2.0  # the cap bites
+    mask = inputs["completion_mask"].float()
+    ratio = trl_is_ratio(old_c, inputs["old_per_token_logps"], mask, mode, clip_min, clip_max)
+    raw = trl_is_ratio(old_c, inputs["old_per_token_logps"], mask, mode.split("_")[0] + "_truncate", None, math.inf)
+    outside = ((raw > clip_max) | (raw < (clip_min or 0.0))).expand_as(mask) * mask
+    assert 0 < int(outside.sum()) < int(mask.sum())  # the band bites on some tokens, not all
     model.zero_grad(set_to_none=True)
     ref, _ = trl_loss(model, {**inputs, "old_per_token_logps": old_c}, "dapo", 0.2, 0.28, ratio)
     ref.backward()
     ref_grads = grads(model)
-    loss, _, our_grads = ours(model, samples, cfg, trainer_old)
-    assert loss == pytest.approx(float(ref), rel=1e-5, abs=1e-7)
-    for name, g in ref_grads.items():
-        torch.testing.assert_close(our_grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
+    for proximal in (trainer_old, None):  # None: the step's only update takes its own forward as the proximal
+        model.zero_grad(set_to_none=True)
+        norm = loss_normalizer(cfg, mb.loss_tokens, len(samples))
+        loss, stats = trainer.micro_batch_loss(mb, norm, proximal)
+        loss.backward()
+        assert float(loss) == pytest.approx(float(ref), rel=1e-5, abs=1e-7)
+        assert_same_grads(grads(model), ref_grads)
+        counted = stats.masked if mode.endswith("mask") else stats.truncated
+        assert sum(counted) == int(outside.sum()) and sum(stats.masked) + sum(stats.truncated) == sum(counted)
+
+
+def test_kl_penalty_to_the_base_policy_matches_trl() -> None:
+    # TRL's beta with its default bias-corrected KL, the reference being the base model: ours is the same LoRA
+    # model with its adapter switched off; TRL's reference here is a separate copy of the base weights.
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_model()
+    reference = copy.deepcopy(base)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    torch.manual_seed(5)
+    with torch.no_grad():  # a trained adapter: the policy has moved away from its base
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+    samples = near_policy_samples(model)
+    inputs = trl_inputs(samples)
+    with torch.no_grad():
+        from trl.trainer.grpo_trainer import GRPOTrainer
+
+        def trl_logps(m: torch.nn.Module) -> torch.Tensor:
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+            attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+            lps, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+                types.SimpleNamespace(accelerator=_Accel()), m, ids, attention, inputs["completion_ids"].size(1))
+            return lps
+
+        ref_logps, policy_logps = trl_logps(reference), trl_logps(model)
+        d = ref_logps - policy_logps  # the k3 KL to the base, unweighted by the ratio (TRL logs it weighted)
+        mask = inputs["completion_mask"]
+        expected_kl = float(((torch.exp(d) - d - 1) * mask).sum() / mask.sum())
+    cfg = GrpoConfig(beta=0.5, vllm_importance_sampling_correction=False)
+    model.zero_grad(set_to_none=True)
+    ref, _ = trl_loss(model, {**inputs, "ref_per_token_logps": ref_logps}, "dapo", 0.2, 0.28, beta=0.5)
+    ref.backward()
+    ref_grads = grads(model)
+    trainer = PolicyTrainer(model, cfg)
+    [mb] = pack(samples, budget=10_000)
+    model.zero_grad(set_to_none=True)
+    loss, stats = trainer.micro_batch_loss(mb, loss_normalizer(cfg, mb.loss_tokens, len(samples)), None)
+    loss.backward()
+    assert float(loss) == pytest.approx(float(ref), rel=1e-5, abs=1e-7)
+    assert stats.base_kl / mb.loss_tokens == pytest.approx(expected_kl, rel=1e-4) and expected_kl > 1e-3
+    assert_same_grads(grads(model), ref_grads)
+    unpenalised, _ = trainer.micro_batch_loss(mb, loss_normalizer(cfg, mb.loss_tokens, len(samples)), None)
+    assert float(unpenalised) == pytest.approx(float(loss))  # the adapter is back on after the base's forward
+
+
+def test_a_steps_corrected_tokens_are_counted_per_harness() -> None:
+    # IcePop-style masking ([0.5, 2]): the tokens masked are counted per harness in the step's stats, the same
+    # whether rows are padded or packed, and whether the proximal policy is the forward's own (one update) or
+    # scored up front (several updates; lr 0 keeps the policy where it was).
+    model = tiny_model()
+    samples = [replace(s, harness="slow" if i % 3 == 0 else "fast", rollout=f"r{i}")
+               for i, s in enumerate(near_policy_samples(model))]
+    expected: dict[str, int] = {}
+    with torch.no_grad():
+        for s in samples:
+            [alone] = pack([s], 10_000)
+            ratio = torch.exp(sequence_logps(model, alone) - alone.behaviour_logps)
+            n = int((((ratio < 0.5) | (ratio > 2.0)) & (alone.loss_mask > 0)).sum())
+            expected[s.harness] = expected.get(s.harness, 0) + n
+    assert expected["slow"] > 0 and expected["fast"] > 0
+    for padding_free, mini_batches in ((False, 1), (True, 1), (True, 2)):
+        cfg = GrpoConfig(vllm_importance_sampling_mode="token_mask", vllm_importance_sampling_clip_min=0.5,
+                         vllm_importance_sampling_clip_max=2.0, lr=0.0, micro_batch_tokens=30,
+                         padding_free=padding_free, mini_batches=mini_batches)
+        stats = PolicyTrainer(tiny_model(), cfg).step(samples)
+        assert stats.is_masked_by_harness == expected, (padding_free, mini_batches)
+        assert stats.is_truncated_by_harness == {}
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])

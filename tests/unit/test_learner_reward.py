@@ -62,6 +62,26 @@ def test_advantages_match_trl_normalisation() -> None:
     assert math.fsum(got) == pytest.approx(0.0, abs=1e-9)
 
 
+def test_rloo_advantages_match_trls_leave_one_out_baseline() -> None:
+    # TRL's RLOOTrainer (trl 1.16, rloo_trainer.py): baseline = (group sum − own reward) / (scorable − 1), advantage
+    # = reward − baseline, no normalisation by default (normalize_advantages=False: our scale_rewards "none").
+    groups = [[0.0, 1.1, 1.05, 0.0, 0.3, 0.0, 1.1, 0.0], [1.0, 0.0, 0.0, 1.0]]
+    for rewards in groups:
+        t = torch.tensor(rewards, dtype=torch.float64).view(1, -1)
+        expected = (t - (t.sum(1, keepdim=True) - t) / (t.size(1) - 1)).view(-1).tolist()
+        got = group_advantages(rewards, 1e-4, "none", baseline="rloo")
+        assert got == pytest.approx(expected, rel=1e-12)
+        mean_based = group_advantages(rewards, 1e-4, "none")
+        assert mean_based is not None and got != pytest.approx(mean_based)  # RLOO's G/(G−1) larger steps
+    # With a scale, RLOO's advantages are divided like the mean baseline's: the group's std + ε.
+    rewards = groups[0]
+    std = float(nanstd(torch.tensor(rewards)))
+    scaled = group_advantages(rewards, 1e-4, "group", baseline="rloo")
+    unscaled = group_advantages(rewards, 1e-4, "none", baseline="rloo")
+    assert scaled is not None and unscaled is not None
+    assert scaled == pytest.approx([a / (std + 1e-4) for a in unscaled], rel=1e-6)
+
+
 def test_zero_variance_group_is_none() -> None:
     assert group_advantages([0.0] * 8, 1e-4) is None
     assert group_advantages([1.1] * 4, 1e-4) is None

@@ -62,7 +62,8 @@ def test_component_configs_are_the_components_own_models_wired_together() -> Non
     assert learner.grpo.steps == 400 and learner.grpo.groups_per_step == 8
     # grpo.maxTokensPerStep is the update's token budget, not the size of a forward pass (defect 4).
     assert learner.grpo.max_tokens_per_step == 2_000_000 and learner.grpo.micro_batch_tokens == 16384
-    assert (learner.grpo.loss_type, learner.grpo.scale_rewards, learner.grpo.tis_cap) == ("dapo", "batch", None)
+    assert (learner.grpo.loss_type, learner.grpo.scale_rewards, learner.grpo.vllm_importance_sampling_mode) == (
+        "dapo", "batch", "token_truncate")
     assert learner.grpo.dr_grpo_tokens == 40960 and learner.model.gradient_checkpointing
     assert learner.grpo.max_grad_norm == 1.0  # the API's default; 0 turns clipping off
     unclipped = example_plan(grpo=EXAMPLE["spec"]["grpo"] | {"maxGradNorm": 0}).learner.config
