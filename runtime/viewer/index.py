@@ -1,0 +1,200 @@
+"""The viewer's index of a run directory, built lazily and brought up to date on each request.
+
+A run directory holds what the viewer shows in three files, all appended to while the run goes on:
+  checkpoints/journal.jsonl   the coordinator's journal: every accepted completion (outcome, grader output) and,
+                              for a scored training rollout, its training sequences (runtime/coordinator/journal.py)
+  journal/*.jsonl             the proxy's journal: each session (its rollout, task, harness, group) and its calls
+                              in order, each with the turn it captured (runtime/proxy/sessions.py)
+  checkpoints/metrics.jsonl   one StepMetrics per learner step (runtime/learner/metrics.py)
+The index keeps one small row per rollout and the byte offsets of its records, so a list page never parses a
+training sequence and a rollout page reads only its own records. Each refresh reads only what was appended
+since the last one (files.Tail).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, OutcomeKind
+from harnessrl.runtime.coordinator.journal import JournalEntry
+from harnessrl.runtime.learner.config import GrpoConfig, RewardConfig
+from harnessrl.runtime.learner.evaluation import is_eval_rollout
+from harnessrl.runtime.learner.metrics import StepMetrics
+from harnessrl.runtime.learner.reward import group_advantages, reward
+from harnessrl.runtime.viewer.files import Tail, read_line
+from pydantic import BaseModel, ConfigDict
+
+
+class _CompletionHead(BaseModel):
+    """The fields of a journaled completion a list row needs (the rest of the record is skipped)."""
+
+    rollout_id: str
+    session_id: str | None = None
+    outcome: OutcomeKind
+    correctness: float = 0.0
+    tool_calls: int = 0
+    unknown_tool_calls: int = 0
+    invalid_tool_calls: int = 0
+
+
+class _EntryHead(BaseModel):
+    seq: int
+    harness: str = ""
+    completion: _CompletionHead
+
+
+class _SessionHead(BaseModel):
+    """A proxy `session` record's request, as far as the viewer uses it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rollout_id: str
+    task_id: str
+    harness: str
+    group_id: str
+
+
+class RolloutRow(BaseModel):
+    """One rollout as the list shows it. `version`: the oldest policy version that sampled it (None before the
+    index has seen any of its tokens); `advantage`: its group's advantage as the learner computes it from the
+    rewards of the group's scored rollouts (learner/reward.py; under `scale_rewards: batch` before the batch's
+    scaling, which depends on the step's other groups)."""
+
+    seq: int
+    rollout_id: str
+    harness: str
+    task_id: str = ""
+    group_id: str = ""
+    session_id: str | None = None
+    evaluation: bool
+    outcome: OutcomeKind
+    solved: bool
+    scored: bool
+    reward: float | None
+    advantage: float | None = None
+    correctness: float
+    tool_calls: int
+    version: int | None = None
+
+
+@dataclass
+class _Session:
+    head: _SessionHead
+    calls: list[tuple[Path, int]] = field(default_factory=list)  # where each call record starts
+    min_version: int | None = None
+
+
+def read_config(run_dir: Path, name: str) -> dict[str, object]:
+    """A component's config as `harnessrl run` wrote it (RUN_DIR/config/NAME.json), or {} without one."""
+    path = run_dir / "config" / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+class RunIndex:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        learner = read_config(run_dir, "learner")
+        self.reward_config = RewardConfig.model_validate(learner.get("reward", {}))
+        self.grpo = GrpoConfig.model_validate(learner.get("grpo", {}))
+        self.journal = Tail(run_dir / "checkpoints" / "journal.jsonl")
+        self.metrics_tail = Tail(run_dir / "checkpoints" / "metrics.jsonl")
+        self.proxy_tails: dict[Path, Tail] = {}
+        self.rows: dict[str, RolloutRow] = {}
+        self.offsets: dict[str, int] = {}  # rollout id -> where its coordinator journal record starts
+        self.sessions: dict[str, _Session] = {}
+        self.metrics: list[StepMetrics] = []
+        self._rollout_of: dict[str, str] = {}  # session id -> rollout id
+        self._groups: dict[str, list[str]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Take in whatever the run appended since the last refresh."""
+        with self._lock:
+            for path in sorted((self.run_dir / "journal").glob("*.jsonl")):
+                self._read_proxy(self.proxy_tails.setdefault(path, Tail(path)))
+            self._read_journal()
+            if self.metrics_tail.rewound():
+                self.metrics = []
+            self.metrics += [StepMetrics.model_validate_json(line) for _, line in self.metrics_tail.new_lines()]
+
+    def _read_proxy(self, tail: Tail) -> None:
+        if tail.rewound():
+            for session in self.sessions.values():
+                session.calls = [c for c in session.calls if c[0] != tail.path]
+        for offset, line in tail.new_lines():
+            record = json.loads(line)
+            kind, sid = record.get("k"), record.get("sid")
+            if kind == "session":
+                self.sessions.setdefault(sid, _Session(_SessionHead.model_validate(record["req"])))
+            elif kind == "call" and (found := self.sessions.get(sid)) is not None:
+                found.calls.append((tail.path, offset))
+                if (turn := record.get("turn")) is not None:
+                    self._sampled(sid, found, int(turn.get("policy_version", 0)))
+
+    def _sampled(self, sid: str, session: _Session, version: int) -> None:
+        """A turn of `session` sampled by `version`: its rollout's row shows the oldest version."""
+        if session.min_version is not None and session.min_version <= version:
+            return
+        session.min_version = version
+        if (rollout_id := self._rollout_of.get(sid)) is not None:
+            self._join(self.rows[rollout_id])
+
+    def _read_journal(self) -> None:
+        if self.journal.rewound():
+            self.rows.clear()
+            self.offsets.clear()
+            self._groups.clear()
+            self._rollout_of.clear()
+        for offset, line in self.journal.new_lines():
+            head = _EntryHead.model_validate_json(line)
+            c = head.completion
+            r = reward(c.outcome, c.correctness, c.tool_calls, self.reward_config,
+                       c.unknown_tool_calls + c.invalid_tool_calls)
+            row = RolloutRow(seq=head.seq, rollout_id=c.rollout_id, harness=head.harness, session_id=c.session_id,
+                             evaluation=is_eval_rollout(c.rollout_id), outcome=c.outcome,
+                             solved=c.outcome == OutcomeKind.solved, scored=c.outcome in SCORED_OUTCOMES, reward=r,
+                             correctness=c.correctness, tool_calls=c.tool_calls)
+            self.rows[c.rollout_id] = row
+            self.offsets[c.rollout_id] = offset
+            if c.session_id:
+                self._rollout_of[c.session_id] = c.rollout_id
+            self._join(row)
+
+    def _join(self, row: RolloutRow) -> None:
+        """Fill in what only the proxy's session record knows: the task, the group, the versions sampled; a
+        training rollout's group then gets its advantages again."""
+        session = self.sessions.get(row.session_id or "")
+        if session is None:
+            return
+        row.version = session.min_version
+        if row.group_id:
+            return
+        row.task_id, row.group_id = session.head.task_id, session.head.group_id
+        if not row.evaluation:
+            self._groups[row.group_id].append(row.rollout_id)
+            self._advantages(row.group_id)
+
+    def _advantages(self, group: str) -> None:
+        scored = [self.rows[r] for r in self._groups[group] if self.rows[r].reward is not None]
+        advantages = group_advantages([r.reward for r in scored if r.reward is not None], self.grpo.adv_epsilon,
+                                      self.grpo.scale_rewards)
+        for row, a in zip(scored, advantages or [0.0] * len(scored), strict=True):
+            row.advantage = a
+
+    def entry(self, rollout_id: str) -> JournalEntry | None:
+        """A rollout's full coordinator journal record, read from its offset."""
+        offset = self.offsets.get(rollout_id)
+        if offset is None:
+            return None
+        return JournalEntry.model_validate_json(read_line(self.journal.path, offset))
+
+    def calls(self, session_id: str | None) -> list[dict[str, object]]:
+        """A session's proxy call records, in the order the harness made them ([] once compaction dropped them)."""
+        session = self.sessions.get(session_id or "")
+        if session is None:
+            return []
+        return [json.loads(read_line(path, offset)) for path, offset in session.calls]
