@@ -26,7 +26,7 @@ from harnessrl.runtime.learner.evaluation import is_eval_rollout
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.reward import group_advantages, reward
 from harnessrl.runtime.viewer.files import Tail, read_line
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 
 class _CompletionHead(BaseModel):
@@ -47,15 +47,39 @@ class _EntryHead(BaseModel):
     completion: _CompletionHead
 
 
+# A journal record is `seq`, `harness`, `completion`, then `sequences` (JournalEntry's field order), and its
+# training sequences are nearly all of its bytes. A list row needs none of them, so it is parsed from the text
+# before them: the first `,"sequences":` is that field's key, since a quote inside a JSON string is escaped and no
+# key of a completion has that name. A record where it is not found is parsed whole.
+_SEQUENCES_KEY = b',"sequences":'
+
+
+def entry_head(line: bytes) -> _EntryHead:
+    cut = line.find(_SEQUENCES_KEY)
+    return _EntryHead.model_validate_json(line[:cut] + b"}" if cut > 0 else line)
+
+
 class _SessionHead(BaseModel):
     """A proxy `session` record's request, as far as the viewer uses it."""
-
-    model_config = ConfigDict(extra="ignore")
 
     rollout_id: str
     task_id: str
     harness: str
     group_id: str
+
+
+class _TurnHead(BaseModel):
+    policy_version: int = 0
+
+
+class _ProxyRecord(BaseModel):
+    """A proxy journal record, as far as the index uses it (pydantic-core skips the rest of it unparsed into
+    Python objects, several times faster than the standard library's json for these records)."""
+
+    k: str
+    sid: str | None = None
+    req: _SessionHead | None = None
+    turn: _TurnHead | None = None
 
 
 class RolloutRow(BaseModel):
@@ -109,6 +133,7 @@ class RunIndex:
         self.metrics: list[StepMetrics] = []
         self._rollout_of: dict[str, str] = {}  # session id -> rollout id
         self._groups: dict[str, list[str]] = defaultdict(list)
+        self._regroup: set[str] = set()  # groups that gained a rollout since their advantages were computed
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
@@ -117,6 +142,9 @@ class RunIndex:
             for path in sorted((self.run_dir / "journal").glob("*.jsonl")):
                 self._read_proxy(self.proxy_tails.setdefault(path, Tail(path)))
             self._read_journal()
+            for group in self._regroup:
+                self._advantages(group)
+            self._regroup.clear()
             if self.metrics_tail.rewound():
                 self.metrics = []
             self.metrics += [StepMetrics.model_validate_json(line) for _, line in self.metrics_tail.new_lines()]
@@ -126,14 +154,15 @@ class RunIndex:
             for session in self.sessions.values():
                 session.calls = [c for c in session.calls if c[0] != tail.path]
         for offset, line in tail.new_lines():
-            record = json.loads(line)
-            kind, sid = record.get("k"), record.get("sid")
-            if kind == "session":
-                self.sessions.setdefault(sid, _Session(_SessionHead.model_validate(record["req"])))
-            elif kind == "call" and (found := self.sessions.get(sid)) is not None:
+            record = _ProxyRecord.model_validate_json(line)
+            if record.sid is None:
+                continue
+            if record.k == "session" and record.req is not None:
+                self.sessions.setdefault(record.sid, _Session(record.req))
+            elif record.k == "call" and (found := self.sessions.get(record.sid)) is not None:
                 found.calls.append((tail.path, offset))
-                if (turn := record.get("turn")) is not None:
-                    self._sampled(sid, found, int(turn.get("policy_version", 0)))
+                if record.turn is not None:
+                    self._sampled(record.sid, found, record.turn.policy_version)
 
     def _sampled(self, sid: str, session: _Session, version: int) -> None:
         """A turn of `session` sampled by `version`: its rollout's row shows the oldest version."""
@@ -148,9 +177,10 @@ class RunIndex:
             self.rows.clear()
             self.offsets.clear()
             self._groups.clear()
+            self._regroup.clear()
             self._rollout_of.clear()
         for offset, line in self.journal.new_lines():
-            head = _EntryHead.model_validate_json(line)
+            head = entry_head(line)
             c = head.completion
             r = reward(c.outcome, c.correctness, c.tool_calls, self.reward_config,
                        c.unknown_tool_calls + c.invalid_tool_calls)
@@ -176,7 +206,7 @@ class RunIndex:
         row.task_id, row.group_id = session.head.task_id, session.head.group_id
         if not row.evaluation:
             self._groups[row.group_id].append(row.rollout_id)
-            self._advantages(row.group_id)
+            self._regroup.add(row.group_id)
 
     def _advantages(self, group: str) -> None:
         scored = [self.rows[r] for r in self._groups[group] if self.rows[r].reward is not None]

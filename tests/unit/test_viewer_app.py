@@ -18,6 +18,7 @@ from harnessrl.runtime.contracts.coordinator import Completion, OutcomeKind
 from harnessrl.runtime.coordinator.journal import Journal, JournalEntry
 from harnessrl.runtime.learner.metrics import MetricsSink
 from harnessrl.runtime.viewer.app import create_app
+from harnessrl.runtime.viewer.index import entry_head
 from harnessrl.runtime.viewer.tokens import Colouring, colour, css
 
 from tests.fixtures.viewer_run import Run, step_metrics
@@ -138,3 +139,15 @@ def test_the_command_prints_its_address_and_serves(viewer_run: Run) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_list_row_is_read_from_the_record_before_its_sequences(viewer_run: Run) -> None:
+    entry = viewer_run.entry("g0000002-r000")
+    # Grader output that spells the sequences' key is escaped in JSON, so the cut is still at the field itself.
+    tricky = entry.model_copy(update={"completion": entry.completion.model_copy(
+        update={"grader_output": 'PASS ,"sequences": [] }'})})
+    line = tricky.model_dump_json(exclude_computed_fields=True).encode()
+    head = entry_head(line)
+    assert head.seq == entry.seq and head.completion.rollout_id == "g0000002-r000"
+    assert head.completion.session_id == entry.completion.session_id and head.completion.outcome == OutcomeKind.solved
+    assert line.find(b',"sequences":') > line.find(b"PASS")
