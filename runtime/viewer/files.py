@@ -21,15 +21,19 @@ class Tail:
     offset: int = 0  # where the next unread record starts
     inode: int | None = None
 
-    def rewound(self) -> bool:
-        """Whether the file must be read again from its start (new, replaced or shorter); then it will be."""
+    def unchanged(self) -> bool:
+        """Whether the file is still the one read so far: the same inode, and no shorter."""
         try:
             stat = os.stat(self.path)
         except FileNotFoundError:
             return False
-        if stat.st_ino == self.inode and stat.st_size >= self.offset:
+        return stat.st_ino == self.inode and stat.st_size >= self.offset
+
+    def rewound(self) -> bool:
+        """Whether the file must be read again from its start (new, replaced or shorter); then it will be."""
+        if not self.path.exists() or self.unchanged():
             return False
-        self.inode, self.offset = stat.st_ino, 0
+        self.inode, self.offset = os.stat(self.path).st_ino, 0
         return True
 
     def new_lines(self) -> Iterator[tuple[int, bytes]]:

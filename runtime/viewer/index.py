@@ -8,15 +8,17 @@ A run directory holds what the viewer shows in three files, all appended to whil
   checkpoints/metrics.jsonl   one StepMetrics per learner step (runtime/learner/metrics.py)
 The index keeps one small row per rollout and the byte offsets of its records, so a list page never parses a
 training sequence and a rollout page reads only its own records. Each refresh reads only what was appended
-since the last one (files.Tail).
+since the last one (files.Tail). A refresh that took long is saved beside the journals (RUN_DIR/viewer/
+index.json), and the next viewer of the run starts from it and reads only what came after.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, OutcomeKind
@@ -26,7 +28,9 @@ from harnessrl.runtime.learner.evaluation import is_eval_rollout
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.reward import group_advantages, reward
 from harnessrl.runtime.viewer.files import Tail, read_line
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger(__name__)
 
 
 class _CompletionHead(BaseModel):
@@ -105,11 +109,28 @@ class RolloutRow(BaseModel):
     version: int | None = None
 
 
-@dataclass
-class _Session:
+class _Session(BaseModel):
     head: _SessionHead
-    calls: list[tuple[Path, int]] = field(default_factory=list)  # where each call record starts
+    calls: list[tuple[str, int]] = []  # where each call record starts: (proxy journal file name, offset)
     min_version: int | None = None
+
+
+class _Snapshot(BaseModel):
+    """The index as saved beside the journals (SNAPSHOT): what it read of each file, by name, as (offset, inode),
+    and what it built from it. Taken again only where every file is still the one it read (the same inode, no
+    shorter) and the rewards were computed the same way; else the index is built anew."""
+
+    scoring: str  # the reward and GRPO configs the rows' rewards and advantages come from
+    journal: tuple[int, int | None]
+    proxy: dict[str, tuple[int, int | None]]
+    rows: list[RolloutRow]
+    offsets: dict[str, int]
+    sessions: dict[str, _Session]
+
+
+SNAPSHOT = Path("viewer") / "index.json"
+# A refresh that took this long is saved, so that the next viewer of the run starts from it.
+SAVE_AFTER_S = 0.5
 
 
 def read_config(run_dir: Path, name: str) -> dict[str, object]:
@@ -126,7 +147,7 @@ class RunIndex:
         self.grpo = GrpoConfig.model_validate(learner.get("grpo", {}))
         self.journal = Tail(run_dir / "checkpoints" / "journal.jsonl")
         self.metrics_tail = Tail(run_dir / "checkpoints" / "metrics.jsonl")
-        self.proxy_tails: dict[Path, Tail] = {}
+        self.proxy_tails: dict[str, Tail] = {}
         self.rows: dict[str, RolloutRow] = {}
         self.offsets: dict[str, int] = {}  # rollout id -> where its coordinator journal record starts
         self.sessions: dict[str, _Session] = {}
@@ -135,12 +156,54 @@ class RunIndex:
         self._groups: dict[str, list[str]] = defaultdict(list)
         self._regroup: set[str] = set()  # groups that gained a rollout since their advantages were computed
         self._lock = threading.Lock()
+        self._load()
+
+    def _scoring(self) -> str:
+        return self.reward_config.model_dump_json() + self.grpo.model_dump_json()
+
+    def _load(self) -> None:
+        """Start from the saved snapshot where it still holds."""
+        path = self.run_dir / SNAPSHOT
+        try:
+            snap = _Snapshot.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            return
+        except (OSError, ValidationError) as exc:
+            log.warning("harnessrl view: ignoring the index at %s (%s); building it anew", path, exc)
+            return
+        journal = Tail(self.journal.path, *snap.journal)
+        proxy = {name: Tail(self.run_dir / "journal" / name, *state) for name, state in snap.proxy.items()}
+        if snap.scoring != self._scoring() or not all(t.unchanged() for t in [journal, *proxy.values()]):
+            return
+        self.journal, self.proxy_tails, self.offsets, self.sessions = journal, proxy, snap.offsets, snap.sessions
+        for row in snap.rows:
+            self.rows[row.rollout_id] = row
+            if row.session_id:
+                self._rollout_of[row.session_id] = row.rollout_id
+            if row.group_id and not row.evaluation:
+                self._groups[row.group_id].append(row.rollout_id)
+
+    def save(self) -> None:
+        """Write the snapshot (a temporary file renamed over it). A run directory the viewer may not write to
+        keeps none: each viewer then builds the index anew."""
+        snap = _Snapshot(scoring=self._scoring(), journal=(self.journal.offset, self.journal.inode),
+                         proxy={name: (t.offset, t.inode) for name, t in self.proxy_tails.items()},
+                         rows=list(self.rows.values()), offsets=self.offsets, sessions=self.sessions)
+        path = self.run_dir / SNAPSHOT
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(snap.model_dump_json().encode())
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("harnessrl view: could not save its index to %s: %s", path, exc)
 
     def refresh(self) -> None:
-        """Take in whatever the run appended since the last refresh."""
+        """Take in whatever the run appended since the last refresh; a long one is saved (SAVE_AFTER_S)."""
+        started = time.monotonic()
         with self._lock:
             for path in sorted((self.run_dir / "journal").glob("*.jsonl")):
-                self._read_proxy(self.proxy_tails.setdefault(path, Tail(path)))
+                self._read_proxy(self.proxy_tails.setdefault(path.name, Tail(path)))
             self._read_journal()
             for group in self._regroup:
                 self._advantages(group)
@@ -148,19 +211,21 @@ class RunIndex:
             if self.metrics_tail.rewound():
                 self.metrics = []
             self.metrics += [StepMetrics.model_validate_json(line) for _, line in self.metrics_tail.new_lines()]
+            if time.monotonic() - started > SAVE_AFTER_S:
+                self.save()
 
     def _read_proxy(self, tail: Tail) -> None:
         if tail.rewound():
             for session in self.sessions.values():
-                session.calls = [c for c in session.calls if c[0] != tail.path]
+                session.calls = [c for c in session.calls if c[0] != tail.path.name]
         for offset, line in tail.new_lines():
             record = _ProxyRecord.model_validate_json(line)
             if record.sid is None:
                 continue
             if record.k == "session" and record.req is not None:
-                self.sessions.setdefault(record.sid, _Session(record.req))
+                self.sessions.setdefault(record.sid, _Session(head=record.req))
             elif record.k == "call" and (found := self.sessions.get(record.sid)) is not None:
-                found.calls.append((tail.path, offset))
+                found.calls.append((tail.path.name, offset))
                 if record.turn is not None:
                     self._sampled(record.sid, found, record.turn.policy_version)
 
@@ -227,4 +292,4 @@ class RunIndex:
         session = self.sessions.get(session_id or "")
         if session is None:
             return []
-        return [json.loads(read_line(path, offset)) for path, offset in session.calls]
+        return [json.loads(read_line(self.run_dir / "journal" / name, offset)) for name, offset in session.calls]

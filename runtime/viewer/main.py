@@ -1,7 +1,8 @@
 """`harnessrl view RUN_DIR [--host 127.0.0.1] [--port 0]`: serve the viewer and print its address.
 
-Read-only: it reads the run directory's journals and metrics (a run may still be writing them) and writes
-nothing. Port 0 takes a free port. It serves until interrupted.
+It reads the run directory's journals and metrics (a run may still be writing them) and writes only its own
+index, RUN_DIR/viewer/index.json (index.py), where it may. Port 0 takes a free port. It serves until
+interrupted.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from harnessrl.runtime.contracts.coordinator import Completion, OutcomeKind
 from harnessrl.runtime.coordinator.journal import Journal, JournalEntry
 from harnessrl.runtime.learner.metrics import MetricsSink
 from harnessrl.runtime.viewer.app import create_app
-from harnessrl.runtime.viewer.index import entry_head
+from harnessrl.runtime.viewer.index import RunIndex, entry_head
 from harnessrl.runtime.viewer.tokens import Colouring, colour, css
 
 from tests.fixtures.viewer_run import Run, step_metrics
@@ -151,3 +151,22 @@ def test_a_list_row_is_read_from_the_record_before_its_sequences(viewer_run: Run
     assert head.seq == entry.seq and head.completion.rollout_id == "g0000002-r000"
     assert head.completion.session_id == entry.completion.session_id and head.completion.outcome == OutcomeKind.solved
     assert line.find(b',"sequences":') > line.find(b"PASS")
+
+
+def test_a_saved_index_is_taken_while_the_files_it_read_are_unchanged(viewer_run: Run, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(viewer_run.path, run, ignore=shutil.ignore_patterns("viewer"))
+    first = RunIndex(run)
+    first.refresh()
+    first.save()
+    session = first.rows["g0000003-r000"].session_id
+    again = RunIndex(run)  # before any refresh: all of it from the snapshot
+    assert again.rows == first.rows and again.calls(session) == first.calls(session) and again.rows
+    # The proxy's compaction replaced its journal: the snapshot no longer says where its records are.
+    proxy = run / "journal" / "proxy-0.jsonl"
+    shutil.copy(proxy, proxy.with_suffix(".new"))
+    proxy.with_suffix(".new").replace(proxy)
+    anew = RunIndex(run)
+    assert anew.rows == {}
+    anew.refresh()
+    assert anew.rows == first.rows and anew.calls(session) == first.calls(session)
