@@ -14,11 +14,14 @@ index.json), and the next viewer of the run starts from it and reads only what c
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, OutcomeKind
@@ -133,6 +136,21 @@ SNAPSHOT = Path("viewer") / "index.json"
 SAVE_AFTER_S = 0.5
 
 
+@contextmanager
+def _building() -> Iterator[None]:
+    """The index's rows and sessions live as long as the viewer, and the collector would walk them over and over
+    while they are made (hundreds of thousands of objects for a large run): it waits, and what was built is then
+    frozen out of later collections (as the proxy does its sessions, runtime/proxy/gc_policy.py)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def read_config(run_dir: Path, name: str) -> dict[str, object]:
     """A component's config as `harnessrl run` wrote it (RUN_DIR/config/NAME.json), or {} without one."""
     path = run_dir / "config" / f"{name}.json"
@@ -156,7 +174,8 @@ class RunIndex:
         self._groups: dict[str, list[str]] = defaultdict(list)
         self._regroup: set[str] = set()  # groups that gained a rollout since their advantages were computed
         self._lock = threading.Lock()
-        self._load()
+        with _building():
+            self._load()
 
     def _scoring(self) -> str:
         return self.reward_config.model_dump_json() + self.grpo.model_dump_json()
@@ -201,7 +220,7 @@ class RunIndex:
     def refresh(self) -> None:
         """Take in whatever the run appended since the last refresh; a long one is saved (SAVE_AFTER_S)."""
         started = time.monotonic()
-        with self._lock:
+        with self._lock, _building():
             for path in sorted((self.run_dir / "journal").glob("*.jsonl")):
                 self._read_proxy(self.proxy_tails.setdefault(path.name, Tail(path)))
             self._read_journal()
