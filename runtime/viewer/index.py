@@ -137,16 +137,15 @@ SAVE_AFTER_S = 0.5
 
 
 @contextmanager
-def _building() -> Iterator[None]:
+def _collector_held() -> Iterator[None]:
     """The index's rows and sessions live as long as the viewer, and the collector would walk them over and over
-    while they are made (hundreds of thousands of objects for a large run): it waits, and what was built is then
-    frozen out of later collections (as the proxy does its sessions, runtime/proxy/gc_policy.py)."""
+    while they are made (hundreds of thousands of objects for a large run): it waits meanwhile. A long build is
+    then frozen out of later collections (`gc.freeze`, as the proxy does its sessions: gc_policy.py)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
         if enabled:
             gc.enable()
 
@@ -174,8 +173,9 @@ class RunIndex:
         self._groups: dict[str, list[str]] = defaultdict(list)
         self._regroup: set[str] = set()  # groups that gained a rollout since their advantages were computed
         self._lock = threading.Lock()
-        with _building():
+        with _collector_held():
             self._load()
+        gc.freeze()
 
     def _scoring(self) -> str:
         return self.reward_config.model_dump_json() + self.grpo.model_dump_json()
@@ -220,7 +220,7 @@ class RunIndex:
     def refresh(self) -> None:
         """Take in whatever the run appended since the last refresh; a long one is saved (SAVE_AFTER_S)."""
         started = time.monotonic()
-        with self._lock, _building():
+        with self._lock, _collector_held():
             for path in sorted((self.run_dir / "journal").glob("*.jsonl")):
                 self._read_proxy(self.proxy_tails.setdefault(path.name, Tail(path)))
             self._read_journal()
@@ -231,6 +231,7 @@ class RunIndex:
                 self.metrics = []
             self.metrics += [StepMetrics.model_validate_json(line) for _, line in self.metrics_tail.new_lines()]
             if time.monotonic() - started > SAVE_AFTER_S:
+                gc.freeze()
                 self.save()
 
     def _read_proxy(self, tail: Tail) -> None:
