@@ -110,13 +110,9 @@ def create_app(run_dir: Path) -> FastAPI:
     app = FastAPI(title=f"harnessrl view {run_dir.name}", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
-    def fresh() -> RunIndex:
-        index.refresh()
-        return index
-
     def rollout(rollout_id: str, by: Colouring) -> RolloutView:
-        idx = fresh()
-        row, entry = idx.rows.get(rollout_id), idx.entry(rollout_id)
+        index.refresh()
+        row, entry = index.rows.get(rollout_id), index.entry(rollout_id)
         if row is None or entry is None:
             raise HTTPException(404, f"no rollout {rollout_id!r} in the journal")
         c = entry.completion
@@ -125,15 +121,16 @@ def create_app(run_dir: Path) -> FastAPI:
                      for s in entry.sequences]
         return RolloutView(row=row, grader_output=c.grader_output, error=c.error,
                            prefix_breaks={k.value: n for k, n in c.prefix_breaks.items()},
-                           calls=call_views(idx.calls(row.session_id), detok), sequences=sequences)
+                           calls=call_views(index.calls(row.session_id), detok), sequences=sequences)
 
     @app.get("/api/metrics")
     def metrics() -> list[StepMetrics]:
-        return fresh().metrics
+        index.refresh()
+        return index.metrics
 
     @app.get("/api/rollouts")
     def rollouts(q: Annotated[RolloutQuery, Query()]) -> RolloutPage:
-        return select(fresh().rows.values(), q)
+        return select(index.refresh(), q)
 
     @app.get("/api/rollouts/{rollout_id}")
     def rollout_json(rollout_id: str, colour: Colouring = Colouring.logprob) -> RolloutView:
@@ -141,15 +138,14 @@ def create_app(run_dir: Path) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def run_page(request: Request) -> HTMLResponse:
-        idx = fresh()
+        rows = index.refresh()
+        metrics = index.metrics
         return templates.TemplateResponse(request, "run.html", {
-            "run": run_dir.name, "harnesses": summarize(list(idx.rows.values())), "metrics": idx.metrics,
-            "chart": charts.svg(idx.metrics)})
+            "run": run_dir.name, "harnesses": summarize(rows), "metrics": metrics, "chart": charts.svg(metrics)})
 
     @app.get("/rollouts", response_class=HTMLResponse)
     def rollouts_page(request: Request, q: Annotated[RolloutQuery, Query()]) -> HTMLResponse:
-        idx = fresh()
-        rows = idx.rows.values()
+        rows = index.refresh()
         return templates.TemplateResponse(request, "rollouts.html", {
             "run": run_dir.name, "page": select(rows, q), "q": q, "link": link, "sortable": SORTABLE,
             "harnesses": sorted({r.harness for r in rows}), "tasks": sorted({r.task_id for r in rows if r.task_id}),

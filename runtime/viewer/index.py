@@ -217,8 +217,9 @@ class RunIndex:
         except OSError as exc:
             log.warning("harnessrl view: could not save its index to %s: %s", path, exc)
 
-    def refresh(self) -> None:
-        """Take in whatever the run appended since the last refresh; a long one is saved (SAVE_AFTER_S)."""
+    def refresh(self) -> list[RolloutRow]:
+        """Take in whatever the run appended since the last refresh (a long one is saved: SAVE_AFTER_S), and
+        return the rows as they are now: a list of its own, which a later refresh on another thread leaves be."""
         started = time.monotonic()
         with self._lock, _collector_held():
             for path in sorted((self.run_dir / "journal").glob("*.jsonl")):
@@ -229,10 +230,13 @@ class RunIndex:
             self._regroup.clear()
             if self.metrics_tail.rewound():
                 self.metrics = []
-            self.metrics += [StepMetrics.model_validate_json(line) for _, line in self.metrics_tail.new_lines()]
+            # A new list: a page on another thread may be reading the one it got.
+            self.metrics = [*self.metrics,
+                            *(StepMetrics.model_validate_json(line) for _, line in self.metrics_tail.new_lines())]
             if time.monotonic() - started > SAVE_AFTER_S:
                 gc.freeze()
                 self.save()
+            return list(self.rows.values())
 
     def _read_proxy(self, tail: Tail) -> None:
         if tail.rewound():

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -106,10 +107,7 @@ def test_the_viewer_follows_a_run_that_goes_on(viewer_run: Run, tmp_path: Path) 
     shutil.copytree(viewer_run.path, run)
     client = TestClient(create_app(run))
     assert client.get("/api/rollouts").json()["total"] == 9 and len(client.get("/api/metrics").json()) == 2
-    journal = Journal(run / "checkpoints" / "journal.jsonl", fsync=False)
-    journal.append(JournalEntry(seq=10, harness="oneshot", sequences=[], completion=Completion(
-        rollout_id="g0000009-r000", lease_id="a", outcome=OutcomeKind.infra_error)))
-    journal.close()
+    append_completion(run, 10, outcome=OutcomeKind.infra_error)
     MetricsSink(run / "checkpoints" / "metrics.jsonl").record(step_metrics(3))
     page = client.get("/api/rollouts", params={"sort": "seq", "order": "desc", "per_page": 1}).json()
     assert page["total"] == 10 and page["rows"][0]["outcome"] == "infra_error" and page["rows"][0]["reward"] is None
@@ -170,3 +168,32 @@ def test_a_saved_index_is_taken_while_the_files_it_read_are_unchanged(viewer_run
     assert anew.rows == {}
     anew.refresh()
     assert anew.rows == first.rows and anew.calls(session) == first.calls(session)
+
+
+def append_completion(run: Path, seq: int, **fields: Any) -> None:
+    journal = Journal(run / "checkpoints" / "journal.jsonl", fsync=False)
+    journal.append(JournalEntry(seq=seq, harness="oneshot", sequences=[], completion=Completion(
+        rollout_id=f"g{seq:07d}-r000", lease_id="a", **{"outcome": OutcomeKind.wrong, **fields})))
+    journal.close()
+
+
+def test_a_page_reads_rows_a_refresh_on_another_thread_leaves_be(viewer_run: Run, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(viewer_run.path, run, ignore=shutil.ignore_patterns("viewer"))
+    index = RunIndex(run)
+    rows = index.refresh()
+    reading = iter(rows)
+    next(reading)
+    append_completion(run, 20)
+    assert len(index.refresh()) == 10
+    assert len([next(reading), *reading]) == 8  # the page goes on over the rows it got
+
+
+def test_what_a_rollout_wrote_is_shown_as_text_never_as_markup(viewer_run: Run, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(viewer_run.path, run, ignore=shutil.ignore_patterns("viewer"))
+    # The grader's output and the error carry what the policy wrote: a page must not run it.
+    append_completion(run, 21, grader_output='<script>alert("grader")</script>', error="<img src=x onerror=alert(1)>")
+    page = TestClient(create_app(run)).get("/rollouts/g0000021-r000").text
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(&#34;grader&#34;)&lt;/script&gt;" in page and "&lt;img src=x onerror=alert(1)&gt;" in page
