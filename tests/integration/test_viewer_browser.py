@@ -8,6 +8,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harnessrl.runtime.serving import run_in_thread, server
@@ -32,7 +33,7 @@ def viewer_url(viewer_run: Run) -> Iterator[str]:
 
 
 @pytest.fixture()
-def browser() -> Iterator[object]:
+def browser() -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -53,46 +54,59 @@ def browser() -> Iterator[object]:
             process.wait(5)
 
 
+def follow(driver: Any, element: Any) -> None:
+    """Click a link or a form's button and wait for the next page: a click does not always wait for it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    wait = WebDriverWait(driver, 15)
+    wait.until(expected_conditions.staleness_of(page))
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def rgb(css_colour: str) -> tuple[int, ...]:
     """(r, g, b) of a computed `rgb(...)` or `rgba(...)`."""
     return tuple(int(v) for v in re.findall(r"\d+", css_colour)[:3])
 
 
-def test_the_views_load_filter_and_colour_tokens_as_journaled(browser: object, viewer_url: str, viewer_run: Run,
+def test_the_views_load_filter_and_colour_tokens_as_journaled(browser: Any, viewer_url: str, viewer_run: Run,
                                                               tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     driver = browser
-    driver.get(viewer_url + "/")  # type: ignore[attr-defined]
-    assert driver.find_element(By.CSS_SELECTOR, "figure#chart svg").is_displayed()  # type: ignore[attr-defined]
-    assert "mini-swe-agent" in driver.find_element(By.ID, "harnesses").text  # type: ignore[attr-defined]
-    driver.save_screenshot(str(tmp_path / "run.png"))  # type: ignore[attr-defined]
+    driver.get(viewer_url + "/")
+    assert driver.find_element(By.CSS_SELECTOR, "figure#chart svg").is_displayed()
+    assert "mini-swe-agent" in driver.find_element(By.ID, "harnesses").text
+    driver.save_screenshot(str(tmp_path / "run.png"))
 
-    driver.find_element(By.LINK_TEXT, "rollouts").click()  # type: ignore[attr-defined]
-    assert len(driver.find_elements(By.CSS_SELECTOR, "#rollouts tbody tr")) == 9  # type: ignore[attr-defined]
-    Select(driver.find_element(By.ID, "filter-harness")).select_by_value("mini-swe-agent")  # type: ignore[attr-defined]
-    Select(driver.find_element(By.ID, "filter-solved")).select_by_value("false")  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "apply").click()  # type: ignore[attr-defined]
-    rows = driver.find_elements(By.CSS_SELECTOR, "#rollouts tbody tr")  # type: ignore[attr-defined]
+    follow(driver, driver.find_element(By.LINK_TEXT, "rollouts"))
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#rollouts tbody tr")) == 9
+    Select(driver.find_element(By.ID, "filter-harness")).select_by_value("mini-swe-agent")
+    Select(driver.find_element(By.ID, "filter-solved")).select_by_value("false")
+    follow(driver, driver.find_element(By.ID, "apply"))
+    rows = driver.find_elements(By.CSS_SELECTOR, "#rollouts tbody tr")
     assert [(r.get_attribute("data-harness"), r.get_attribute("class")) for r in rows] == \
         [("mini-swe-agent", "unsolved")] * 2
-    assert driver.find_element(By.ID, "count").text.startswith("2 rollouts")  # type: ignore[attr-defined]
-    driver.save_screenshot(str(tmp_path / "rollouts.png"))  # type: ignore[attr-defined]
+    assert driver.find_element(By.ID, "count").text.startswith("2 rollouts")
+    driver.save_screenshot(str(tmp_path / "rollouts.png"))
 
-    rows[0].find_element(By.LINK_TEXT, "g0000001-r001").click()
-    assert driver.find_element(By.ID, "grader").text == "task-add: FAIL 1 of 3"  # type: ignore[attr-defined]
+    follow(driver, rows[0].find_element(By.LINK_TEXT, "g0000001-r001"))
+    assert driver.find_element(By.ID, "grader").text == "task-add: FAIL 1 of 3"
     [seq] = viewer_run.entry("g0000001-r001").sequences
     k = seq.loss_mask.index(1) + 2  # the third sampled token of the first call
-    token = driver.find_element(By.ID, f"tok-0-{k}")  # type: ignore[attr-defined]
+    token = driver.find_element(By.ID, f"tok-0-{k}")
     assert token.get_attribute("title").startswith(f"token {seq.token_ids[k]} · logprob {seq.logprobs[k]:.4f} ")
     assert float(token.get_attribute("data-logprob")) == seq.logprobs[k]
     assert rgb(token.value_of_css_property("background-color")) == colour(Colouring.logprob, 1, seq.logprobs[k], 0.0, 0)
-    driver.save_screenshot(str(tmp_path / "rollout.png"))  # type: ignore[attr-defined]
+    driver.save_screenshot(str(tmp_path / "rollout.png"))
 
-    driver.find_element(By.CSS_SELECTOR, "input[name=colour][value=version]").click()  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "recolour").click()  # type: ignore[attr-defined]
-    token = driver.find_element(By.ID, f"tok-0-{k}")  # type: ignore[attr-defined]
+    driver.find_element(By.CSS_SELECTOR, "input[name=colour][value=version]").click()
+    follow(driver, driver.find_element(By.ID, "recolour"))
+    token = driver.find_element(By.ID, f"tok-0-{k}")
     assert rgb(token.value_of_css_property("background-color")) == colour(Colouring.version, 1, 0.0, 0.0,
                                                                           seq.policy_versions[k])
     for name in ("run", "rollouts", "rollout"):
