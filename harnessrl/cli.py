@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runner": ("harnessrl.runtime.harness.main", "run a HarnessPool runner"),
     "eval": ("harnessrl.local.evaluate", "pass@1 of a checkpoint under each harness"),
     "report": ("harnessrl.local.report", "plots and a summary of a run directory"),
+    "view": ("harnessrl.runtime.viewer.main", "browse a run directory's rollouts in the browser"),
     "tiny-model": ("harnessrl.local.tiny_model", "build the tiny test/quickstart model offline"),
     "adapter-store": ("harnessrl.runtime.engine.adapter_store", "receive LoRA adapters beside an engine (a sidecar)"),
 }

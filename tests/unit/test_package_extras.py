@@ -31,7 +31,7 @@ IMAGES: dict[tuple[str, ...], list[str]] = {
     # The CPU variant, as installed here; the published one takes `engine` (vllm) instead of `engine-cpu`.
     ("learner", "engine-cpu"): ["harnessrl.runtime.learner.main"],
     ("local",): ["harnessrl.local.run", "harnessrl.local.evaluate", "harnessrl.local.report",
-                 "harnessrl.local.tiny_model"],
+                 "harnessrl.local.tiny_model", "harnessrl.runtime.viewer.main"],
 }
 
 # grimp reads harnessrl.operator/runtime through a symlink tree, as `make lint` does (pyproject maps the folders).

@@ -1,0 +1,1 @@
+"""`harnessrl view RUN_DIR`: a run directory's rollouts in the browser."""
