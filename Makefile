@@ -106,7 +106,8 @@ transfer: venv sandbox-deps runtime-libs
 	$(VENV)/bin/harnessrl tiny-model .cache/tiny-model-steerable --init-std 0.1
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -P examples/transfer/experiment.py --out runs/transfer $(TRANSFER_ARGS)
 
-# Its full-sized check (2 seeds, real runners and sandbox, ~20 min); `make test` checks a reduced one (~6.5 min).
+# Its checks: the full-sized one (2 seeds, real runners and sandbox, ~20 min) and a reduced one (3 seeds ×
+# 30 steps, 7-16 min on 2 cores), both outside `make test` to keep it under 40 minutes.
 transfer-check: venv sandbox-deps runtime-libs
 	$(VENV)/bin/pytest -m experiment tests/e2e/test_transfer.py
 

@@ -140,6 +140,7 @@ async def train(runs: list[tuple[Any, Any, Any]], pool: Any) -> None:
                                          TRAIN_BUDGET_S) for learner, proxy, setup in runs))
 
 
+@pytest.mark.experiment  # 7-16 min on 2 cores: `make transfer-check` runs it, beside the full one
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
