@@ -63,6 +63,8 @@ def test_every_rule_is_covered() -> None:
         "reportTo",
         "valueFrom",
         "moved to",
+        "vllmImportanceSamplingClipMin",
+        "grpo.beta",
     }
     for model in MODELS:
         for rule in model.rules:
@@ -100,9 +102,41 @@ def test_name_rule_agrees(name: str) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.floats(0, 10, allow_nan=False), st.floats(0, 10, allow_nan=False))
 def test_clip_rule_agrees(low: float, high: float) -> None:
-    rule = only_rule(trainingrun.GrpoSpec, "clipHigh")
+    rule = only_rule(trainingrun.GrpoSpec, "self.clipHigh >= self.clipLow")
     instance = trainingrun.GrpoSpec.model_construct(clip_low=low, clip_high=high)
     assert rule.check(instance) == cel_holds(rule, {"clipLow": low, "clipHigh": high}) == (high >= low)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["dapo", "grpo", "cispo"]), st.floats(0.0, 3.0))
+def test_cispo_cap_rule_agrees(loss_type: str, high: float) -> None:
+    rule = only_rule(trainingrun.GrpoSpec, "cispo")
+    instance = trainingrun.GrpoSpec.model_construct(loss_type=loss_type, clip_high=high)
+    assert rule.check(instance) == cel_holds(rule, {"lossType": loss_type, "clipHigh": high}) == (
+        loss_type != "cispo" or high >= 1.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.none(), st.floats(0.0, 5.0)), st.floats(0.0, 5.0))
+def test_importance_sampling_band_rule_agrees(low: float | None, high: float) -> None:
+    rule = only_rule(trainingrun.GrpoSpec, "vllmImportanceSamplingClipMin")
+    instance = trainingrun.GrpoSpec.model_construct(vllm_importance_sampling_clip_min=low,
+                                                    vllm_importance_sampling_clip_max=high)
+    value = {"vllmImportanceSamplingClipMax": high} | ({} if low is None else {"vllmImportanceSamplingClipMin": low})
+    assert rule.check(instance) == cel_holds(rule, value) == (low is None or low <= high)
+
+
+def test_kl_penalty_rule_agrees() -> None:
+    rule = only_rule(trainingrun.TrainingRunSpec, "self.grpo.beta")
+    for beta, adapter in itertools.product([0.0, 0.04], ["lora", "full"]):
+        value = {"grpo": {"beta": beta}, "model": {"adapter": {adapter: {}}}}
+        instance = trainingrun.TrainingRunSpec.model_construct(
+            grpo=trainingrun.GrpoSpec.model_construct(beta=beta),
+            model=trainingrun.ModelSpec.model_construct(
+                adapter=trainingrun.AdapterSpec.model_construct(**{adapter: object()})
+            ),
+        )
+        assert rule.check(instance) == cel_holds(rule, value) == (beta == 0.0 or adapter == "lora")
 
 
 @settings(max_examples=100, deadline=None)
@@ -123,7 +157,7 @@ def test_dialect_rule_agrees() -> None:
 
 
 def test_weight_sync_rule_agrees() -> None:
-    rule = only_rule(trainingrun.TrainingRunSpec, "has(self.model.adapter.lora)")
+    rule = only_rule(trainingrun.TrainingRunSpec, "self.engine.weightSync != 'lora'")
     for sync, adapter in itertools.product(["lora", "nccl", "restart"], ["lora", "full"]):
         value = {"engine": {"weightSync": sync}, "model": {"adapter": {adapter: {}}}}
         instance = trainingrun.TrainingRunSpec.model_construct(
