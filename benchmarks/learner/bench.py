@@ -163,9 +163,12 @@ def standalone_step(model: torch.nn.Module, adapter: str, device: torch.device) 
             targets = ids[:, p:]
             logps = torch.cat([checkpoint(chunk_logps, hidden[:, i : i + HEAD_CHUNK], targets[:, i : i + HEAD_CHUNK],
                                           use_reentrant=False) for i in range(0, targets.size(1), HEAD_CHUNK)], dim=1)
-        ratio = torch.exp(logps - torch.tensor([b["logps"]], device=device))
+        # The learner's default loss at one update per step: the clip is taken against its own pre-step logprobs
+        # (a ratio of 1 that carries the gradient) and each token is weighted by π_pre-step/π_engine, capped at 3.
+        ratio = torch.exp(logps - logps.detach())
+        weights = torch.clamp(torch.exp(logps.detach() - torch.tensor([b["logps"]], device=device)), max=3.0)
         adv = b["advantage"]
-        loss = -torch.min(ratio * adv, torch.clamp(ratio, 0.8, 1.28) * adv).mean()
+        loss = -(torch.min(ratio * adv, torch.clamp(ratio, 0.8, 1.28) * adv) * weights).mean()
         loss.backward()
         norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
         opt.step()
