@@ -650,6 +650,7 @@ def _proxy(
         call_budget_default=spec.proxy.call_budget,
         max_tokens_per_call=spec.proxy.max_tokens_per_call,
         temperature=spec.grpo.temperature,
+        sampling_seed=spec.grpo.seed if spec.grpo.seeded_sampling else None,
         # Each worker holds its own sessions: the replica's limit is split evenly over them.
         admission=AdmissionLimits(max_sessions=-(-spec.proxy.max_sessions_per_replica // spec.proxy.workers)),
         workers=spec.proxy.workers,

@@ -240,6 +240,13 @@ class GrpoSpec(ApiModel):
         le=2_147_483_647,
         description="Seed of task order, harness rotation and a new adapter's initial weights.",
     )
+    seeded_sampling: bool = Field(
+        default=False,
+        description="Seed every engine call with a seed derived from seed, the rollout and the call's index, so a "
+        "call repeats token for token under the same policy version where the engine's logits do not depend on "
+        "what it batches the call with. Off by default: vLLM draws a seeded request's noise one request at a "
+        "time, slower on GPUs than its batched sampling.",
+    )
 
 
 class RewardSpec(ApiModel):
