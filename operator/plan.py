@@ -207,6 +207,11 @@ def eval_task_ids_file(task_ids_file: str) -> str:
     return str(PurePosixPath(task_ids_file).with_name("eval-ids.txt"))
 
 
+def validation_task_ids_file(task_ids_file: str) -> str:
+    """Where the validation split's task ids go (spec.eval.validationSplit), beside the others."""
+    return str(PurePosixPath(task_ids_file).with_name("validation-ids.txt"))
+
+
 class ClusterPlacement(Placement):
     """Components in Pods: Services by DNS, files at fixed paths in the containers."""
 
@@ -926,6 +931,9 @@ def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: P
         tasks=learner_cfg.TaskSource(
             file=eval_task_ids_file(placement.path("task-ids")), split=spec.eval.split, shuffle=False
         ),
+        validation=learner_cfg.TaskSource(
+            file=validation_task_ids_file(placement.path("task-ids")), split=spec.eval.validation_split, shuffle=False
+        ) if spec.eval.validation_split is not None else None,
         limit=spec.eval.limit,
         attempts=spec.eval.attempts,
     )

@@ -439,13 +439,29 @@ class LearnerSpec(ApiModel):
 class EvalSpec(ApiModel):
     """Periodic pass@1 evaluation; it also runs before the first step and after the last."""
 
+    rules = (
+        Rule(
+            cel="!has(self.validationSplit) || self.validationSplit != self.split",
+            message="eval.validationSplit must differ from eval.split: the checkpoint is picked on one, reported on the other",
+            check=lambda e: e.validation_split is None or e.validation_split != e.split,
+        ),
+    )
+
     every_steps: int = Field(default=50, ge=1, le=1_000_000, description="Evaluate every N steps.")
     at_start: bool = Field(
         default=True,
         description="Evaluate the base policy before the first step (step 0): the baseline the later rounds and "
         "the report are read against.",
     )
-    split: Split = Field(default="test", description="Task split evaluated.")
+    split: Split = Field(
+        default="test", description="Task split evaluated: the held-out pass@1 the model card and report give."
+    )
+    validation_split: Split | None = Field(
+        default=None,
+        description="A second held-out split evaluated in the same rounds: the best checkpoint is picked by its "
+        "pass@1 and the collapse alarm reads it, so split's pass@1 of the chosen checkpoint is not inflated by "
+        "the choice. Empty: both read split.",
+    )
     harnesses: Annotated[list[ResourceName], Unique()] = Field(
         default_factory=list,
         max_length=16,
