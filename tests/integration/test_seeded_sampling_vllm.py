@@ -23,10 +23,16 @@ def vllm_proxy_overrides() -> dict[str, Any]:
     return {"sampling_seed": RUN_SEED}  # training calls sample at temperature 1, the default
 
 
-def _call(proxy: ProxyProcess, sid: str) -> None:
+def _call(proxy: ProxyProcess, sid: str, messages: list[dict[str, Any]] = PROMPT) -> dict[str, Any]:
     answer = httpx.post(f"{proxy.url}/v1/chat/completions", headers={"authorization": f"Bearer {sid}"},
-                        timeout=120, json={"model": "any", "max_tokens": 24, "messages": PROMPT})
+                        timeout=120, json={"model": "any", "max_tokens": 24, "messages": messages})
     assert answer.status_code == 200, answer.text
+    return dict(answer.json()["choices"][0]["message"])
+
+
+def _seed(body: dict[str, Any]) -> int:
+    """The seed of a chat call, or of a spliced prompt's generate call (in its sampling params)."""
+    return int(body["seed"] if "seed" in body else body["sampling_params"]["seed"])
 
 
 def _session(proxy: ProxyProcess, rollout_id: str) -> str:
@@ -40,14 +46,19 @@ def test_a_seeded_call_repeats_token_for_token_and_another_rollout_draws_others(
     vllm_proxy: ProxyProcess, vllm_engine_tee: EngineTee
 ) -> None:
     first, rerun, other = (_session(vllm_proxy, rollout) for rollout in ("g000000-r000", "g000000-r000", "g000000-r001"))
-    for sid in (first, rerun, other, first):
+    reply = _call(vllm_proxy, first)
+    for sid in (rerun, other, first):
         _call(vllm_proxy, sid)
+    # The next turn, its history holding the first reply (a spliced prompt where splicing changes it).
+    _call(vllm_proxy, first, [*PROMPT, {"role": "assistant", "content": reply["content"] or ""},
+                              {"role": "user", "content": "And the hidden ones?"}])
     bodies = [body for body, _ in vllm_engine_tee.calls]
-    assert [body["seed"] for body in bodies] == [
+    assert [_seed(body) for body in bodies] == [
         call_seed(RUN_SEED, "g000000-r000", 0), call_seed(RUN_SEED, "g000000-r000", 0),
         call_seed(RUN_SEED, "g000000-r001", 0), call_seed(RUN_SEED, "g000000-r000", 1),
+        call_seed(RUN_SEED, "g000000-r000", 2),
     ]
-    assert {body["temperature"] for body in bodies} == {1.0}
+    assert {body["temperature"] for body in bodies[:4]} == {1.0}
     sampled = [engine_truth(raw)[1] for _, raw in vllm_engine_tee.calls]
     assert len(sampled[0]) >= 8
     assert sampled[1] == sampled[0]  # the same rollout's same call, in another session: the same tokens
