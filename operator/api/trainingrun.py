@@ -583,6 +583,11 @@ class TrainingRunSpec(ApiModel):
             message="export.everySteps must be a multiple of learner.checkpointEvery (an export pushes a checkpoint)",
             check=lambda s: s.export is None or s.export.every_steps % s.learner.checkpoint_every == 0,
         ),
+        Rule(
+            cel="!has(self.eval) || !has(self.eval.validationSplit) || self.eval.validationSplit != self.tasks.split",
+            message="eval.validationSplit must differ from tasks.split: a checkpoint is not picked on tasks it trained on",
+            check=lambda s: s.eval is None or s.eval.validation_split is None or s.eval.validation_split != s.tasks.split,
+        ),
     )
 
     model: ModelSpec = Field(description="Base weights and what is trained.")

@@ -112,6 +112,11 @@ def test_validation_split_rule_agrees(split: str, validation: str | None) -> Non
     instance = trainingrun.EvalSpec.model_construct(split=split, validation_split=validation)
     value = {"split": split} | ({"validationSplit": validation} if validation else {})
     assert rule.check(instance) == cel_holds(rule, value) == (validation != split)
+    # Nor may the checkpoint be picked on the trained split.
+    rule = only_rule(trainingrun.TrainingRunSpec, "validationSplit")
+    spec = trainingrun.TrainingRunSpec.model_construct(
+        tasks=trainingrun.TaskSource.model_construct(split=split), eval=instance)
+    assert rule.check(spec) == cel_holds(rule, {"tasks": {"split": split}, "eval": value}) == (validation != split)
 
 
 @settings(max_examples=100, deadline=None)
