@@ -413,17 +413,13 @@ def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
 def test_task_index_lists_the_validation_split_apart(tmp_path: Path) -> None:
     """With spec.eval.validationSplit the same program writes the validation split's ids to their own file, and
     the learner's eval schedule reads them from there."""
-    import shutil
     import subprocess
     import sys
 
+    from tests.fixtures.task_splits import split_held_out
+
     tasks = tmp_path / "tasks"
-    held_out = sorted(p.name for p in (ROOT / "examples" / "tasks" / "test").iterdir())
-    for i, name in enumerate(held_out):
-        split = "validation" if i % 2 else "test"
-        shutil.copytree(ROOT / "examples" / "tasks" / "test" / name, tasks / split / name)
-        toml = tasks / split / name / "task.toml"
-        toml.write_text(toml.read_text().replace('split = "test"', f'split = "{split}"'))
+    test, validation = split_held_out(ROOT / "examples" / "tasks", tasks)
     m = manifests(eval=EXAMPLE["spec"]["eval"] | {"validationSplit": "validation"})
     index = next(c for c in m[("Job", "run-learner")]["spec"]["template"]["spec"]["initContainers"]
                  if c["name"] == "task-index")
@@ -434,8 +430,8 @@ def test_task_index_lists_the_validation_split_apart(tmp_path: Path) -> None:
             "HARNESSRL_TASK_IDS": str(out["train"]), "HARNESSRL_EVAL_TASK_IDS": str(out["eval"]),
             "HARNESSRL_VALIDATION_TASK_IDS": str(out["validation"])}
     subprocess.run([sys.executable, *index["command"][1:]], env=env, check=True, capture_output=True, timeout=60)
-    assert out["eval"].read_text().split() == held_out[0::2]
-    assert out["validation"].read_text().split() == held_out[1::2]
+    assert out["eval"].read_text().split() == test
+    assert out["validation"].read_text().split() == validation and validation
     learner = yaml.safe_load(m[("ConfigMap", "run-learner-config")]["data"]["config.yaml"])
     assert learner["eval"]["validation"]["file"] == "/var/lib/harnessrl/task-ids/validation-ids.txt"
 
