@@ -207,6 +207,11 @@ def eval_task_ids_file(task_ids_file: str) -> str:
     return str(PurePosixPath(task_ids_file).with_name("eval-ids.txt"))
 
 
+def validation_task_ids_file(task_ids_file: str) -> str:
+    """Where the validation split's task ids go (spec.eval.validationSplit), beside the others."""
+    return str(PurePosixPath(task_ids_file).with_name("validation-ids.txt"))
+
+
 class ClusterPlacement(Placement):
     """Components in Pods: Services by DNS, files at fixed paths in the containers."""
 
@@ -650,6 +655,7 @@ def _proxy(
         call_budget_default=spec.proxy.call_budget,
         max_tokens_per_call=spec.proxy.max_tokens_per_call,
         temperature=spec.grpo.temperature,
+        sampling_seed=spec.grpo.seed if spec.grpo.seeded_sampling else None,
         # Each worker holds its own sessions: the replica's limit is split evenly over them.
         admission=AdmissionLimits(max_sessions=-(-spec.proxy.max_sessions_per_replica // spec.proxy.workers)),
         workers=spec.proxy.workers,
@@ -931,6 +937,9 @@ def _eval(spec: TrainingRunSpec, pools: dict[str, HarnessPoolSpec], placement: P
         tasks=learner_cfg.TaskSource(
             file=eval_task_ids_file(placement.path("task-ids")), split=spec.eval.split, shuffle=False
         ),
+        validation=learner_cfg.TaskSource(
+            file=validation_task_ids_file(placement.path("task-ids")), split=spec.eval.validation_split, shuffle=False
+        ) if spec.eval.validation_split is not None else None,
         limit=spec.eval.limit,
         attempts=spec.eval.attempts,
     )

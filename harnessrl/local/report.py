@@ -42,9 +42,11 @@ class RunSummary(BaseModel):
     pass_at_1: dict[str, float]
     pass_at_1_step: int | None  # the step evaluated (None: training solved rate)
     base_pass_at_1: dict[str, float] = {}  # the base policy's pass@1 by pool (the round at step 0, if any)
-    # The checkpoint on disk with the best held-out pass@1 (mean over the pools; evaluation.best_round), if any.
+    # The checkpoint on disk with the best validation pass@1, or held-out without a validation split (mean over
+    # the pools; evaluation.best_round), if any; its held-out pass@1, and the validation pass@1 it was picked by.
     best_step: int | None = None
     best_pass_at_1: float | None = None
+    best_validation_pass_at_1: float | None = None
     # The collapse alarm: pools whose latest held-out pass@1 fell well below their best (EvalRegression.describe).
     regressions: list[str] = []
     rollouts_scored: int
@@ -168,6 +170,7 @@ def summarize(metrics: list[StepMetrics], tool_calls: dict[str, list[int]], eval
         base_pass_at_1=next((e.pass_at1() for e in evals if e.step == 0), {}),
         best_step=best.step if best else None,
         best_pass_at_1=mean_pass_at_1(best) if best else None,
+        best_validation_pass_at_1=mean_pass_at_1(best, validation=True) if best else None,
         regressions=[r.describe() for r in eval_regressions(evals)],
         rollouts_scored=last.rollouts_scored if last else 0,
         rollouts_unscored=last.rollouts_unscored if last else 0,
@@ -280,7 +283,9 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
     usage = (f"GPU-seconds {gpu}; {u.rollouts} rollouts finished, {u.sandbox_seconds:,.0f} sandbox-seconds; "
              f"{u.tokens_sampled:,} tokens sampled (scored rollouts), {u.tokens_trained:,} tokens trained")
     best = ("- (no evaluated checkpoint on disk)" if summary.best_step is None else
-            f"step {summary.best_step} (held-out pass@1 {fmt(summary.best_pass_at_1)}, the mean over the eval pools)")
+            f"step {summary.best_step} (held-out pass@1 {fmt(summary.best_pass_at_1)}, the mean over the eval pools"
+            + ("" if summary.best_validation_pass_at_1 is None else
+               f"; picked by validation pass@1 {fmt(summary.best_validation_pass_at_1)}") + ")")
     if summary.pass_at_1_step is not None:
         column, matrix = f"pass@1 (evaluation at step {summary.pass_at_1_step})", "\n![pass@1 matrix](pass_at_1_matrix.png)\n"
     else:
@@ -293,7 +298,7 @@ def markdown(run_dir: Path, summary: RunSummary) -> str:
 - training solved rate, first → last quarter: {solved}
 - held-out pass@1, base policy (step 0) → step {summary.pass_at_1_step}: {lift or "-"}
 - best checkpoint: {best}
-- collapse alarm (latest held-out pass@1 beyond its 95% interval below its best): \
+- collapse alarm (latest validation, else held-out, pass@1 beyond its 95% interval below its best): \
 {"; ".join(summary.regressions) or "none"}
 - rollouts: {summary.rollouts_scored} scored, {summary.rollouts_unscored} unscored (infrastructure), \
 {summary.rollouts_stale} stale

@@ -51,12 +51,13 @@ from harnessrl.operator.plan import (
     check_learner_memory,
     eval_task_ids_file,
     pool_names,
+    validation_task_ids_file,
 )
 from harnessrl.runtime.engine.config import EngineConfig
 from harnessrl.runtime.engine.launch import engine_argv, engine_env
 from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published, sync_dir
 from harnessrl.runtime.harness.config import LocalSandboxConfig, RunnerConfig
-from harnessrl.runtime.harness.tasks import Split, TaskError, load_dir, split_tasks
+from harnessrl.runtime.harness.tasks import SPLITS, Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.memory import context_limit
 from harnessrl.runtime.learner.tracking import MODULES, missing
@@ -203,9 +204,9 @@ def resolve_tasks(run: TrainingRun, volumes: dict[str, Path], secret_files: dict
 
 def write_task_ids(tasks_dir: Path, split: str, limit: int | None, out: Path, what: str = "spec.tasks") -> int:
     """The ids of a split (sorted, at most `limit`) for the learner: `what` is the spec field asking for them."""
-    splits: dict[str, Split] = {"train": "train", "test": "test"}
+    splits: dict[str, Split] = {s: s for s in SPLITS}
     if split not in splits:
-        raise LocalRunError(f"{what}.split {split!r}: Harbor-format task sets here have splits train and test")
+        raise LocalRunError(f"{what} split {split!r}: Harbor-format task sets here have splits {', '.join(SPLITS)}")
     try:
         chosen = sorted(split_tasks(load_dir(tasks_dir), splits[split]))
     except TaskError as exc:
@@ -435,6 +436,10 @@ def plan_run(args: argparse.Namespace) -> tuple[Plan, LocalPlacement]:
     if spec.eval is not None:  # the learner evaluates on this split during training (it applies the limit)
         eval_ids = Path(eval_task_ids_file(placement.path("task-ids")))
         write_task_ids(placement.tasks_dir, spec.eval.split, None, eval_ids, "spec.eval")
+        if spec.eval.validation_split is not None:
+            validation_ids = Path(validation_task_ids_file(placement.path("task-ids")))
+            write_task_ids(placement.tasks_dir, spec.eval.validation_split, None, validation_ids,
+                           "spec.eval.validationSplit")
     prepare_secrets(plan, placement, secret_files)
     (run_dir / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
     print(

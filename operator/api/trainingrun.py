@@ -290,6 +290,13 @@ class GrpoSpec(ApiModel):
         le=2_147_483_647,
         description="Seed of task order, harness rotation and a new adapter's initial weights.",
     )
+    seeded_sampling: bool = Field(
+        default=False,
+        description="Seed every engine call with a seed derived from seed, the rollout and the call's index, so a "
+        "call repeats token for token under the same policy version where the engine's logits do not depend on "
+        "what it batches the call with. Off by default: vLLM draws a seeded request's noise one request at a "
+        "time, slower on GPUs than its batched sampling.",
+    )
 
 
 class RewardSpec(ApiModel):
@@ -482,13 +489,29 @@ class LearnerSpec(ApiModel):
 class EvalSpec(ApiModel):
     """Periodic pass@1 evaluation; it also runs before the first step and after the last."""
 
+    rules = (
+        Rule(
+            cel="!has(self.validationSplit) || self.validationSplit != self.split",
+            message="eval.validationSplit must differ from eval.split: the checkpoint is picked on one, reported on the other",
+            check=lambda e: e.validation_split is None or e.validation_split != e.split,
+        ),
+    )
+
     every_steps: int = Field(default=50, ge=1, le=1_000_000, description="Evaluate every N steps.")
     at_start: bool = Field(
         default=True,
         description="Evaluate the base policy before the first step (step 0): the baseline the later rounds and "
         "the report are read against.",
     )
-    split: Split = Field(default="test", description="Task split evaluated.")
+    split: Split = Field(
+        default="test", description="Task split evaluated: the held-out pass@1 the model card and report give."
+    )
+    validation_split: Split | None = Field(
+        default=None,
+        description="A second held-out split evaluated in the same rounds: the best checkpoint is picked by its "
+        "pass@1 and the collapse alarm reads it, so split's pass@1 of the chosen checkpoint is not inflated by "
+        "the choice. Empty: both read split.",
+    )
     harnesses: Annotated[list[ResourceName], Unique()] = Field(
         default_factory=list,
         max_length=16,
@@ -614,6 +637,11 @@ class TrainingRunSpec(ApiModel):
             cel="!has(self.export) || self.export.everySteps % self.learner.checkpointEvery == 0",
             message="export.everySteps must be a multiple of learner.checkpointEvery (an export pushes a checkpoint)",
             check=lambda s: s.export is None or s.export.every_steps % s.learner.checkpoint_every == 0,
+        ),
+        Rule(
+            cel="!has(self.eval) || !has(self.eval.validationSplit) || self.eval.validationSplit != self.tasks.split",
+            message="eval.validationSplit must differ from tasks.split: a checkpoint is not picked on tasks it trained on",
+            check=lambda s: s.eval is None or s.eval.validation_split is None or s.eval.validation_split != s.tasks.split,
         ),
     )
 

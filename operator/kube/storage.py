@@ -12,6 +12,7 @@ from harnessrl.operator.plan import (
     Plan,
     eval_task_ids_file,
     hub_token_env,
+    validation_task_ids_file,
 )
 
 CHECKPOINT_SIZE = "50Gi"
@@ -129,6 +130,10 @@ if os.environ.get("HARNESSRL_EVAL_SPLIT"):  # the split evaluated during trainin
     held_out = sorted(split_tasks(tasks, os.environ["HARNESSRL_EVAL_SPLIT"]))
     pathlib.Path(os.environ["HARNESSRL_EVAL_TASK_IDS"]).write_text("".join(i + "\\n" for i in held_out))
     print(f"{len(held_out)} tasks in eval split {os.environ['HARNESSRL_EVAL_SPLIT']}")
+if os.environ.get("HARNESSRL_VALIDATION_SPLIT"):  # picks the best checkpoint (the learner applies the limit)
+    validation = sorted(split_tasks(tasks, os.environ["HARNESSRL_VALIDATION_SPLIT"]))
+    pathlib.Path(os.environ["HARNESSRL_VALIDATION_TASK_IDS"]).write_text("".join(i + "\\n" for i in validation))
+    print(f"{len(validation)} tasks in validation split {os.environ['HARNESSRL_VALIDATION_SPLIT']}")
 """
 
 
@@ -146,6 +151,8 @@ def task_index(plan: Plan, runner_source: Component | None) -> tuple[list[Manife
         "HARNESSRL_LIMIT": str(plan.spec.tasks.limit or ""),
         "HARNESSRL_EVAL_SPLIT": plan.spec.eval.split if plan.spec.eval is not None else "",
         "HARNESSRL_EVAL_TASK_IDS": eval_task_ids_file(ids_file),
+        "HARNESSRL_VALIDATION_SPLIT": (plan.spec.eval.validation_split or "") if plan.spec.eval is not None else "",
+        "HARNESSRL_VALIDATION_TASK_IDS": validation_task_ids_file(ids_file),
     }
     index = {
         "name": "task-index",

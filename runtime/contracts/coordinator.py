@@ -222,11 +222,18 @@ class EvalRecord(_Wire):
     time: float
     tasks: int = Field(ge=0)
     attempts: int = Field(ge=1)
-    pools: list[PoolScore]
+    pools: list[PoolScore]  # on the held-out (test) split: what the model card and report give
+    # On the validation split (TrainingRun spec.eval.validationSplit), scored in the same round; empty without one.
+    validation: list[PoolScore] = Field(default_factory=list)
 
     def pass_at1(self) -> dict[str, float]:
         """pass@1 by pool name, for the pools with at least one scored attempt."""
         return {p.pool: p.pass_at_1 for p in self.pools if p.pass_at_1 is not None}
+
+    def selection(self) -> list[PoolScore]:
+        """The scores a checkpoint is chosen and the collapse alarm raised by: the validation split's where the
+        round has one, so the test split's pass@1 of the chosen checkpoint is not the maximum it was chosen as."""
+        return self.validation or self.pools
 
 
 class EvalRegression(_Wire):
@@ -245,15 +252,17 @@ class EvalRegression(_Wire):
 
 
 def eval_regressions(records: list[EvalRecord]) -> list[EvalRegression]:
-    """The pools of the latest round (by step) whose pass@1 fell well below their best earlier round's."""
+    """The pools of the latest round (by step) whose pass@1 fell well below their best earlier round's, on the
+    validation split where the rounds have one (`EvalRecord.selection`)."""
     if len(records) < 2:
         return []
     *earlier, latest = sorted(records, key=lambda r: r.step)
     found = []
-    for score in latest.pools:
+    for score in latest.selection():
         if score.pass_at_1 is None:
             continue
-        before = [(s.pass_at_1, -r.step) for r in earlier for s in r.pools if s.pool == score.pool and s.pass_at_1 is not None]
+        before = [(s.pass_at_1, -r.step) for r in earlier for s in r.selection()
+                  if s.pool == score.pool and s.pass_at_1 is not None]
         if not before:
             continue
         best, minus_step = max(before)  # the best round; of equal ones, the earliest

@@ -2,7 +2,7 @@
 
 A task is a directory:
 
-    task.toml        configuration: [metadata] (split = "train" | "test", free-form keys), [agent] timeout_sec,
+    task.toml        configuration: [metadata] (split = "train" | "validation" | "test", free-form keys), [agent] timeout_sec,
                      [verifier] timeout_sec, env, [environment] resources (used by container sandboxes)
     instruction.md   the prompt the harness gets, verbatim
     environment/     the agent's starting files: copied into its workspace (Harbor builds a container from a
@@ -31,7 +31,9 @@ from typing import Any, Literal
 from harnessrl.runtime.harness.config import DirTasks, HubTasks, TaskSource
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Split = Literal["train", "test"]
+# validation: held out from training like test, but read to pick the best checkpoint, so test stays unbiased.
+Split = Literal["train", "validation", "test"]
+SPLITS: tuple[Split, ...] = ("train", "validation", "test")
 
 
 class TaskError(ValueError):
@@ -109,9 +111,9 @@ def load_task(path: Path, task_id: str | None = None) -> Task:
     instruction = instruction_path.read_text().strip()
     if not instruction:
         raise TaskError(f"task {name!r}: instruction.md is empty")
-    split = config.metadata.get("split") or (path.parent.name if path.parent.name in ("train", "test") else "train")
-    if split not in ("train", "test"):
-        raise TaskError(f"task {name!r}: metadata.split must be 'train' or 'test', not {split!r}")
+    split = config.metadata.get("split") or (path.parent.name if path.parent.name in SPLITS else "train")
+    if split not in SPLITS:
+        raise TaskError(f"task {name!r}: metadata.split must be one of {', '.join(SPLITS)}, not {split!r}")
     return Task(id=name, path=path.resolve(), instruction=instruction, split=split, config=config)
 
 

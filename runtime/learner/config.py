@@ -208,6 +208,8 @@ class EvalSchedule(_Cfg):
     at_start: bool = Field(True, description="evaluate the base policy before the first step (a round at step 0)")
     pools: list[PoolHarness] = Field(min_length=1, max_length=64)
     tasks: TaskSource = Field(description="the eval split's task ids (their order is not used: sorted, then limited)")
+    # Evaluated in the same rounds; picks the best checkpoint and feeds the collapse alarm (evaluation.py).
+    validation: TaskSource | None = Field(None, description="the validation split's task ids (sorted, then limited)")
     limit: int | None = Field(None, ge=1, description="evaluate at most this many tasks (the first, sorted)")
     attempts: int = Field(1, ge=1, le=64, description="samples per task and pool")
     max_unscored: int = Field(3, ge=1, le=100, description="infra/grader failures of a rollout before it is left out")
@@ -218,7 +220,13 @@ class EvalSchedule(_Cfg):
         return once_per_pool(pools, "eval.pools")
 
     def task_ids(self) -> list[str]:
-        ids = sorted(self.tasks.load())
+        return self._limited(self.tasks)
+
+    def validation_task_ids(self) -> list[str]:
+        return self._limited(self.validation) if self.validation is not None else []
+
+    def _limited(self, source: TaskSource) -> list[str]:
+        ids = sorted(source.load())
         return ids[: self.limit] if self.limit is not None else ids
 
 

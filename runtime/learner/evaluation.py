@@ -21,7 +21,13 @@ import secrets
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from harnessrl.runtime.contracts.coordinator import EvalProgress, EvalRecord, EvalRegression, eval_regressions
+from harnessrl.runtime.contracts.coordinator import (
+    EvalProgress,
+    EvalRecord,
+    EvalRegression,
+    PoolScore,
+    eval_regressions,
+)
 from harnessrl.runtime.coordinator import ledger as L
 from harnessrl.runtime.learner.config import EvalSchedule
 from prometheus_client import CollectorRegistry, Gauge
@@ -38,7 +44,8 @@ class EvalRound(BaseModel):
     prefix: str  # of its rollout ids: a round opened again after a restart has a new one
     tasks: int
     attempts: int
-    ledger: L.Ledger
+    ledger: L.Ledger  # of the eval split's tasks and the validation split's
+    validation: list[str] = []  # the validation split's task ids
 
 
 def is_eval_rollout(rollout_id: str) -> bool:
@@ -50,8 +57,10 @@ def due(schedule: EvalSchedule, step: int, last_step: int) -> bool:
 
 
 def open_round(schedule: EvalSchedule, task_ids: list[str], step: int, policy_version: int, model: str) -> EvalRound:
+    """A round over `task_ids` and, in the same ledger, the schedule's validation tasks."""
     # The nonce keeps completions of a round lost in a crash (leased before the restart) out of its successor.
     prefix = f"{EVAL_PREFIX}s{step}-{secrets.token_hex(3)}/"
+    validation = schedule.validation_task_ids()
     return EvalRound(
         step=step,
         policy_version=policy_version,
@@ -59,7 +68,8 @@ def open_round(schedule: EvalSchedule, task_ids: list[str], step: int, policy_ve
         prefix=prefix,
         tasks=len(task_ids),
         attempts=schedule.attempts,
-        ledger=L.plan_ledger(schedule.pools, task_ids, schedule.attempts, prefix),
+        ledger=L.plan_ledger(schedule.pools, task_ids + validation, schedule.attempts, prefix),
+        validation=validation,
     )
 
 
@@ -79,6 +89,10 @@ def progress(r: EvalRound) -> EvalProgress:
 
 
 def record(r: EvalRound, now: float) -> EvalRecord:
+    """The round's scores, the eval split's and the validation split's apart."""
+    validation = set(r.validation)
+    held_out = {k: s for k, s in r.ledger.slots.items() if s.task_id not in validation}
+    chosen_on = {k: s for k, s in r.ledger.slots.items() if s.task_id in validation}
     return EvalRecord(
         step=r.step,
         policy_version=r.policy_version,
@@ -86,21 +100,28 @@ def record(r: EvalRound, now: float) -> EvalRecord:
         time=now,
         tasks=r.tasks,
         attempts=r.attempts,
-        pools=L.pool_scores(r.ledger),
+        pools=L.pool_scores(L.Ledger(slots=held_out)),
+        validation=L.pool_scores(L.Ledger(slots=chosen_on)) if chosen_on else [],
     )
 
 
-def mean_pass_at_1(r: EvalRecord) -> float | None:
-    """The round's pass@1 averaged over its pools (each harness counts once); None when no pool scored."""
-    scores = list(r.pass_at1().values())
-    return math.fsum(scores) / len(scores) if scores else None
+def mean_pass_at_1(r: EvalRecord, *, validation: bool = False) -> float | None:
+    """The round's held-out pass@1 (`validation`: the validation split's) averaged over its pools (each harness
+    counts once); None when no pool scored."""
+    return _mean(r.validation if validation else r.pools)
+
+
+def _mean(scores: Sequence[PoolScore]) -> float | None:
+    scored = [s.pass_at_1 for s in scores if s.pass_at_1 is not None]
+    return math.fsum(scored) / len(scored) if scored else None
 
 
 def best_round(rounds: Sequence[EvalRecord], steps: Collection[int]) -> EvalRecord | None:
-    """The round of the best checkpoint: the highest mean held-out pass@1 among the rounds at `steps` (the
-    checkpoints that exist, so never the base policy's round); of equal ones, the earliest. None when no such
-    round scored anything: then the newest checkpoint stands in."""
-    scored = [(m, r) for r in rounds if r.step in steps and (m := mean_pass_at_1(r)) is not None]
+    """The round of the best checkpoint: the highest mean pass@1 on the validation split (the held-out split
+    without one: `EvalRecord.selection`) among the rounds at `steps` (the checkpoints that exist, so never the
+    base policy's round); of equal ones, the earliest. None when no such round scored anything: then the newest
+    checkpoint stands in."""
+    scored = [(m, r) for r in rounds if r.step in steps and (m := _mean(r.selection())) is not None]
     return max(scored, key=lambda mr: (mr[0], -mr[1].step))[1] if scored else None
 
 

@@ -113,9 +113,15 @@ def why_main(best: EvalRecord, latest: EvalRecord, revision_prefix: str) -> list
         pools = ", ".join(f"{pool} {p:.2f}" for pool, p in r.pass_at1().items())
         return "no scored attempt" if mean is None else f"{mean:.2f} ({pools})"
 
-    lines = ["", "## Why this checkpoint", "",
-             f"`main` holds step {best.step}: of the exported checkpoints, the best by held-out pass@1 (the mean over "
-             f"the eval pools; of equal ones, the earliest), {score(best)}."]
+    lines = ["", "## Why this checkpoint", ""]
+    if best.validation:
+        lines.append(f"`main` holds step {best.step}: of the exported checkpoints, the best by validation pass@1 (the "
+                     f"mean over the eval pools; of equal ones, the earliest), "
+                     f"{_fmt(mean_pass_at_1(best, validation=True))}; on the held-out test split, which played no "
+                     f"part in the choice, it scores {score(best)}.")
+    else:
+        lines.append(f"`main` holds step {best.step}: of the exported checkpoints, the best by held-out pass@1 (the "
+                     f"mean over the eval pools; of equal ones, the earliest), {score(best)}.")
     if latest.step != best.step:
         lines.append(f"Step {latest.step}, the latest evaluated, scored {score(latest)}.")
     lines.append(f"Every exported step stays on its own branch, `{revision_prefix}<step>`.")

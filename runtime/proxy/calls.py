@@ -27,6 +27,7 @@ from harnessrl.runtime.proxy.dialects.routes import dialect_for, match_route, se
 from harnessrl.runtime.proxy.engine_call import CapturedStream, complete, pick, spliced, with_failover
 from harnessrl.runtime.proxy.engines import ContextLengthExceeded, upstream_json
 from harnessrl.runtime.proxy.relay import Relayed, relay, relay_address
+from harnessrl.runtime.proxy.seeding import call_seed
 from harnessrl.runtime.proxy.sessions import Session
 from harnessrl.runtime.proxy.state import ProxyState
 from harnessrl.runtime.proxy.upstream_http import UpstreamError
@@ -163,7 +164,7 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
     body_json = upstream_json(parsed.canonical, policy.model, session.upstream_messages,
                               training=session.request.training, stream=parsed.stream,
                               max_tokens_cap=state.config.max_tokens_per_call,
-                              temperature=state.config.temperature)
+                              temperature=state.config.temperature, seed=_seed(state, session))
     # Splicing asks the engine to render the prompt: only where an engine serves that, and the history holds
     # replies of this session.
     splicing = len(session.graph) and state.config.splice and state.pool.renders()
@@ -195,6 +196,13 @@ async def _call_engine(state: ProxyState, dialect: Dialect, parsed: ParsedReques
     finally:
         if not released:
             state.call_ended()
+
+
+def _seed(state: ProxyState, session: Session) -> int | None:
+    """The call's seed in a seeded run: the session's answered calls so far index it, so a call the harness
+    retries after an error draws the same seed, here or after a restart (the journal restores the count)."""
+    run_seed = state.config.sampling_seed
+    return None if run_seed is None else call_seed(run_seed, session.request.rollout_id, session.calls)
 
 
 async def _final(state: ProxyState, dialect: Dialect, parsed: ParsedRequest, session: Session,

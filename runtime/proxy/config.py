@@ -85,6 +85,9 @@ class ProxyConfig(BaseModel):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     # The temperature training sessions sample at (the run's grpo temperature; the learner scores at the same).
     temperature: float = Field(1.0, gt=0.0, le=2.0)
+    # A seeded run's seed (spec.grpo.seededSampling): each call carries a seed derived from it, the rollout and the
+    # call's index (seeding.py), so it repeats token for token under the same policy. None: vLLM's own sampling.
+    sampling_seed: int | None = Field(None, ge=0, le=2_147_483_647)
     # Token splicing (splicing.py) where the engine serves vLLM's render endpoints. Off: a resent reply is sent as
     # the harness wrote it, as without splicing (benchmarks/trajectory compares the two).
     splice: bool = True

@@ -40,7 +40,7 @@ class ContextLengthExceeded(Exception):
 
 def upstream_body(
     request: CanonicalRequest, model: str, *, training: bool, stream: bool, max_tokens_cap: int | None = None,
-    temperature: float = 1.0,
+    temperature: float = 1.0, seed: int | None = None,
 ) -> dict[str, Any]:
     """The JSON body sent to vLLM for one call. Pure.
 
@@ -48,27 +48,30 @@ def upstream_body(
     tokens at that temperature (vLLM reports the logprobs of the distribution it sampled from), so the recorded
     behaviour logprobs and the learner's agree. Evaluation keeps the harness's own sampling.
     A harness that asks for no limit (Mini-SWE-Agent) would otherwise generate to the context length.
+    `seed` (a seeded run's `seeding.call_seed`) replaces a training call's own seed; an evaluation call keeps the
+    harness's seed where it sent one.
     """
     body = request.upstream_body()
     _add_proxy_fields(body, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap,
-                      temperature=temperature)
+                      temperature=temperature, seed=seed)
     return body
 
 
 def upstream_json(
     request: CanonicalRequest, model: str, messages: EncodedMessages, *, training: bool, stream: bool,
-    max_tokens_cap: int | None = None, temperature: float = 1.0,
+    max_tokens_cap: int | None = None, temperature: float = 1.0, seed: int | None = None,
 ) -> bytes:
     """`upstream_body` as the JSON bytes sent, its messages encoded through the session's `messages` memo."""
     head = request.model_dump(mode="json", exclude_none=True, exclude={"messages", "tools"})
     _add_proxy_fields(head, model, training=training, stream=stream, max_tokens_cap=max_tokens_cap,
-                      temperature=temperature)
+                      temperature=temperature, seed=seed)
     tools = (b'"tools":', tools_json(request.tools), b",") if request.tools is not None else ()
     return b"".join((b'{"messages":[', messages.encode(request.messages), b"],", *tools, memoryview(to_json(head))[1:]))
 
 
 def _add_proxy_fields(
-    body: dict[str, Any], model: str, *, training: bool, stream: bool, max_tokens_cap: int | None, temperature: float
+    body: dict[str, Any], model: str, *, training: bool, stream: bool, max_tokens_cap: int | None, temperature: float,
+    seed: int | None,
 ) -> None:
     if max_tokens_cap is not None:
         asked = body.get("max_tokens")
@@ -81,6 +84,8 @@ def _add_proxy_fields(
     body["stream"] = stream
     if training:
         body["temperature"] = temperature
+    if seed is not None:
+        body["seed"] = seed if training else body.get("seed", seed)
     if stream:
         body["stream_options"] = {"include_usage": True}
     else:

@@ -65,6 +65,7 @@ def test_every_rule_is_covered() -> None:
         "moved to",
         "vllmImportanceSamplingClipMin",
         "grpo.beta",
+        "validationSplit",
     }
     for model in MODELS:
         for rule in model.rules:
@@ -105,6 +106,19 @@ def test_clip_rule_agrees(low: float, high: float) -> None:
     rule = only_rule(trainingrun.GrpoSpec, "self.clipHigh >= self.clipLow")
     instance = trainingrun.GrpoSpec.model_construct(clip_low=low, clip_high=high)
     assert rule.check(instance) == cel_holds(rule, {"clipLow": low, "clipHigh": high}) == (high >= low)
+
+
+@pytest.mark.parametrize(("split", "validation"), [("test", None), ("test", "validation"), ("test", "test")])
+def test_validation_split_rule_agrees(split: str, validation: str | None) -> None:
+    rule = only_rule(trainingrun.EvalSpec, "validationSplit")
+    instance = trainingrun.EvalSpec.model_construct(split=split, validation_split=validation)
+    value = {"split": split} | ({"validationSplit": validation} if validation else {})
+    assert rule.check(instance) == cel_holds(rule, value) == (validation != split)
+    # Nor may the checkpoint be picked on the trained split.
+    rule = only_rule(trainingrun.TrainingRunSpec, "validationSplit")
+    spec = trainingrun.TrainingRunSpec.model_construct(
+        tasks=trainingrun.TaskSource.model_construct(split=split), eval=instance)
+    assert rule.check(spec) == cel_holds(rule, {"tasks": {"split": split}, "eval": value}) == (validation != split)
 
 
 @settings(max_examples=100, deadline=None)

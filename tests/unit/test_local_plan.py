@@ -86,6 +86,21 @@ def test_quickstart_plans_engine_proxy_learner_and_one_runner_per_pool(tmp_path:
     assert (run_dir / "plan.json").exists()
 
 
+def test_a_validation_split_is_listed_for_the_learner_apart_from_the_test_split(tmp_path: Path,
+                                                                               model_dir: Path) -> None:
+    from tests.fixtures.task_splits import split_held_out
+
+    test, validation = split_held_out(ROOT / "examples" / "quickstart" / "tasks", tmp_path / "tasks")
+    manifest = QUICKSTART.read_text().replace("    split: test\n", "    split: test\n    validationSplit: validation\n")
+    assert "validationSplit" in manifest
+    (tmp_path / "run.yaml").write_text(manifest)
+    plan, _ = plan_run(args(tmp_path, model_dir, files=[tmp_path / "run.yaml"],
+                                    volume=[f"tiny-model={model_dir}", f"quickstart-tasks={tmp_path / 'tasks'}"]))
+    learner = learner_config(plan)
+    assert learner.eval is not None and learner.eval.validation is not None
+    assert learner.eval.task_ids() == test and learner.eval.validation_task_ids() == validation and validation
+
+
 def test_admin_token_survives_a_second_plan_of_the_same_run_dir(tmp_path: Path, model_dir: Path) -> None:
     plan_run(args(tmp_path, model_dir))
     secrets = tmp_path / "run" / "secrets"

@@ -194,6 +194,16 @@ def test_report_names_the_best_checkpoint_on_disk(tmp_path: Path) -> None:
     assert (summary.best_step, summary.best_pass_at_1) == (4, 0.625)
     text = (tmp_path / "report" / "report.md").read_text()
     assert "- best checkpoint: step 4 (held-out pass@1 0.625, the mean over the eval pools)" in text
+    # With a validation split, it picks the checkpoint; the report gives the chosen one's held-out pass@1.
+    validated = {0: (0, 0), 4: (1, 1), 6: (4, 4)}
+    (checkpoints / "eval.jsonl").write_text("".join(
+        eval_record(step, {"oneshot": n, "mini-swe-agent": m}).model_copy(update={"validation": eval_record(
+            step, {"oneshot": validated[step][0], "mini-swe-agent": validated[step][1]}).pools}).model_dump_json() + "\n"
+        for step, n, m in ((0, 1, 0), (4, 3, 2), (6, 1, 1))))
+    assert main([str(tmp_path)]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert ("- best checkpoint: step 6 (held-out pass@1 0.250, the mean over the eval pools; picked by validation "
+            "pass@1 1.000)") in text
     (checkpoints / "eval.jsonl").unlink()
     assert main([str(tmp_path)]) == 0
     assert "- best checkpoint: - (no evaluated checkpoint on disk)" in (tmp_path / "report" / "report.md").read_text()

@@ -410,6 +410,32 @@ def test_task_index_init_container_lists_the_split(tmp_path: Path) -> None:
     assert learner["eval"]["tasks"]["file"] == "/var/lib/harnessrl/task-ids/eval-ids.txt"
 
 
+def test_task_index_lists_the_validation_split_apart(tmp_path: Path) -> None:
+    """With spec.eval.validationSplit the same program writes the validation split's ids to their own file, and
+    the learner's eval schedule reads them from there."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.task_splits import split_held_out
+
+    tasks = tmp_path / "tasks"
+    test, validation = split_held_out(ROOT / "examples" / "tasks", tasks)
+    m = manifests(eval=EXAMPLE["spec"]["eval"] | {"validationSplit": "validation"})
+    index = next(c for c in m[("Job", "run-learner")]["spec"]["template"]["spec"]["initContainers"]
+                 if c["name"] == "task-index")
+    env = {e["name"]: e["value"] for e in index["env"]}
+    assert env["HARNESSRL_VALIDATION_SPLIT"] == "validation"
+    out = {name: tmp_path / f"{name}.txt" for name in ("train", "eval", "validation")}
+    env |= {"HARNESSRL_TASKS": f'{{"kind": "dir", "path": "{tasks}"}}', "HARNESSRL_SPLIT": "test",
+            "HARNESSRL_TASK_IDS": str(out["train"]), "HARNESSRL_EVAL_TASK_IDS": str(out["eval"]),
+            "HARNESSRL_VALIDATION_TASK_IDS": str(out["validation"])}
+    subprocess.run([sys.executable, *index["command"][1:]], env=env, check=True, capture_output=True, timeout=60)
+    assert out["eval"].read_text().split() == test
+    assert out["validation"].read_text().split() == validation and validation
+    learner = yaml.safe_load(m[("ConfigMap", "run-learner-config")]["data"]["config.yaml"])
+    assert learner["eval"]["validation"]["file"] == "/var/lib/harnessrl/task-ids/validation-ids.txt"
+
+
 def test_proxy_workers_get_their_own_ports_reachable_from_sandboxes() -> None:
     """With `proxy.workers`, each worker serves its sessions at its own port after the replica's: the Pod
     declares them, its config runs that many workers (the session limit split over them), and both the

@@ -73,6 +73,9 @@ def test_component_configs_are_the_components_own_models_wired_together() -> Non
     assert isinstance(warm.learner.config, LearnerConfig) and isinstance(warm.proxy.config, ProxyConfig)
     assert (warm.learner.config.grpo.temperature, warm.proxy.config.temperature) == (0.8, 0.8)
     assert (learner.grpo.loss_balance, warm.learner.config.grpo.loss_balance) == ("token", "harness")
+    # grpo.seededSampling: the proxy seeds every call from grpo.seed; unseeded by default.
+    seeded = example_plan(grpo=EXAMPLE["spec"]["grpo"] | {"seed": 11, "seededSampling": True}).proxy.config
+    assert isinstance(seeded, ProxyConfig) and (seeded.sampling_seed, proxy.sampling_seed) == (11, None)
     assert [(h.pool, h.harness, h.weight) for h in learner.harnesses] == [
         ("claude-code", "claude-code", 2), ("codex", "codex", 1), ("mini-swe-agent", "mini-swe-agent", 1),
     ]
