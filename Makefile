@@ -138,9 +138,12 @@ images-sizes:
 fresh-check: container-deps
 	checks/fresh-machine.sh
 
-# The quickstart's children, rendered by the operator's code, started as containers from the built images in a
-# network namespace of the check's own (checks/cluster-check.sh). Not part of make test.
+# The quickstart's children, rendered by the operator's code, started as containers from the images it needs
+# (built first; cached layers after the first time) in a network namespace of the check's own
+# (checks/cluster-check.sh). Not part of make test.
+CLUSTER_IMAGES ?= proxy harness-runner learner
 cluster-check: venv container-deps
+	$(IMAGE_ENV) checks/images.sh build $(CLUSTER_IMAGES)
 	checks/cluster-check.sh
 
 clean:

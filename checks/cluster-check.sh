@@ -11,7 +11,9 @@ MODEL=${CLUSTER_CHECK_MODEL:-.cache/tiny-model-steerable}
 start=$(date +%s)
 # unshare: a new network namespace (lo brought up), ended when its last process (every container's) exits; the
 # timeout bounds the whole check, and cluster.py removes what it started, by name, before it returns.
+status=0
 timeout --kill-after=30 900 unshare --net -- bash -c \
   'ip link set lo up 2>/dev/null || true; exec .venv/bin/python -P checks/cluster.py "$@"' cluster-check \
-  --work "$WORK" --claim "tiny-model=$MODEL" --claim quickstart-tasks=examples/quickstart/tasks "$@"
-echo "cluster-check: took $(( $(date +%s) - start )) s"
+  --work "$WORK" --claim "tiny-model=$MODEL" --claim quickstart-tasks=examples/quickstart/tasks "$@" || status=$?
+echo "cluster-check: took $(( $(date +%s) - start )) s (Pod volumes left in $WORK)"
+exit "$status"

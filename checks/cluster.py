@@ -94,8 +94,8 @@ def pods(manifests: list[Manifest]) -> list[tuple[str, Manifest, str | None]]:
 
 
 class Check:
-    def __init__(self, work: Path, claims: dict[str, Path], wait_s: float) -> None:
-        self.work, self.claims, self.wait_s = work, claims, wait_s
+    def __init__(self, work: Path, claims: dict[str, Path], wait_s: float, images: dict[str, str]) -> None:
+        self.work, self.claims, self.wait_s, self.images = work, claims, wait_s, images
         self.network = f"harnessrl-check-{os.getpid()}"
         self.started: list[str] = []
         self.failed = False
@@ -153,6 +153,8 @@ class Check:
             spec = template["spec"]
             containers = [*(spec.get("initContainers") or []), *spec["containers"]]
             missing = sorted({c["image"] for c in containers if not built(c["image"])})
+            for c in containers:
+                c["image"] = self.images.get(c["image"], c["image"])
             for c in containers:  # the CPU build (`make images` tags it TAG-cpu) where the image itself is not built
                 if c["image"] in missing and built(c["image"] + "-cpu"):
                     self.say(pod, f"{c['name']}: {c['image']} not built, its CPU build {c['image']}-cpu runs")
@@ -169,6 +171,9 @@ class Check:
             self.await_ready(pod, ip, template)
         for svc, port in forwarded:
             self.reach(svc, port, running)
+        for pod, (_, template) in running.items():  # what each Pod said, whatever became of it
+            for c in template["spec"]["containers"]:
+                self.logs(pod, f"{pod}-{c['name']}", 6)
 
     def start_pod(self, pod: str, template: Manifest, ctx: podspec.PodContext, hosts: dict[str, str]) -> bool:
         spec = template["spec"]
@@ -268,9 +273,9 @@ class Check:
                     break
                 time.sleep(2)
 
-    def logs(self, pod: str, name: str) -> None:
-        out = podman("logs", "--tail", "15", name, check=False)
-        for line in (out.stdout + out.stderr).splitlines()[-15:]:
+    def logs(self, pod: str, name: str, lines: int = 15) -> None:
+        out = podman("logs", "--tail", str(lines), name, check=False)
+        for line in (out.stdout + out.stderr).splitlines()[-lines:]:
             self.say(pod, f"  | {line}")
 
     def stop(self) -> None:
@@ -296,13 +301,14 @@ def main() -> int:
     ap.add_argument("--example", type=Path, default=ROOT / "examples/quickstart/trainingrun.yaml")
     ap.add_argument("--claim", action="append", default=[], help="CLAIM=DIR: a claim's directory")
     ap.add_argument("--work", type=Path, required=True, help="where Pod volumes are made (emptied first)")
+    ap.add_argument("--image", action="append", default=[], help="RENDERED=RUN: run another image in its place")
     ap.add_argument("--wait", type=float, default=120, help="seconds each Pod has to become ready")
     args = ap.parse_args()
     claims = {k: Path(v).resolve() for k, v in (c.split("=", 1) for c in args.claim)}
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     args.work.chmod(0o755)
-    check = Check(args.work, claims, args.wait)
+    check = Check(args.work, claims, args.wait, dict(i.split("=", 1) for i in args.image))
     try:
         check.run(rendered(args.example, Images(registry="localhost/harnessrl", tag="0.1.0")))
     finally:
