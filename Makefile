@@ -141,7 +141,7 @@ fresh-check: container-deps
 # The quickstart's children, rendered by the operator's code, started as containers from the images it needs
 # (built first; cached layers after the first time) in a network namespace of the check's own
 # (checks/cluster-check.sh). Not part of make test.
-CLUSTER_IMAGES ?= proxy harness-runner learner
+CLUSTER_IMAGES ?= proxy harness-runner learner engine
 cluster-check: venv container-deps
 	$(IMAGE_ENV) checks/images.sh build $(CLUSTER_IMAGES)
 	checks/cluster-check.sh

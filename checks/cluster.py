@@ -26,7 +26,7 @@ sys.path.append(str(ROOT))  # after the standard library: the repo root has a fo
 
 import yaml  # noqa: E402
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec  # noqa: E402
-from harnessrl.operator.api.trainingrun import TrainingRunSpec  # noqa: E402
+from harnessrl.operator.api.trainingrun import DEFAULT_ENGINE_IMAGE, TrainingRunSpec  # noqa: E402
 from harnessrl.operator.kube import Owner, proxy, render  # noqa: E402
 from harnessrl.operator.kube import learner as learner_kube  # noqa: E402
 from harnessrl.operator.plan import ClusterPlacement, Images, build_plan  # noqa: E402
@@ -36,6 +36,8 @@ from checks import podspec  # noqa: E402
 Manifest = dict[str, Any]
 NAMESPACE = "default"
 RELAY = "localhost/harnessrl/proxy:0.1.0"  # the forwarders' image: any with Python
+# The engine's default image is the CUDA vLLM image from a registry; here its CPU build (`make images`) runs instead.
+IMAGES = {DEFAULT_ENGINE_IMAGE: "localhost/harnessrl/engine:0.1.0-cpu"}
 SUBNET = "10.89.7"  # pods from .10, Service addresses from .100
 FORWARD = """
 import asyncio, sys
@@ -308,7 +310,7 @@ def main() -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     args.work.chmod(0o755)
-    check = Check(args.work, claims, args.wait, dict(i.split("=", 1) for i in args.image))
+    check = Check(args.work, claims, args.wait, IMAGES | dict(i.split("=", 1) for i in args.image))
     try:
         check.run(rendered(args.example, Images(registry="localhost/harnessrl", tag="0.1.0")))
     finally:
