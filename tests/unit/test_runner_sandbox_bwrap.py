@@ -96,3 +96,21 @@ async def test_without_bubblewrap_the_runner_refuses_unless_unisolated_is_allowe
     res = await sb.run([sys.executable, "-c", "import os; print(os.getcwd())"], {}, 30)
     assert res.stdout.strip() == sb.workspace
     await sb.close()
+
+
+async def test_in_a_pod_the_refusal_names_the_masked_proc_not_a_missing_bubblewrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What bubblewrap 0.8 answers in a container (make cluster-check's runner Pod): /proc has masked paths there,
+    # so the kernel refuses the fresh proc mount its sandbox needs.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "bwrap").write_text("#!/bin/sh\necho \"bwrap: Can't mount proc on /newroot/proc: Operation not "
+                                   "permitted\" >&2\nexit 1\n")
+    (bin_dir / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    with pytest.raises(SandboxError) as refused:
+        await LocalProvider(LocalSandboxConfig(base_dir=tmp_path / "a")).start()
+    message = str(refused.value)
+    assert "cannot mount a fresh /proc" in message and "procMount: Unmasked" in message
+    assert "Install it" not in message and "allowUnisolated: true" in message

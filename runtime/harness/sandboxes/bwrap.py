@@ -184,5 +184,9 @@ def probe(plan: BwrapPlan) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not run: {exc}"
     if res.returncode != 0:
-        return f"bubblewrap cannot create namespaces here (user namespaces disabled?): {res.stderr.strip()[:300]}"
+        err = res.stderr.strip()[:300]
+        if "mount proc" in err:  # a container's /proc has masked paths: the kernel refuses a fresh proc mount
+            return (f"bubblewrap cannot mount a fresh /proc in this container (its /proc is masked; a Pod needs "
+                    f"procMount: Unmasked): {err}")
+        return f"bubblewrap cannot create namespaces here (user namespaces disabled?): {err}"
     return None

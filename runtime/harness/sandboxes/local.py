@@ -469,7 +469,7 @@ class LocalProvider(SandboxProvider):
             self.isolated = False
             if not self.config.allow_unisolated:
                 raise SandboxError(
-                    f"the local sandbox cannot isolate rollouts on this machine: {why}. Install it, or set "
+                    f"the local sandbox cannot isolate rollouts on this machine: {why}. Fix that, or set "
                     "sandbox.local.allowUnisolated: true to run harnesses as plain subprocesses that can read "
                     "everything this runner's user can"
                 )
