@@ -186,13 +186,13 @@ def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, loca
 def test_weight_sync_restart_serves_each_policy_from_a_restarted_engine(tmp_path: Path, local_run: Any) -> None:
     """The fallback weight sync: the learner writes each policy and `policy.json`; `harnessrl run` restarts vLLM
     on it (`--lora-modules policy-vN=...`), and rollouts after that are sampled from it."""
-    path = run_file(tmp_path, steps=2, hub=None, pools=("oneshot",), evaluate=False)
+    path = run_file(tmp_path, steps=3, hub=None, pools=("oneshot",), evaluate=False)
     text = path.read_text()
     assert "weightSync: lora" in text
     path.write_text(text.replace("weightSync: lora", "weightSync: restart"))
     run = local_run(path)
     assert run.wait(timeout_s=900) == 0, run.output()[-4000:]
-    assert [(m["step"], m["policy_version"]) for m in run.metrics()] == [(1, 1), (2, 2)]
+    assert [(m["step"], m["policy_version"]) for m in run.metrics()] == [(1, 1), (2, 2), (3, 3)]
     # The engine is restarted on the newest policy the learner has published when the run looks (steps may
     # come faster than a restart, so not necessarily on each one).
     restarted = [int(line.split(" v")[1].split()[0]) for line in run.output().splitlines()
