@@ -848,9 +848,13 @@ def test_checkpoints_are_retained_after_deletion_and_never_taken_over(operator: 
     kept = operator.wait_for(lambda: operator.get(*claim, namespace=NS))
     assert not kept["metadata"].get("ownerReferences")
     assert kept["metadata"]["labels"]["harnessrl.io/run"] == "run-a" and kept["metadata"]["labels"]["harnessrl.io/run-uid"] == first
+    # Deleted only once its reconcile has written its children: one it wrote after the delete would be a stale
+    # object of the first run that the second run's conflict names before the claim (seen in CI).
     operator.wait_for(lambda: operator.get("batch/v1", "Job", "run-a-learner", namespace=NS))
+    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS))
     operator.delete(*TR, "run-a", namespace=NS)
     assert operator.get("batch/v1", "Job", "run-a-learner", namespace=NS) is None
+    operator.wait_for(lambda: operator.get("apps/v1", "StatefulSet", "run-a-engine", namespace=NS) is None)
     assert operator.get(*claim, namespace=NS)["metadata"]["uid"] == kept["metadata"]["uid"]
     # Same name, new uid: the retained claim is not this run's.
     second = operator.apply(small_run())[0]["metadata"]["uid"]
