@@ -967,6 +967,14 @@ def sandbox_labels(run: str, pool: str) -> dict[str, str]:
     return {RUN_LABEL: run, COMPONENT_LABEL: "sandbox", POOL_LABEL: pool}
 
 
+def sandbox_name_prefix(run: str, pool: str) -> str:
+    """What the names of a pool's sandbox Pods start with. Run and pool names are DNS labels (no dots) and no other
+    Pod of a run has a dot in its name, so `<run>.<pool>.` is no other pool's or run's prefix and names nothing
+    else: the chart's admission policy lets the pool's runners exec into these Pods only, and lets nobody else
+    create a Pod so named (charts/harnessrl/templates/sandbox-policy.yaml)."""
+    return f"{run}.{pool}."
+
+
 def proxy_pod_labels(run: str) -> dict[str, str]:
     return {RUN_LABEL: run, COMPONENT_LABEL: str(ComponentKind.PROXY)}
 
@@ -1078,6 +1086,7 @@ def _sandbox(
         ),
         node_selector=dict(pool.pod.node_selector),
         labels=sandbox_labels(run, name),
+        name_prefix=sandbox_name_prefix(run, name),
         proxy_pod_labels=proxy_pod_labels(run),
         proxy_port=placement.proxy_port,
         proxy_end_port=max(worker_ports(placement.proxy_port, proxy_workers), default=None),
