@@ -30,6 +30,7 @@ from harnessrl.runtime.learner.config import GrpoConfig, RewardConfig
 from harnessrl.runtime.learner.evaluation import is_eval_rollout
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.reward import group_advantages, reward
+from harnessrl.runtime.trajectory.models import BreakCause
 from harnessrl.runtime.viewer.files import Tail, read_line
 from pydantic import BaseModel, ValidationError
 
@@ -46,6 +47,7 @@ class _CompletionHead(BaseModel):
     tool_calls: int = 0
     unknown_tool_calls: int = 0
     invalid_tool_calls: int = 0
+    prefix_breaks: dict[BreakCause, int] = {}
 
 
 class _EntryHead(BaseModel):
@@ -109,6 +111,9 @@ class RolloutRow(BaseModel):
     advantage: float | None = None
     correctness: float
     tool_calls: int
+    unknown_tool_calls: int = 0  # of its tool calls, to a tool its call did not offer
+    invalid_tool_calls: int = 0  # and against the tool's argument schema
+    prefix_breaks: dict[BreakCause, int] = {}  # its calls that started one more training sequence, by cause
     version: int | None = None
 
 
@@ -276,7 +281,9 @@ class RunIndex:
             row = RolloutRow(seq=head.seq, rollout_id=c.rollout_id, harness=head.harness, session_id=c.session_id,
                              evaluation=is_eval_rollout(c.rollout_id), outcome=c.outcome,
                              solved=c.outcome == OutcomeKind.solved, scored=c.outcome in SCORED_OUTCOMES, reward=r,
-                             correctness=c.correctness, tool_calls=c.tool_calls)
+                             correctness=c.correctness, tool_calls=c.tool_calls,
+                             unknown_tool_calls=c.unknown_tool_calls, invalid_tool_calls=c.invalid_tool_calls,
+                             prefix_breaks=c.prefix_breaks)
             self.rows[c.rollout_id] = row
             self.offsets[c.rollout_id] = offset
             if c.session_id:
