@@ -2,7 +2,7 @@
 them), driven by Selenium: each page loads, a filter narrows the list, a token's colour and title are the
 journal's values, a rollout's call graph shows its breaks, and the side-by-side view compares a task under two
 harnesses and at two policy versions. Screenshots of each page are kept in the test's tmp dir (SCREENSHOTS, when
-set, names a directory to copy them to: the README's come from there)."""
+set, names a directory to copy three of them to: `SCREENSHOTS=docs/viewer` makes the README's)."""
 
 from __future__ import annotations
 
@@ -138,5 +138,6 @@ def test_the_views_load_filter_and_colour_tokens_as_journaled(browser: Any, view
     driver.save_screenshot(str(tmp_path / "graph.png"))
     for name in ("run", "rollouts", "rollout", "compare", "graph"):
         assert (tmp_path / f"{name}.png").read_bytes().startswith(b"\x89PNG")
-        if os.environ.get("SCREENSHOTS"):
+    if os.environ.get("SCREENSHOTS"):  # the README's: SCREENSHOTS=docs/viewer
+        for name in ("run", "compare", "graph"):
             shutil.copy(tmp_path / f"{name}.png", os.environ["SCREENSHOTS"])
