@@ -171,6 +171,25 @@ def test_a_saved_index_is_taken_while_the_files_it_read_are_unchanged(viewer_run
     assert anew.rows == first.rows and anew.calls(session) == first.calls(session)
 
 
+def test_a_saved_index_of_an_earlier_format_is_built_anew(viewer_run: Run, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(viewer_run.path, run, ignore=shutil.ignore_patterns("viewer"))
+    first = RunIndex(run)
+    first.refresh()
+    first.save()
+    # As the viewer before rows had prefix breaks saved it: no format, and rows without them.
+    snap = json.loads((run / "viewer" / "index.json").read_text())
+    snap.pop("format", None)
+    for row in snap["rows"]:
+        del row["prefix_breaks"], row["unknown_tool_calls"]
+    (run / "viewer" / "index.json").write_text(json.dumps(snap))
+    again = RunIndex(run)
+    assert again.rows == {}
+    again.refresh()
+    assert again.rows[BROKEN].prefix_breaks == viewer_run.entry(BROKEN).completion.prefix_breaks
+    assert again.rows[BROKEN].unknown_tool_calls == 1
+
+
 def append_completion(run: Path, seq: int, **fields: Any) -> None:
     journal = Journal(run / "checkpoints" / "journal.jsonl", fsync=False)
     journal.append(JournalEntry(seq=seq, harness="oneshot", sequences=[], completion=Completion(
