@@ -192,7 +192,8 @@ class Mlflow:
         self.client.log_batch(self.run_id, metrics=[self.metric(k, v, now_ms, step) for k, v in scalars.items()])
 
     def samples(self, samples: list[RolloutSample], step: int) -> None:
-        # A table artifact per step: log_table appends to a file of the same name, which a resumed step would.
+        # A table artifact per step (MLflow shows it as a table). log_table appends to a file of the same name: a
+        # step taken again after a resume adds its rows to that step's file a second time.
         rows = table_rows(samples)
         self.client.log_table(self.run_id, data={c: [r[i] for r in rows] for i, c in enumerate(COLUMNS)},
                               artifact_file=f"{SAMPLES}/step-{step:06d}.json")
