@@ -129,17 +129,39 @@ def local_run(tmp_path: Path, tiny_model_dir: Path) -> Iterator[Any]:
         run.stop()
 
 
-def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, local_run: Any, hub_server: Any) -> None:
+@pytest.mark.timeout(1800)  # ~8 min on a quiet 2-core CPU; four restarts, vLLM's the slowest
+def test_two_harness_pools_train_sync_checkpoint_export_and_lose_nothing_to_kills(
+    tmp_path: Path, local_run: Any, hub_server: Any
+) -> None:
+    """One run carries two tests' properties, as each run costs a vLLM start and minutes of CPU: two pools
+    train, sync, checkpoint, evaluate and export; and killing any component mid-run loses nothing."""
     token = tmp_path / "hf-token"
     token.write_text(hub_server.token)
-    run = local_run(run_file(tmp_path, steps=4, hub=hub_server, pools=("oneshot", "mini-swe-agent"), evaluate=True),
-                    {"hf-token": token})
+    steps = 6
+    run = local_run(run_file(tmp_path, steps=steps, hub=hub_server, pools=("oneshot", "mini-swe-agent"),
+                             evaluate=True), {"hf-token": token})
+    # One SIGKILL per component kind, each after the run has made progress since the last: the engine (its
+    # restart loses the hot-loaded LoRA; the learner loads the current policy into it again), the proxy
+    # (it rebuilds its sessions from its journal), the runner (its leases are handed out again) and the
+    # learner (it resumes from its last checkpoint and replays the completions journaled since).
+    victims = ["engine-0", "quickstart-proxy", "quickstart-oneshot-runner", "quickstart-learner"]
+    versions_at_kill: dict[str, int] = {}
+    killed_at: dict[str, float] = {}
+    for step, victim in enumerate(victims, start=1):
+        # Generous: vLLM's start alone has taken 5 minutes on this CPU when it was shared by several test runs.
+        run.wait_for_step(step, timeout_s=600)
+        versions_at_kill[victim] = run.metrics()[-1]["policy_version"]
+        killed_at[victim] = time.time()
+        os.killpg(run.pid(victim), signal.SIGKILL)
     assert run.wait(timeout_s=600) == 0, run.output()[-4000:]
-    assert "finished" in run.output()
+    output = run.output()
+    assert "finished" in output
+    for victim in victims:
+        assert f"{victim} exited with status -9; restarting" in output
 
     metrics = run.metrics()
-    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    assert [m["policy_version"] for m in metrics] == [1, 2, 3, 4]  # a LoRA sync after every step
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))  # resumed, no step lost or repeated
+    assert [m["policy_version"] for m in metrics] == list(range(1, steps + 1))  # a LoRA sync after every step
     assert sum(m["groups_trained"] for m in metrics) >= 4
 
     journal = run.journal()
@@ -155,11 +177,28 @@ def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, loca
         repeated = sum(m["repeated_prefix_tokens_by_harness"].get(harness, 0) for m in metrics)
         assert 0 < repeated < sum(m["tokens_by_harness"].get(harness, 0) for m in metrics), (harness, metrics)
 
-    # The eval schedule ran before the first step and after the last: pass@1 of the base policy and of policy
-    # v4 on the held-out split, both pools.
+    # An unscored completion (infrastructure failure, e.g. while the proxy or the engine was down) is journaled
+    # and its rollout leased again; a scored one must appear once.
+    scored = {kind.value for kind in SCORED_OUTCOMES}
+    ids = [e["completion"]["rollout_id"] for e in journal if e["completion"]["outcome"] in scored]
+    assert len(ids) == len(set(ids)), "a completed rollout was counted twice"
+    # Every rollout a runner saw accepted by the coordinator is in the learner's journal.
+    log = (run.run_dir / "logs" / "quickstart-oneshot-runner.log").read_text()
+    accepted = {line.split("rollout ", 1)[1].split(":", 1)[0] for line in log.splitlines() if ": accepted" in line}
+    assert accepted and accepted <= {e["completion"]["rollout_id"] for e in journal}
+    # Runners close their sessions, so outages that fail rollouts fast never fill the proxy's session table.
+    assert "maximum number of sessions" not in log
+    # The restarted engine served the policy of the moment again (the proxy names the current policy's adapter:
+    # a turn recorded under version v was answered by the engine with v's LoRA loaded, not the base model).
+    after = [s for e in journal if e["completion"]["outcome"] in scored
+             and e["completion"]["timings"]["started_at"] > killed_at["engine-0"] for s in e["sequences"]]
+    assert after and min(min(s["policy_versions"]) for s in after) >= versions_at_kill["engine-0"]
+
+    # The eval schedule ran before the first step and after the last (once each, though the learner restarted):
+    # pass@1 of the base policy and of the last policy on the held-out split, both pools.
     base, evaluation = [json.loads(ln) for ln in (run.run_dir / "checkpoints" / "eval.jsonl").read_text().splitlines()]
     assert (base["step"], base["policy_version"]) == (0, 0)
-    assert evaluation["step"] == 4 and evaluation["policy_version"] == 4
+    assert evaluation["step"] == steps and evaluation["policy_version"] == steps
     for record in (base, evaluation):
         assert {p["pool"] for p in record["pools"]} == {"oneshot", "mini-swe-agent"}
         assert all(p["pending"] == 0 and p["scored"] + p["unscored"] == p["rollouts"] > 0 for p in record["pools"])
@@ -174,9 +213,11 @@ def test_two_harness_pools_train_sync_checkpoint_and_export(tmp_path: Path, loca
     assert usage.tokens_sampled == sum(sum(s["loss_mask"]) for s in sequences) > 0 and usage.sandbox_seconds > 0
 
     checkpoints = sorted(p.name for p in (run.run_dir / "checkpoints").glob("step-*"))
-    assert "step-0000004" in checkpoints
+    assert f"step-{steps:07d}" in checkpoints
+    # Every second step's checkpoint is on the Hub, the one the learner was killed after included (a restart
+    # exports its checkpoint again).
     repo = hub_server.state.repos["harnessrl/e2e-quickstart"]
-    assert {"step-2", "step-4"} <= set(repo.branches), repo.branches
+    assert {"step-2", "step-4", "step-6"} <= set(repo.branches), repo.branches
     # The Hub token is a secret: no log, config or plan of the run holds it.
     for path in run.run_dir.rglob("*"):
         if path.is_file() and path.suffix in {".log", ".json", ".jsonl", ".yaml"}:
@@ -205,46 +246,3 @@ def test_weight_sync_restart_serves_each_policy_from_a_restarted_engine(tmp_path
     # a policy whose engine was still restarting failed as the engine's, unscored).
     versions = Counter(min(s["policy_versions"]) for e in run.journal() for s in e["sequences"])
     assert any(versions[v] > 0 for v in restarted), (versions, restarted)
-
-
-@pytest.mark.timeout(1800)  # ~7 min on a quiet 2-core CPU; four restarts, vLLM's the slowest
-def test_killing_any_component_mid_run_loses_nothing(tmp_path: Path, local_run: Any) -> None:
-    steps = 6
-    run = local_run(run_file(tmp_path, steps=steps, hub=None, pools=("oneshot",), evaluate=False))
-    # One SIGKILL per component kind, each after the run has made progress since the last: the engine (its
-    # restart loses the hot-loaded LoRA; the learner loads the current policy into it again), the proxy
-    # (it rebuilds its sessions from its journal), the runner (its leases are handed out again) and the
-    # learner (it resumes from its last checkpoint and replays the completions journaled since).
-    victims = ["engine-0", "quickstart-proxy", "quickstart-oneshot-runner", "quickstart-learner"]
-    versions_at_kill: dict[str, int] = {}
-    killed_at: dict[str, float] = {}
-    for step, victim in enumerate(victims, start=1):
-        # Generous: vLLM's start alone has taken 5 minutes on this CPU when it was shared by several test runs.
-        run.wait_for_step(step, timeout_s=600)
-        versions_at_kill[victim] = run.metrics()[-1]["policy_version"]
-        killed_at[victim] = time.time()
-        os.killpg(run.pid(victim), signal.SIGKILL)
-    assert run.wait(timeout_s=600) == 0, run.output()[-4000:]
-    output = run.output()
-    for victim in victims:
-        assert f"{victim} exited with status -9; restarting" in output
-
-    metrics = run.metrics()
-    assert [m["step"] for m in metrics] == list(range(1, steps + 1))  # resumed, no step lost or repeated
-    journal = run.journal()
-    # An unscored completion (infrastructure failure, e.g. while the proxy or the engine was down) is journaled
-    # and its rollout leased again; a scored one must appear once.
-    scored = {kind.value for kind in SCORED_OUTCOMES}
-    ids = [e["completion"]["rollout_id"] for e in journal if e["completion"]["outcome"] in scored]
-    assert len(ids) == len(set(ids)), "a completed rollout was counted twice"
-    # Every rollout a runner saw accepted by the coordinator is in the learner's journal.
-    log = (run.run_dir / "logs" / "quickstart-oneshot-runner.log").read_text()
-    accepted = {line.split("rollout ", 1)[1].split(":", 1)[0] for line in log.splitlines() if ": accepted" in line}
-    assert accepted and accepted <= {e["completion"]["rollout_id"] for e in journal}
-    # Runners close their sessions, so outages that fail rollouts fast never fill the proxy's session table.
-    assert "maximum number of sessions" not in log
-    # The restarted engine served the policy of the moment again (the proxy names the current policy's adapter:
-    # a turn recorded under version v was answered by the engine with v's LoRA loaded, not the base model).
-    after = [s for e in journal if e["completion"]["outcome"] in scored
-             and e["completion"]["timings"]["started_at"] > killed_at["engine-0"] for s in e["sequences"]]
-    assert after and min(min(s["policy_versions"]) for s in after) >= versions_at_kill["engine-0"]

