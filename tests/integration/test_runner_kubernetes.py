@@ -85,7 +85,7 @@ def test_pod_and_network_policy_are_what_the_pool_says(kube_api: Any) -> None:
                       "harnessrl.io/sandbox": sandbox_id}
 
     policy = kube_api.get("networking.k8s.io/v1", "NetworkPolicy", name, "default")["spec"]
-    assert policy["podSelector"] == {"matchLabels": {"harnessrl.io/sandbox": sandbox_id}}
+    assert policy["podSelector"] == {"matchLabels": {"team": "rl", "harnessrl.io/sandbox": sandbox_id}}  # its run's labels too
     assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []
     to_proxy, to_dns = policy["egress"]
     assert to_proxy == {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "harnessrl-proxy"}}}],
@@ -248,7 +248,7 @@ def test_the_grader_pod_is_the_rollout_pods_twin_without_network(kube_api: Any) 
     assert name.startswith(POOL_SANDBOX.name_prefix) and sandbox_id != rollout["metadata"]["labels"]["harnessrl.io/sandbox"]
     assert pod["metadata"]["labels"] == {**rollout["metadata"]["labels"], "harnessrl.io/sandbox": sandbox_id}
     policy = kube_api.get("networking.k8s.io/v1", "NetworkPolicy", name, "default")["spec"]
-    assert policy["podSelector"] == {"matchLabels": {"harnessrl.io/sandbox": sandbox_id}}
+    assert policy["podSelector"] == {"matchLabels": {"team": "rl", "harnessrl.io/sandbox": sandbox_id}}  # its run's labels too
     assert (policy["ingress"], policy["egress"], policy["policyTypes"]) == ([], [], ["Ingress", "Egress"])
     prov.reap()
     assert sandboxes(kube_api) == ([], [])

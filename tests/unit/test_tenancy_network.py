@@ -70,3 +70,30 @@ def test_sandboxes_resolve_names_only_at_the_cluster_dns() -> None:
         for listener in (PodRef("team-b", {"app": "dns"}), PodRef("kube-system", {"app": "other"}),
                          PodRef("team-b", {"k8s-app": "kube-dns"})):
             assert not connection_allowed(policies, sandbox, listener, 53, protocol), (listener, protocol)
+
+
+def test_a_runner_cannot_borrow_another_runs_sandbox_policy_by_its_id() -> None:
+    """Runs a and b share a namespace. The sandbox admission policy makes a's runner label its Pods as run a's
+    sandboxes, but the sandbox id label is its to choose: it gives a Pod run b's id, so that b's per-sandbox
+    NetworkPolicy (egress to b's proxy) selects it too. b's proxy admits any source when b has an E2B pool (its
+    sandboxes call from outside the cluster); here b's proxy has no ingress policy, which is that case."""
+    from harnessrl.runtime.harness.config import KubernetesSandboxConfig
+    from harnessrl.runtime.harness.sandboxes.kubernetes import network_policy_manifest, sandbox_labels
+
+    def config(run: str) -> KubernetesSandboxConfig:
+        return KubernetesSandboxConfig(
+            namespace="team-a", image="img", name_prefix=f"{run}.p.",
+            labels={"harnessrl.io/run": run, "harnessrl.io/component": "sandbox", "harnessrl.io/pool": "p"},
+            proxy_pod_labels={"harnessrl.io/run": run, "harnessrl.io/component": "proxy"})
+
+    a, b = config("a"), config("b")
+    b_labels = sandbox_labels(b, "p", "runner-b", "rollout-b", "0123456789abcdef")
+    b_policy = network_policy_manifest(b, "b.p.0123456789abcdef", b_labels)
+    a_run_policy = next(m for m in run_manifests() if m["kind"] == "NetworkPolicy"
+                        and m["spec"]["podSelector"]["matchLabels"].get("harnessrl.io/component") == "sandbox")
+    a_run_policy["spec"]["podSelector"]["matchLabels"]["harnessrl.io/run"] = "a"  # run_manifests' run is "run"
+    borrower = PodRef("team-a", sandbox_labels(a, "p", "runner-a", "rollout-a", "0123456789abcdef"))
+    b_proxy = PodRef("team-a", {"harnessrl.io/run": "b", "harnessrl.io/component": "proxy"})
+    b_sandbox = PodRef("team-a", b_labels)
+    assert connection_allowed([b_policy, a_run_policy], b_sandbox, b_proxy, 8080)  # b's own sandbox does
+    assert not connection_allowed([b_policy, a_run_policy], borrower, b_proxy, 8080)

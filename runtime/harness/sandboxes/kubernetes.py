@@ -141,13 +141,19 @@ def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, s
     }
 
 
+def own_selector(config: KubernetesSandboxConfig, labels: dict[str, str]) -> dict[str, Any]:
+    """One sandbox's Pod by its id and its run's labels: the id is the runner's to choose (the admission policy
+    holds only the run and pool labels), so an id alone would let a runner put its Pod under another run's policy."""
+    return {"matchLabels": {k: labels[k] for k in (*config.labels, LABEL_SANDBOX)}}
+
+
 def grader_network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str]) -> dict[str, Any]:
     """The grader reaches nothing and nothing reaches it."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
-        "spec": {"podSelector": {"matchLabels": {LABEL_SANDBOX: labels[LABEL_SANDBOX]}}, "policyTypes": ["Ingress", "Egress"],
+        "spec": {"podSelector": own_selector(config, labels), "policyTypes": ["Ingress", "Egress"],
                  "ingress": [], "egress": []},
     }
 
@@ -171,7 +177,7 @@ def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: 
         "kind": "NetworkPolicy",
         "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
         "spec": {
-            "podSelector": {"matchLabels": {LABEL_SANDBOX: labels[LABEL_SANDBOX]}},
+            "podSelector": own_selector(config, labels),
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],
             "egress": [
