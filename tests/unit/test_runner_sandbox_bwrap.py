@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -114,3 +118,29 @@ async def test_in_a_pod_the_refusal_names_the_masked_proc_not_a_missing_bubblewr
     message = str(refused.value)
     assert "cannot mount a fresh /proc" in message and "procMount: Unmasked" in message
     assert "Install it" not in message and "allowUnisolated: true" in message
+
+
+async def test_a_process_that_slips_the_kill_and_holds_the_output_does_not_hang_the_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unisolated, a harness can start a process in a session of its own without the sandbox's tag, holding the
+    command's stdout. asyncio's Process.wait() returns only once every pipe is closed, so the runner waited on
+    it for as long as that process lived (seen in make fresh-check, where a sandbox's bubblewrap init outlived
+    the kill while holding the pipes): the command must still end, its output cut at the kill."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    provider = LocalProvider(LocalSandboxConfig(base_dir=tmp_path / "b", allow_unisolated=True))
+    await provider.start()
+    sb = await provider.open("r", TASK)
+    pid_file = tmp_path / "escaped.pid"
+    escape = ("import os, subprocess, sys, time\n"
+              "env = {k: v for k, v in os.environ.items() if not k.startswith('HARNESSRL')}\n"
+              f"p = subprocess.Popen(['/bin/sleep', '60'], env=env, start_new_session=True)\n"
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+              "print('started', flush=True)\n")
+    try:
+        res = await asyncio.wait_for(sb.run([sys.executable, "-c", escape], {}, 30), 20)
+        assert res.exit_code == 0 and "started" in res.stdout
+    finally:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        await sb.close()

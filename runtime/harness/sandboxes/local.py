@@ -127,17 +127,29 @@ def kill_tagged(marker: str) -> int:
     return killed
 
 
-async def _tail(stream: asyncio.StreamReader | None) -> bytes:
-    """Everything a pipe carries until EOF, keeping only its last OUTPUT_LIMIT bytes."""
-    buf = bytearray()
+async def _exited(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
+    """Whether the process has exited within timeout_s. Not proc.wait(): that returns only once every pipe of
+    the process is closed too, which a process still holding its output can put off for as long as it lives."""
+    deadline = time.monotonic() + timeout_s
+    while proc.returncode is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(EXIT_POLL_S)
+    return True
+
+
+async def _tail(stream: asyncio.StreamReader | None, buf: bytearray) -> None:
+    """Read a pipe until EOF into buf, keeping only its last OUTPUT_LIMIT bytes (buf holds what was read if the
+    reading is cancelled)."""
     while stream is not None and (chunk := await stream.read(65536)):
         buf += chunk
         del buf[:-OUTPUT_LIMIT]
-    return bytes(buf)
 
 
 # How often a running command's disk use is measured against `max_disk_mb`.
 DISK_CHECK_S = 2.0
+EXIT_POLL_S = 0.05  # how often a command is checked for its exit (the wait is per command, not per token)
+KILL_WAIT_S = 10.0  # a SIGKILLed command is gone at once; past this its exit code is unknown (-9)
 
 
 def disk_usage(root: Path) -> int:
@@ -344,26 +356,26 @@ class LocalSandbox(Sandbox):
             )
         except (OSError, ValueError) as exc:
             raise SandboxError(f"cannot start {command[0]!r}: {exc}") from exc
-        readers = [asyncio.ensure_future(_tail(proc.stdout)), asyncio.ensure_future(_tail(proc.stderr))]
+        out, err = bytearray(), bytearray()
+        readers = [asyncio.ensure_future(_tail(proc.stdout, out)), asyncio.ensure_future(_tail(proc.stderr, err))]
         limit_mb = self.provider.config.max_disk_mb
         watchdog = asyncio.ensure_future(self._watch_disk(disk, proc.pid, limit_mb)) if limit_mb else None
         timed_out = False
         try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
-            timed_out = True
+            timed_out = not await _exited(proc, timeout_s)
         finally:
             if watchdog is not None:
                 watchdog.cancel()
             # Normal exit, timeout or cancellation: nothing it started may keep running.
             self._kill(proc.pid)
-            if proc.returncode is None:
-                await asyncio.shield(proc.wait())
-            # A process that slipped the kill (unisolated) may hold the pipes open: stop reading after a while.
-            done, pending = await asyncio.wait(readers, timeout=5)
+            await asyncio.shield(_exited(proc, KILL_WAIT_S))
+            # A process that slipped the kill (unisolated) may hold the pipes open: stop reading after a while,
+            # and close our ends.
+            _, pending = await asyncio.wait(readers, timeout=5)
             for reader in pending:
                 reader.cancel()
-        out, err = (r.result() if r in done and not r.cancelled() else b"" for r in readers)
+            if pending:
+                proc._transport.close()  # type: ignore[attr-defined]  # asyncio's Process has no public close
         exceeded = watchdog.result() if watchdog and watchdog.done() and not watchdog.cancelled() else None
         return ExecResult(
             exit_code=proc.returncode if proc.returncode is not None else -9,
