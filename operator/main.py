@@ -8,7 +8,7 @@ import contextlib
 import logging
 from typing import Any
 
-from harnessrl.runtime.server_limits import ServerLimits
+from harnessrl.runtime.contracts.server_limits import ServerLimits
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -28,15 +28,13 @@ from harnessrl.operator.api.common import (
 from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import EngineServers, ServedModel, TrainingRunSpec
-from harnessrl.runtime.coordinator.ledger import PoolHarness
-from harnessrl.runtime.engine.api_key import ENV as API_KEY_ENV
-from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
-from harnessrl.runtime.harness import config as runner_cfg
-from harnessrl.runtime.harness.config import RunnerConfig
-from harnessrl.runtime.harness.versions import pin
-from harnessrl.runtime.learner import config as learner_cfg
-from harnessrl.runtime.learner.config import LearnerConfig
-from harnessrl.runtime.learner.memory import (
+from harnessrl.runtime.contracts import learner_config as learner_cfg
+from harnessrl.runtime.contracts import runner_config as runner_cfg
+from harnessrl.runtime.contracts.coordinator import PoolHarness
+from harnessrl.runtime.contracts.engine_config import API_KEY_ENV, EngineConfig, LoraSettings
+from harnessrl.runtime.contracts.harness_versions import pin
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
+from harnessrl.runtime.contracts.learner_memory import (
     GIB,
     KNOWN_SHAPES,
     MemoryPlan,
@@ -45,8 +43,8 @@ from harnessrl.runtime.learner.memory import (
     fits,
     plan_memory,
 )
-from harnessrl.runtime.proxy.config import AdmissionLimits, ProxyConfig
-from harnessrl.runtime.proxy.workers import worker_ports
+from harnessrl.runtime.contracts.proxy_config import AdmissionLimits, ProxyConfig, worker_ports
+from harnessrl.runtime.contracts.runner_config import RunnerConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnessrl import __version__
@@ -883,7 +881,7 @@ ALLOW_LONG_CONTEXT_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 
 def check_context(servers: EngineServers, limit: int | None, source: str) -> None:
-    """engine.maxModelLen against the longest sequence the model's config allows (runtime/learner/memory.py
+    """engine.maxModelLen against the longest sequence the model's config allows (runtime/contracts/learner_memory.py
     context_limit, as vLLM derives it: vLLM refuses to start past it); `limit` None: not known here."""
     wanted = servers.max_model_len
     override = any(e.name == ALLOW_LONG_CONTEXT_ENV and e.value_from is None and (e.value or "").lower() in ("1", "true")

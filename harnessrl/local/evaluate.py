@@ -41,9 +41,9 @@ from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.manifest import ManifestError
 from harnessrl.operator.api.trainingrun import HarnessRef
 from harnessrl.operator.plan import VLLM_LORA_RANKS, Plan, PlanError, build_plan
+from harnessrl.runtime.contracts.coordinator import PoolHarness
+from harnessrl.runtime.contracts.engine_config import EngineConfig, LoraSettings
 from harnessrl.runtime.contracts.proxy import PolicyState, ProxyClient
-from harnessrl.runtime.coordinator.ledger import PoolHarness
-from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalResults, EvalStatus

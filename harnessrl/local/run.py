@@ -53,13 +53,13 @@ from harnessrl.operator.plan import (
     pool_names,
     validation_task_ids_file,
 )
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.engine.launch import engine_argv, engine_env
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.engine_launch import engine_argv, engine_env
+from harnessrl.runtime.contracts.learner_config import LearnerConfig, SyncMode
+from harnessrl.runtime.contracts.learner_memory import context_limit
+from harnessrl.runtime.contracts.runner_config import LocalSandboxConfig, RunnerConfig
 from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published, sync_dir
-from harnessrl.runtime.harness.config import LocalSandboxConfig, RunnerConfig
 from harnessrl.runtime.harness.tasks import SPLITS, Split, TaskError, load_dir, split_tasks
-from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
-from harnessrl.runtime.learner.memory import context_limit
 from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
 

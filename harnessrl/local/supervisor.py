@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from harnessrl.runtime.learner.failure import EXIT_FAILED
+from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED
 
 
 class SupervisorError(RuntimeError):

@@ -19,7 +19,7 @@ from harnessrl.operator.api.common import (
 )
 from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
 from harnessrl.operator.plan import Component, ComponentKind, SecretFile
-from harnessrl.runtime.harness.sandboxes.kubernetes import RESTRICTED_CONTAINER, restricted_pod
+from harnessrl.runtime.contracts.kubernetes import RESTRICTED_CONTAINER, restricted_pod
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]

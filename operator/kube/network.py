@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from harnessrl.operator.kube.common import COMPONENT, RUN, Manifest, Owner, metadata, selector
 from harnessrl.operator.plan import Component, ComponentKind, Plan
-from harnessrl.runtime.harness.sandboxes.kubernetes import tcp_ports
+from harnessrl.runtime.contracts.kubernetes import tcp_ports
 
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 METRICS_SCRAPER = "harnessrl.io/metrics-scraper"

@@ -30,7 +30,7 @@ from harnessrl.operator.kube.common import (
 )
 from harnessrl.operator.kube.storage import task_set
 from harnessrl.operator.plan import Component, Plan
-from harnessrl.runtime.harness.config import KubernetesSandboxConfig, RunnerConfig
+from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig, RunnerConfig
 
 # What a kubernetes-sandbox runner does in its namespace, and nothing more.
 SANDBOX_CLUSTER_ROLE = "harnessrl-sandbox"  # cluster-scoped like the CRDs: one per cluster, from the chart

@@ -117,7 +117,7 @@ def task_set(plan: Plan, image: str) -> tuple[list[Manifest], list[Manifest], li
 TASK_INDEX = """\
 import os, pathlib
 from pydantic import TypeAdapter
-from harnessrl.runtime.harness.config import TaskSource
+from harnessrl.runtime.contracts.runner_config import TaskSource
 from harnessrl.runtime.harness.tasks import load_dir, source_dir, split_tasks
 source = TypeAdapter(TaskSource).validate_json(os.environ["HARNESSRL_TASKS"])
 tasks = load_dir(source_dir(source))

@@ -19,8 +19,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from harnessrl.runtime import logs
+    from harnessrl.runtime.contracts.proxy_config import load_config
     from harnessrl.runtime.proxy.allocator import use_mimalloc
-    from harnessrl.runtime.proxy.config import load_config
 
     try:
         config = load_config(args.config)

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig, worker_port, worker_ports
 
 log = logging.getLogger("harnessrl.proxy.workers")
 
@@ -40,15 +40,6 @@ FORWARDED_HEADER = "x-harnessrl-forwarded"  # set on a forwarded write, so its r
 QUICK_EXIT_S = 5.0  # a worker that exits sooner than this after its start has failed to start
 QUICK_EXITS_ALLOWED = 5  # in a row, per worker, before the supervisor gives up (bad config, port taken)
 STOP_GRACE_S = 10.0
-
-
-def worker_port(replica_port: int, index: int) -> int:
-    return replica_port + 1 + index
-
-
-def worker_ports(replica_port: int, workers: int) -> list[int]:
-    """The workers' own ports, after the replica's (none for a replica of one process, which serves at its port)."""
-    return [worker_port(replica_port, k) for k in range(workers)] if workers > 1 else []
 
 
 def proxy_ports(config: ProxyConfig) -> frozenset[int]:

@@ -243,7 +243,7 @@ def test_every_refused_example_is_a_condition_with_the_servers_message(operator:
 
 
 def test_the_pool_shows_the_harness_version_it_runs(operator: Any) -> None:
-    from harnessrl.runtime.harness.versions import pin
+    from harnessrl.runtime.contracts.harness_versions import pin
 
     pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
                              and (p.get("status") or {}).get("harnessVersion") and p)

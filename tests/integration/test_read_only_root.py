@@ -68,8 +68,8 @@ def test_the_learner_trains_and_checkpoints_on_a_read_only_root(tmp_path: Path, 
 
 @pytest.mark.vllm
 def test_vllm_serves_on_a_read_only_root(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from harnessrl.runtime.engine.config import CpuSettings, EngineConfig, LoraSettings
-    from harnessrl.runtime.engine.launch import engine_command
+    from harnessrl.runtime.contracts.engine_config import CpuSettings, EngineConfig, LoraSettings
+    from harnessrl.runtime.contracts.engine_launch import engine_command
 
     from tests.fixtures.vllm_server import STARTUP_TIMEOUT_S, stop_process_group, wait_healthy
     from tests.ports import free_port

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harnessrl.runtime.harness.config import KubernetesSandboxConfig, Resources
+from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig, Resources
 from harnessrl.runtime.harness.sandboxes import kubernetes
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.kubernetes import STDERR_LIMIT, STDOUT_LIMIT, KubernetesProvider

@@ -19,7 +19,7 @@ import yaml
 from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.reasons import CONTEXT_TOO_LONG
 from harnessrl.operator.plan import ClusterPlacement, ContextTooLong, build_engine_pool_plan
-from harnessrl.runtime.learner.memory import KNOWN_SHAPES, context_limit
+from harnessrl.runtime.contracts.learner_memory import KNOWN_SHAPES, context_limit
 
 from harnessrl.local.run import main
 from tests.unit.test_local_plan import args

@@ -12,8 +12,12 @@ from typing import Any
 
 import pytest
 from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
-from harnessrl.runtime.learner.config import LearnerConfig
-from harnessrl.runtime.learner.failure import TRACKER_UNAVAILABLE, LearnerFailure, parse_termination_message
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
+from harnessrl.runtime.contracts.learner_exit import (
+    TRACKER_UNAVAILABLE,
+    LearnerFailure,
+    parse_termination_message,
+)
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.tracking import Tracking, missing
 from tensorboardX.proto.event_pb2 import Event, SessionLog

@@ -33,9 +33,9 @@ from harnessrl.operator.plan import (
     build_plan,
     stopped,
 )
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.learner.config import LearnerConfig
-from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
 
 from harnessrl.local.run import LocalPlacement
 

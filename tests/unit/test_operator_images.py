@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from harnessrl.operator.plan import Images
-from harnessrl.runtime.harness.versions import pins
+from harnessrl.runtime.contracts.harness_versions import pins
 
 from harnessrl.cli import COMMANDS
 

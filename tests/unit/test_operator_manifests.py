@@ -19,10 +19,10 @@ from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
 from harnessrl.operator.plan import CLUSTER_PATHS, ClusterPlacement, build_plan
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.harness.config import RunnerConfig
-from harnessrl.runtime.learner.config import LearnerConfig
-from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
+from harnessrl.runtime.contracts.runner_config import RunnerConfig
 
 from tests.kube_emulator.builtin_rules import selector_matches, semantic_causes
 

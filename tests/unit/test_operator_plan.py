@@ -11,8 +11,11 @@ import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.plan import ClusterPlacement, ComponentKind, Images, PlanError, build_plan, child_name
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.harness.config import (
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.harness_versions import pin
+from harnessrl.runtime.contracts.learner_config import LearnerConfig, SyncMode, TrackingConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
+from harnessrl.runtime.contracts.runner_config import (
     CustomHarnessSpec,
     DirTasks,
     E2BSandboxConfig,
@@ -21,9 +24,6 @@ from harnessrl.runtime.harness.config import (
     LocalSandboxConfig,
     RunnerConfig,
 )
-from harnessrl.runtime.harness.versions import pin
-from harnessrl.runtime.learner.config import LearnerConfig, SyncMode, TrackingConfig
-from harnessrl.runtime.proxy.config import ProxyConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
-VERSIONS_FILE = Path(__file__).with_name("versions.json")
+VERSIONS_FILE = Path(__file__).with_name("harness_versions.json")
 
 
 class Pin(BaseModel):

@@ -7,6 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# The variable vLLM reads the key an EnginePool's servers require from (runtime/engine/api_key.py).
+API_KEY_ENV = "VLLM_API_KEY"
+
 
 class LoraSettings(BaseModel):
     """LoRA serving: the learner syncs weights by hot-loading adapters (`/v1/load_lora_adapter`)."""
