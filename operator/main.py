@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     from harnessrl.operator.endpoints import endpoints, serve_beside
     from harnessrl.operator.handlers import OperatorOptions, build_registry
     from harnessrl.operator.leader import LeaderElection, default_namespace
-    from harnessrl.operator.plan import Images
+    from harnessrl.operator.plan.types import Images
 
     images = Images().model_copy(
         update={k: v for k, v in {"registry": args.image_registry, "tag": args.image_tag}.items() if v}

@@ -3,7 +3,7 @@
     harnessrl eval RUN_FILES... --checkpoint DIR|base [--checkpoint ...] --volume CLAIM=DIR --out DIR
                    [--split test] [--harness POOL ...] [--limit N] [--attempts K]
 
-The TrainingRun's plan (operator/plan.py) gives the engine, proxy and runner configs, realised as local
+The TrainingRun's plan (operator/plan/) gives the engine, proxy and runner configs, realised as local
 processes as `harnessrl run` does (harnessrl/local/run.py). The engine and proxy start once; for each checkpoint its
 LoRA adapter is hot-loaded into the engine under its own name, the proxy is told to serve that name (PUT
 /policy), and an eval coordinator (runtime/evaluation) hands every (task × pool × attempt) to the pools'
@@ -40,7 +40,9 @@ from harnessrl.local.run import (
 from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.manifest import ManifestError
 from harnessrl.operator.api.trainingrun import HarnessRef
-from harnessrl.operator.plan import VLLM_LORA_RANKS, Plan, PlanError, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.engine import VLLM_LORA_RANKS
+from harnessrl.operator.plan.types import Plan, PlanError
 from harnessrl.runtime.contracts.coordinator import PoolHarness
 from harnessrl.runtime.contracts.engine_config import EngineConfig, LoraSettings
 from harnessrl.runtime.contracts.proxy import PolicyState, ProxyClient

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from harnessrl.operator.plan import Plan
+from harnessrl.operator.plan.types import Plan
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 

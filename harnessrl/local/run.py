@@ -39,20 +39,11 @@ from harnessrl.operator.api.common import VolumePath
 from harnessrl.operator.api.harnesspool import HarnessPool
 from harnessrl.operator.api.manifest import ManifestError, load_manifests
 from harnessrl.operator.api.trainingrun import HubSource, TrainingRun, TrainingRunSpec
-from harnessrl.operator.plan import (
-    PATHS,
-    Component,
-    ComponentKind,
-    Placement,
-    Plan,
-    PlanError,
-    build_plan,
-    check_context,
-    check_learner_memory,
-    eval_task_ids_file,
-    pool_names,
-    validation_task_ids_file,
-)
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.memory import check_context, check_learner_memory
+from harnessrl.operator.plan.placement import PATHS, Placement, eval_task_ids_file, validation_task_ids_file
+from harnessrl.operator.plan.pools import pool_names
+from harnessrl.operator.plan.types import Component, ComponentKind, Plan, PlanError
 from harnessrl.runtime.contracts.engine_config import EngineConfig
 from harnessrl.runtime.contracts.engine_launch import engine_argv, engine_env
 from harnessrl.runtime.contracts.learner_config import LearnerConfig, SyncMode

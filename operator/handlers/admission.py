@@ -24,7 +24,8 @@ from harnessrl.operator.handlers.apply import (
 )
 from harnessrl.operator.handlers.status import QueueState
 from harnessrl.operator.kube import Manifest, Owner, kueue
-from harnessrl.operator.plan import Admissible, ComponentKind, stopped
+from harnessrl.operator.plan import stopped
+from harnessrl.operator.plan.types import Admissible, ComponentKind
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("harnessrl.operator.admission")

@@ -29,7 +29,7 @@ from harnessrl.operator.handlers.apply import Kube, path
 from harnessrl.operator.handlers.cache import ChildCache, KindKey, OnChange
 from harnessrl.operator.handlers.metrics import OperatorMetrics, PoolUsages, Usages
 from harnessrl.operator.leader import Elector, LeaderElection, default_namespace
-from harnessrl.operator.plan import Images
+from harnessrl.operator.plan.types import Images
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field

@@ -24,7 +24,9 @@ from harnessrl.operator.handlers.status import engine_pool_status, pool_blocked_
 from harnessrl.operator.handlers.trainingrun import Manifest, read_status, spec_problems, write_status
 from harnessrl.operator.kube import Owner, engine
 from harnessrl.operator.kube.common import selector
-from harnessrl.operator.plan import ClusterPlacement, ComponentKind, PlanError, build_engine_pool_plan
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.types import ComponentKind, PlanError
 from pydantic import ValidationError
 
 log = logging.getLogger("harnessrl.operator.enginepool")

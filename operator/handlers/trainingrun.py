@@ -47,17 +47,11 @@ from harnessrl.operator.handlers.status import (
 from harnessrl.operator.kube import Owner, engine, learner, proxy, render, storage
 from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN, selector
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
-from harnessrl.operator.plan import (
-    ClusterPlacement,
-    ComponentKind,
-    Plan,
-    PlanError,
-    build_plan,
-    child_name,
-    engine_pool_store_secret,
-    pool_names,
-    pool_share,
-)
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.names import child_name, engine_pool_store_secret
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.pools import pool_names, pool_share
+from harnessrl.operator.plan.types import ComponentKind, Plan, PlanError
 from harnessrl.runtime.contracts.status import fetch
 from pydantic import BaseModel, ValidationError
 

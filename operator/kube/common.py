@@ -18,7 +18,7 @@ from harnessrl.operator.api.common import (
     PodOverrides,
 )
 from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
-from harnessrl.operator.plan import Component, ComponentKind, SecretFile
+from harnessrl.operator.plan.types import Component, ComponentKind, SecretFile
 from harnessrl.runtime.contracts.kubernetes import RESTRICTED_CONTAINER, restricted_pod
 from pydantic import BaseModel, ConfigDict
 

@@ -31,16 +31,12 @@ from harnessrl.operator.kube.common import (
 )
 from harnessrl.operator.kube.network import DEFAULT_OPERATOR_NAMESPACE, operator_peer
 from harnessrl.operator.kube.storage import engine_model
-from harnessrl.operator.plan import (
-    AdapterStorePlan,
-    Component,
-    ComponentKind,
-    EnginePoolPlan,
-    Plan,
+from harnessrl.operator.plan.names import (
     engine_pool_api_key_secret,
     engine_pool_store_secret,
     run_store_secret,
 )
+from harnessrl.operator.plan.types import AdapterStorePlan, Component, ComponentKind, EnginePoolPlan, Plan
 from harnessrl.runtime.contracts.engine_config import EngineConfig
 from harnessrl.runtime.contracts.engine_launch import engine_command
 from harnessrl.runtime.contracts.store_credentials import run_credential

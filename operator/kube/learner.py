@@ -29,7 +29,8 @@ from harnessrl.operator.kube.common import (
     writable_scratch,
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
-from harnessrl.operator.plan import CLUSTER_PATHS, POD_IP_ENV, Plan
+from harnessrl.operator.plan.placement import CLUSTER_PATHS, POD_IP_ENV
+from harnessrl.operator.plan.types import Plan
 from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED
 
 SHM_SIZE = "8Gi"

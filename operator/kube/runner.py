@@ -29,7 +29,7 @@ from harnessrl.operator.kube.common import (
     writable_scratch,
 )
 from harnessrl.operator.kube.storage import task_set
-from harnessrl.operator.plan import Component, Plan
+from harnessrl.operator.plan.types import Component, Plan
 from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig, RunnerConfig
 
 # What a kubernetes-sandbox runner does in its namespace, and nothing more.

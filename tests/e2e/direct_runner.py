@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from harnessrl.operator.plan import ClusterPlacement, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
 from harnessrl.runtime.contracts.coordinator import (
     Completion,
     Lease,

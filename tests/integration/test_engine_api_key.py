@@ -15,7 +15,8 @@ import pytest
 import yaml
 from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.kube import Owner, engine
-from harnessrl.operator.plan import ClusterPlacement, build_engine_pool_plan
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
 from harnessrl.runtime.contracts.learner_config import EngineLink, SyncMode
 from harnessrl.runtime.contracts.proxy_config import UpstreamLimits
 from harnessrl.runtime.engine.api_key import engine_headers

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.plan import LearnerMemoryError, check_learner_memory
+from harnessrl.operator.plan.memory import LearnerMemoryError, check_learner_memory
 from harnessrl.runtime.contracts.learner_memory import (
     GIB,
     KNOWN_SHAPES,

@@ -13,7 +13,7 @@ import socket
 
 import pytest
 import yaml
-from harnessrl.operator.plan import POD_IP_ENV
+from harnessrl.operator.plan.placement import POD_IP_ENV
 from harnessrl.runtime.contracts.learner_config import EngineLink, LearnerConfig, SyncMode
 from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED, WEIGHT_SYNC_ADDRESS, LearnerFailure
 from harnessrl.runtime.learner.weight_transfer import NcclSync

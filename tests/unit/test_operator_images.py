@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from harnessrl.operator.plan import Images
+from harnessrl.operator.plan.types import Images
 from harnessrl.runtime.contracts.harness_versions import pins
 
 from harnessrl.cli import COMMANDS

@@ -15,7 +15,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from harnessrl.operator.plan import PlanError
+from harnessrl.operator.plan.types import PlanError
 
 from tests.unit.test_operator_manifests import K8S_VERSION, manifests
 

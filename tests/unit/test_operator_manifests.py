@@ -18,7 +18,8 @@ from harnessrl.operator.handlers.apply import drifted, holder, patch_body, quant
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
-from harnessrl.operator.plan import CLUSTER_PATHS, ClusterPlacement, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.placement import CLUSTER_PATHS, ClusterPlacement
 from harnessrl.runtime.contracts.engine_config import EngineConfig
 from harnessrl.runtime.contracts.learner_config import LearnerConfig
 from harnessrl.runtime.contracts.proxy_config import ProxyConfig

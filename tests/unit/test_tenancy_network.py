@@ -14,7 +14,9 @@ from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.kube import Owner, engine, render
-from harnessrl.operator.plan import ClusterPlacement, build_engine_pool_plan, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
 
 from tests.kube_emulator.network_policy import PodRef, connection_allowed
 
