@@ -59,6 +59,7 @@ from harnessrl.runtime.evaluation.matrix import (
 )
 from harnessrl.runtime.evaluation.paired import paired_comparisons
 from harnessrl.runtime.harness.tasks import TaskError, load_dir, split_tasks
+from harnessrl.runtime.programs import python_module
 
 BASE = "base"
 _M = TypeVar("_M", bound=BaseModel)
@@ -291,7 +292,7 @@ def evaluate_checkpoint(setup: Setup, checkpoint: Checkpoint, base: Supervisor, 
     try:
         phase.start(ProcessSpec(
             name="eval-coordinator",
-            argv=[sys.executable, "-m", "harnessrl.runtime.evaluation.coordinator", "--config", str(config_path)],
+            argv=python_module("harnessrl.runtime.evaluation.coordinator", "--config", str(config_path)),
             env={},
             log=out / "logs" / f"eval-coordinator-{checkpoint.label}.log",
             health_url=f"{url}/healthz",

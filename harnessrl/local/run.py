@@ -53,6 +53,7 @@ from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_pu
 from harnessrl.runtime.harness.tasks import SPLITS, Split, TaskError, load_dir, split_tasks
 from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
+from harnessrl.runtime.programs import python_module
 
 
 class LocalRunError(RuntimeError):
@@ -329,7 +330,7 @@ def process_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None = No
             ProcessSpec(
                 name=component.name,
                 argv=learner_argv(component.gpus, path) if learner
-                else [sys.executable, "-P", "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
+                else python_module("harnessrl.cli", str(component.kind), "--config", str(path)),
                 env={CUDA_VISIBLE_DEVICES: visible_devices(plan, gpu_ids(os.environ))[component.name]} if learner else {},
                 log=logs / f"{component.name}.log",
                 health_url=health,

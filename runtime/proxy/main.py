@@ -70,5 +70,5 @@ def main(argv: list[str]) -> int:
     return 0 if server.started else 3  # uvicorn's own code for a failed startup (say, an unreadable journal)
 
 
-if __name__ == "__main__":  # how the supervisor starts a worker (python -m, no console script needed)
+if __name__ == "__main__":  # how the supervisor starts a worker (runtime/programs.py)
     sys.exit(main(sys.argv[1:]))

@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from harnessrl.runtime.contracts.proxy_config import ProxyConfig, worker_port, worker_ports
+from harnessrl.runtime.programs import python_module
 
 log = logging.getLogger("harnessrl.proxy.workers")
 
@@ -46,6 +46,12 @@ def proxy_ports(config: ProxyConfig) -> frozenset[int]:
     """Every port this proxy serves at, where a call may be relayed to (relay.py): the replica's port and its
     workers' own (the same on every replica), and `relay_ports` (replicas that serve at other ports)."""
     return frozenset((config.port, *worker_ports(config.port, config.workers), *config.relay_ports))
+
+
+def worker_command(proxy_args: list[str], index: int, heartbeat_fd: int) -> list[str]:
+    """Worker `index` of a replica started with `harnessrl proxy` arguments `proxy_args`."""
+    return python_module("harnessrl.runtime.proxy.main", *proxy_args, "--worker", str(index),
+                         "--heartbeat-fd", str(heartbeat_fd))
 
 
 def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
@@ -236,10 +242,9 @@ class Supervisor:
             os.close(self.beats.pop(index))
         beats, beat = os.pipe()
         os.set_blocking(beats, False)
-        argv = [sys.executable, "-P", "-m", "harnessrl.runtime.proxy.main", *self.worker_argv,
-                "--worker", str(index), "--heartbeat-fd", str(beat)]
         try:
-            self.procs[index] = subprocess.Popen(argv, preexec_fn=die_with_parent, pass_fds=(beat,))
+            self.procs[index] = subprocess.Popen(worker_command(self.worker_argv, index, beat),
+                                                 preexec_fn=die_with_parent, pass_fds=(beat,))
         finally:
             os.close(beat)
         self.beats[index] = beats
