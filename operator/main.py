@@ -70,9 +70,9 @@ def main(argv: list[str]) -> int:
 
     logs.configure(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     import kopf
+    from harnessrl.operator.control.leader import LeaderElection, default_namespace
     from harnessrl.operator.endpoints import endpoints, serve_beside
     from harnessrl.operator.handlers import OperatorOptions, build_registry
-    from harnessrl.operator.leader import LeaderElection, default_namespace
     from harnessrl.operator.plan.types import Images
 
     images = Images().model_copy(

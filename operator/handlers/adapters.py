@@ -9,7 +9,7 @@ import logging
 import re
 
 import httpx
-from harnessrl.operator.handlers.apply import Kube
+from harnessrl.operator.control.apply import Kube
 from harnessrl.operator.handlers.context import OperatorOptions
 from harnessrl.operator.plan.names import engine_pool_api_key_secret, engine_pool_store_secret
 from harnessrl.operator.plan.placement import ClusterPlacement

@@ -14,7 +14,7 @@ from typing import Generic, NamedTuple
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import COMPONENT_LABEL
-from harnessrl.operator.handlers.apply import (
+from harnessrl.operator.control.apply import (
     ChildConflict,
     ChildRefused,
     Kube,

@@ -23,8 +23,7 @@ from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers import admission
-from harnessrl.operator.handlers.apply import (
+from harnessrl.operator.control.apply import (
     ChildConflict,
     ChildRefused,
     Kube,
@@ -33,6 +32,7 @@ from harnessrl.operator.handlers.apply import (
     ensure_child,
     owner_uid,
 )
+from harnessrl.operator.handlers import admission
 from harnessrl.operator.handlers.claims import claim_holder
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (

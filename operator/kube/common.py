@@ -36,7 +36,7 @@ APP_COMPONENT = "app.kubernetes.io/component"
 METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port (the chart's ServiceMonitor)
 CONFIG_HASH = "harnessrl.io/config-hash"
 # On a Job or JobSet: a digest of its Pod template but the scheduling directives (which a suspended Job may change):
-# a live one with another digest cannot take the change and is replaced (handlers/apply.py replacement_reason).
+# a live one with another digest cannot take the change and is replaced (control/apply.py replacement_reason).
 TEMPLATE_HASH = "harnessrl.io/template-hash"
 SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
 CONFIG_DIR = "/etc/harnessrl"

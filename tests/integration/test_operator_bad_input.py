@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 from harnessrl.operator.api.reasons import CHILD_REFUSED, CONTEXT_TOO_LONG, INVALID_HARNESS_POOL, INVALID_SPEC
+from harnessrl.operator.control.apply import ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers import OperatorOptions, build_registry
 from harnessrl.operator.handlers import harnesspool as pool_handler
 from harnessrl.operator.handlers import trainingrun as run_handler
-from harnessrl.operator.handlers.apply import ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers.context import Context
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

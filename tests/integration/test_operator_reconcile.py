@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 from harnessrl.operator.api.reasons import CHILD_REFUSED
+from harnessrl.operator.control.apply import PLURALS
 from harnessrl.operator.handlers import CACHED_CHILDREN, OperatorOptions, build_registry
-from harnessrl.operator.handlers.apply import PLURALS
 from harnessrl.runtime.contracts.coordinator import Completion, CoordinatorStatus, LeaseRequest, PoolHarness
 from harnessrl.runtime.contracts.learner_config import (
     EvalSchedule,

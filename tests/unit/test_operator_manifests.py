@@ -14,7 +14,7 @@ import pytest
 import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.apply import drifted, holder, patch_body, quantity_value, replacement_reason
+from harnessrl.operator.control.apply import drifted, holder, patch_body, quantity_value, replacement_reason
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
