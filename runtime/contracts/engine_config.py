@@ -1,5 +1,5 @@
 """EngineConfig: how one vLLM OpenAI server is started. Owned by the engine component; the operator renders it
-(into a Deployment's args/env, or a local process via `launch.engine_command`)."""
+(into a Deployment's args/env, or a local process) through `engine_launch.engine_command`."""
 
 from __future__ import annotations
 

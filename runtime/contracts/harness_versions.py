@@ -1,4 +1,4 @@
-"""The pinned harness CLIs (versions.json): one place that says which release of each CLI we run."""
+"""The pinned harness CLIs (harness_versions.json): one place that says which release of each CLI we run."""
 
 from __future__ import annotations
 
