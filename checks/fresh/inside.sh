@@ -32,9 +32,9 @@ step "make demo"
 make demo
 done_step "make demo"
 
-step "the install steps of make test (venv tools sandbox-deps lint typecheck)"
-make venv tools sandbox-deps lint typecheck
-done_step "the install steps of make test (venv tools sandbox-deps lint typecheck)"
+step "the install steps of make test (test-deps lint typecheck)"
+make test-deps lint typecheck
+done_step "the install steps of make test (test-deps lint typecheck)"
 
 step "a subset of the tests"
 # shellcheck disable=SC2086  # FRESH_TESTS is a list of test paths

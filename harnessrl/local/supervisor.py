@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -20,6 +21,8 @@ from pathlib import Path
 import httpx
 
 from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED
+
+START_MARKER = "=== harnessrl: starting "  # written into a component's log at each start
 
 
 class SupervisorError(RuntimeError):
@@ -67,7 +70,7 @@ class Supervisor:
         spec = managed.spec
         spec.log.parent.mkdir(parents=True, exist_ok=True)
         with spec.log.open("ab") as log:
-            log.write(f"\n=== harnessrl: starting {spec.name}: {' '.join(spec.argv)}\n".encode())
+            log.write(f"\n{START_MARKER}{spec.name}: {' '.join(spec.argv)}\n".encode())
             log.flush()
             managed.popen = subprocess.Popen(
                 spec.argv,
@@ -125,8 +128,10 @@ class Supervisor:
                     f"restarts; see {managed.spec.log}"
                 )
             managed.restarts += 1
+            error = last_error(_log_tail(managed.spec.log))
             print(f"harnessrl: {managed.spec.name} exited with status {code}; restarting "
-                  f"({managed.restarts}/{self.restart_budget})", flush=True)
+                  f"({managed.restarts}/{self.restart_budget})"
+                  + (f"; its last error: {error} (see {managed.spec.log})" if error else ""), flush=True)
             self._launch(managed)
         return False
 
@@ -168,6 +173,29 @@ class Supervisor:
         # SIGKILL every group: it may hold children even after its leader has exited.
         for managed in reversed(self.procs):
             _reap(managed.popen, started)
+
+
+# An exception as Python prints it last in a traceback ("pkg.mod.SomeError: message"), wherever a logger's prefix
+# puts it in the line.
+_EXCEPTION = re.compile(r"\b(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b: .*")
+LOG_TAIL_BYTES = 256 * 1024
+
+
+def last_error(log_text: str) -> str | None:
+    """The last exception line since the component's last start (the supervisor's start marker), if any: why a
+    process exited is told beside its restart, not only in its log (vLLM exits 0 when its worker dies)."""
+    since_start = log_text.rsplit(START_MARKER, 1)[-1]
+    found = [m.group(0).strip() for m in _EXCEPTION.finditer(since_start)]
+    return found[-1][:300] if found else None
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _last_line(log: Path) -> str:

@@ -611,6 +611,11 @@ class TrackingSpec(ApiModel):
     wandb: WandbSpec | None = Field(default=None, description="Weights & Biases settings; needed with reportTo wandb.")
     mlflow: MlflowSpec | None = Field(default=None, description="MLflow settings; needed with reportTo mlflow.")
     trackio: TrackioSpec | None = Field(default=None, description="A Space for trackio; local files when empty.")
+    viewer_url: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://[^\s]+$",
+        description="Where `harnessrl view` serves this run (its address, or a port-forward's): each step's rollout "
+        "samples in the trackers link to their pages there. Unset: the links are the viewer's paths (/rollouts/ID).",
+    )
 
 
 class TrainingRunSpec(ApiModel):

@@ -187,7 +187,7 @@ def _tracking(spec: TrainingRunSpec, placement: Placement) -> tuple[learner_cfg.
         trackio = learner_cfg.TrackioLink(space_id=t.trackio.space_id,
                                           token_file=file(t.trackio.token_secret, "trackio-token"))
     config = learner_cfg.TrackingConfig(report_to=[name for name in t.report_to if name != "none"], project=t.project,
-                                        wandb=wandb, mlflow=mlflow, trackio=trackio)
+                                        wandb=wandb, mlflow=mlflow, trackio=trackio, viewer_url=t.viewer_url)
     return config, secrets
 
 

@@ -43,5 +43,13 @@ def sandbox_labels(run: str, pool: str) -> dict[str, str]:
     return {RUN_LABEL: run, COMPONENT_LABEL: "sandbox", POOL_LABEL: pool}
 
 
+def sandbox_name_prefix(run: str, pool: str) -> str:
+    """What the names of a pool's sandbox Pods start with. Run and pool names are DNS labels (no dots) and no other
+    Pod of a run has a dot in its name, so `<run>.<pool>.` is no other pool's or run's prefix and names nothing
+    else: the chart's admission policy lets the pool's runners exec into these Pods only, and lets nobody else
+    create a Pod so named (charts/harnessrl/templates/sandbox-policy.yaml)."""
+    return f"{run}.{pool}."
+
+
 def proxy_pod_labels(run: str) -> dict[str, str]:
     return {RUN_LABEL: run, COMPONENT_LABEL: str(ComponentKind.PROXY)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from harnessrl.operator.api.common import PodOverrides
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.plan.names import child_name, proxy_pod_labels, sandbox_labels
+from harnessrl.operator.plan.names import child_name, proxy_pod_labels, sandbox_labels, sandbox_name_prefix
 from harnessrl.operator.plan.placement import Placement
 from harnessrl.operator.plan.pools import harness_name
 from harnessrl.operator.plan.secret_files import hub_read_tokens, runner_token_file, secret_file
@@ -131,6 +131,7 @@ def _sandbox(
         ),
         node_selector=dict(pool.pod.node_selector),
         labels=sandbox_labels(run, name),
+        name_prefix=sandbox_name_prefix(run, name),
         proxy_pod_labels=proxy_pod_labels(run),
         proxy_port=placement.proxy_port,
         proxy_end_port=max(worker_ports(placement.proxy_port, proxy_workers), default=None),

@@ -380,6 +380,9 @@ class TrackingConfig(_Cfg):
     wandb: WandbLink | None = None
     mlflow: MlflowLink | None = None
     trackio: TrackioLink | None = Field(None, description="a Hugging Face Space; None: files beside the metrics")
+    viewer_url: str | None = Field(None, max_length=2048, description="where `harnessrl view` serves this run "
+                                   "(TrainingRun spec.tracking.viewerUrl): each step's rollout samples link there; "
+                                   "None: the links are the viewer's paths (/rollouts/ID)")
 
     @model_validator(mode="after")
     def _links(self) -> TrackingConfig:

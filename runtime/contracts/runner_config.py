@@ -135,6 +135,9 @@ class KubernetesSandboxConfig(_Model):
     service_account_name: str | None = Field(None, max_length=253)
     node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
     labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    # What every sandbox Pod's name starts with: `<run>.<pool>.`, the one prefix the chart's admission policy lets
+    # this pool's runners exec into and reserves to them (operator/plan.py sandbox_name_prefix).
+    name_prefix: str = Field(min_length=2, max_length=200, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.$")
     # Pods the sandbox may reach: the proxy's pod labels and port.
     proxy_pod_labels: dict[str, str] = Field(min_length=1, max_length=16)
     proxy_port: int = Field(8080, ge=1, le=65535)

@@ -49,6 +49,7 @@ from harnessrl.runtime.learner.metrics import (
 )
 from harnessrl.runtime.learner.packing import Sample, trainable
 from harnessrl.runtime.learner.ranks import Lead
+from harnessrl.runtime.learner.samples import pick_samples
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.learner.sync import ProxyControl, make_sync, publish_policy
 from harnessrl.runtime.learner.tracking import Tracking
@@ -284,6 +285,7 @@ class Learner:
         )
         self.metrics.record(metrics)
         self.tracking.log_step(metrics)
+        self.tracking.log_samples(pick_samples(batch.groups, st.step, self.cfg.tracking.viewer_url), st.step)
         log.info(
             "step %d v%d loss %.4f reward %s clip %.3f kl %.4f %.0f tok/s sync %.2fs",
             st.step, version, stats.loss, mean(all_rewards), stats.clip_fraction, stats.kl, stats.tokens_per_s, sync_s,

@@ -1,5 +1,8 @@
 """Experiment tracking (TrainingRun spec.tracking, TRL's `report_to`): each step's metrics and each evaluation
-round's pass@1, fanned out to TensorBoard event files (the default), trackio, Weights & Biases or MLflow.
+round's pass@1, fanned out to TensorBoard event files (the default), trackio, Weights & Biases or MLflow; and
+each step's rollout samples (samples.py: per harness the best, the worst and a random one, each linked to its
+page in `harnessrl view`) as a table in each: TensorBoard text (a markdown table), a W&B Table, an MLflow table
+artifact (rollouts/samples/step-NNNNNN.json), a trackio Table, all under SAMPLES.
 
 metrics.jsonl and eval.jsonl stay the record (the learner resumes from them, the report reads them); trackers
 show it where people look. `Tracking.open` resolves every tracker at once (its package imported, its credential
@@ -34,12 +37,15 @@ from harnessrl.runtime.contracts.learner_config import (
 )
 from harnessrl.runtime.contracts.learner_exit import TRACKER_UNAVAILABLE, LearnerFailure
 from harnessrl.runtime.learner.metrics import StepMetrics
+from harnessrl.runtime.learner.samples import COLUMNS, RolloutSample, markdown, table_rows
 
 log = logging.getLogger(__name__)
 
 # The module (and the PyPI package of the same name) each tracker needs; tensorboardX is harnessrl's own
 # dependency, the others are installed by whoever reports to them.
 MODULES: dict[str, str] = {"tensorboard": "tensorboardX", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
+# The rollout samples' key: TensorBoard's text tag, W&B's and trackio's table key, MLflow's artifact folder.
+SAMPLES = "rollouts/samples"
 
 
 def missing(report_to: Iterable[str]) -> list[str]:
@@ -76,6 +82,8 @@ class Backend(Protocol):
     def start(self, first_step: int) -> None: ...
 
     def log(self, scalars: dict[str, float], step: int) -> None: ...
+
+    def samples(self, samples: list[RolloutSample], step: int) -> None: ...
 
     def close(self) -> None: ...
 
@@ -118,6 +126,10 @@ class TensorBoard:
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()  # on disk at each step: a live `tensorboard` sees it, a crash loses none
 
+    def samples(self, samples: list[RolloutSample], step: int) -> None:
+        self.writer.add_text(SAMPLES, markdown(samples), step)
+        self.writer.flush()
+
     def close(self) -> None:
         self.writer.close()
 
@@ -142,6 +154,9 @@ class Wandb:
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         self.run.log(scalars, step=step)
+
+    def samples(self, samples: list[RolloutSample], step: int) -> None:
+        self.run.log({SAMPLES: self.wandb.Table(columns=COLUMNS, data=table_rows(samples))}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -182,6 +197,13 @@ class Mlflow:
         now_ms = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[self.metric(k, v, now_ms, step) for k, v in scalars.items()])
 
+    def samples(self, samples: list[RolloutSample], step: int) -> None:
+        # A table artifact per step (MLflow shows it as a table). log_table appends to a file of the same name: a
+        # step taken again after a resume adds its rows to that step's file a second time.
+        rows = table_rows(samples)
+        self.client.log_table(self.run_id, data={c: [r[i] for r in rows] for i, c in enumerate(COLUMNS)},
+                              artifact_file=f"{SAMPLES}/step-{step:06d}.json")
+
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
 
@@ -207,6 +229,9 @@ class Trackio:
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         self.trackio.log(scalars, step=step)
+
+    def samples(self, samples: list[RolloutSample], step: int) -> None:
+        self.trackio.log({SAMPLES: self.trackio.Table(columns=COLUMNS, data=table_rows(samples))}, step=step)
 
     def close(self) -> None:
         self.trackio.finish()
@@ -258,6 +283,10 @@ class Tracking:
 
     def log_eval(self, rec: EvalRecord) -> None:
         self._queue.put(("log", (eval_scalars(rec), rec.step)))
+
+    def log_samples(self, samples: list[RolloutSample], step: int) -> None:
+        if samples:
+            self._queue.put(("samples", (samples, step)))
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Deliver what is queued and end the trackers' runs; an unreachable server gets `timeout_s` for it."""

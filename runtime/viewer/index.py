@@ -30,6 +30,7 @@ from harnessrl.runtime.coordinator.journal import JournalEntry
 from harnessrl.runtime.learner.evaluation import is_eval_rollout
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.reward import group_advantages, reward
+from harnessrl.runtime.trajectory.models import BreakCause
 from harnessrl.runtime.viewer.files import Tail, read_line
 from pydantic import BaseModel, ValidationError
 
@@ -46,6 +47,7 @@ class _CompletionHead(BaseModel):
     tool_calls: int = 0
     unknown_tool_calls: int = 0
     invalid_tool_calls: int = 0
+    prefix_breaks: dict[BreakCause, int] = {}
 
 
 class _EntryHead(BaseModel):
@@ -109,6 +111,9 @@ class RolloutRow(BaseModel):
     advantage: float | None = None
     correctness: float
     tool_calls: int
+    unknown_tool_calls: int = 0  # of its tool calls, to a tool its call did not offer
+    invalid_tool_calls: int = 0  # and against the tool's argument schema
+    prefix_breaks: dict[BreakCause, int] = {}  # its calls that started one more training sequence, by cause
     version: int | None = None
 
 
@@ -120,9 +125,10 @@ class _Session(BaseModel):
 
 class _Snapshot(BaseModel):
     """The index as saved beside the journals (SNAPSHOT): what it read of each file, by name, as (offset, inode),
-    and what it built from it. Taken again only where every file is still the one it read (the same inode, no
-    shorter) and the rewards were computed the same way; else the index is built anew."""
+    and what it built from it. Taken again only where it is of this FORMAT, every file is still the one it read
+    (the same inode, no shorter) and the rewards were computed the same way; else the index is built anew."""
 
+    format: int = 1  # FORMAT when saved: rows of another format lack fields or mean others
     scoring: str  # the reward and GRPO configs the rows' rewards and advantages come from
     journal: tuple[int, int | None]
     proxy: dict[str, tuple[int, int | None]]
@@ -132,6 +138,8 @@ class _Snapshot(BaseModel):
 
 
 SNAPSHOT = Path("viewer") / "index.json"
+# The saved index's format: one more whenever a row gains a field (2: tool mismatches and prefix breaks).
+FORMAT = 2
 # A refresh that took this long is saved, so that the next viewer of the run starts from it.
 SAVE_AFTER_S = 0.5
 
@@ -192,7 +200,7 @@ class RunIndex:
             return
         journal = Tail(self.journal.path, *snap.journal)
         proxy = {name: Tail(self.run_dir / "journal" / name, *state) for name, state in snap.proxy.items()}
-        if snap.scoring != self._scoring() or not all(t.unchanged() for t in [journal, *proxy.values()]):
+        if snap.format != FORMAT or snap.scoring != self._scoring() or not all(t.unchanged() for t in [journal, *proxy.values()]):
             return
         self.journal, self.proxy_tails, self.offsets, self.sessions = journal, proxy, snap.offsets, snap.sessions
         for row in snap.rows:
@@ -205,7 +213,7 @@ class RunIndex:
     def save(self) -> None:
         """Write the snapshot (a temporary file renamed over it). A run directory the viewer may not write to
         keeps none: each viewer then builds the index anew."""
-        snap = _Snapshot(scoring=self._scoring(), journal=(self.journal.offset, self.journal.inode),
+        snap = _Snapshot(format=FORMAT, scoring=self._scoring(), journal=(self.journal.offset, self.journal.inode),
                          proxy={name: (t.offset, t.inode) for name, t in self.proxy_tails.items()},
                          rows=list(self.rows.values()), offsets=self.offsets, sessions=self.sessions)
         path = self.run_dir / SNAPSHOT
@@ -276,7 +284,9 @@ class RunIndex:
             row = RolloutRow(seq=head.seq, rollout_id=c.rollout_id, harness=head.harness, session_id=c.session_id,
                              evaluation=is_eval_rollout(c.rollout_id), outcome=c.outcome,
                              solved=c.outcome == OutcomeKind.solved, scored=c.outcome in SCORED_OUTCOMES, reward=r,
-                             correctness=c.correctness, tool_calls=c.tool_calls)
+                             correctness=c.correctness, tool_calls=c.tool_calls,
+                             unknown_tool_calls=c.unknown_tool_calls, invalid_tool_calls=c.invalid_tool_calls,
+                             prefix_breaks=c.prefix_breaks)
             self.rows[c.rollout_id] = row
             self.offsets[c.rollout_id] = offset
             if c.session_id:

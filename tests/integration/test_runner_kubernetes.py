@@ -10,6 +10,7 @@ connection) are exercised through the real client.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import shutil
 import threading
@@ -19,15 +20,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig, Resources
 from harnessrl.runtime.harness.sandboxes import kubernetes
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.kubernetes import STDERR_LIMIT, STDOUT_LIMIT, KubernetesProvider
 from harnessrl.runtime.harness.tasks import load_dir
 
+from tests.fixtures.kube import running_emulator
 from tests.fixtures.left_behind import leave_walker
 from tests.fixtures.raw_http import peak_rss_mb
 from tests.kube_emulator import pod_security
+from tests.kube_emulator.authz import service_account
+from tests.kube_emulator.client import KubeApiError
+from tests.unit.test_chart_harnessrl import render as render_chart
+from tests.unit.test_two_tenants import children
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 POOL_SANDBOX = KubernetesSandboxConfig(
@@ -37,6 +44,7 @@ POOL_SANDBOX = KubernetesSandboxConfig(
     resources=Resources(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "2", "memory": "4Gi"}),
     node_selector={"pool": "agents"},
     labels={"team": "rl"},
+    name_prefix="run.claude-pool.",
     proxy_pod_labels={"app.kubernetes.io/name": "harnessrl-proxy"},
     proxy_port=8080,
     pod_start_timeout_s=10,
@@ -70,11 +78,14 @@ def test_pod_and_network_policy_are_what_the_pool_says(kube_api: Any) -> None:
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/workspace", "/home/agent", "/tests", "/logs"}
     labels = pod["metadata"]["labels"]
+    sandbox_id = name.removeprefix("run.claude-pool.")
+    assert len(sandbox_id) == 16 and name == "run.claude-pool." + sandbox_id  # the prefix the policy lets it exec into
     assert labels == {"team": "rl", "app.kubernetes.io/managed-by": "harnessrl", "harnessrl.io/pool": "claude-pool",
-                      "harnessrl.io/runner": "runner-0", "harnessrl.io/rollout": "rollout-1", "harnessrl.io/sandbox": name}
+                      "harnessrl.io/runner": "runner-0", "harnessrl.io/rollout": "rollout-1",
+                      "harnessrl.io/sandbox": sandbox_id}
 
     policy = kube_api.get("networking.k8s.io/v1", "NetworkPolicy", name, "default")["spec"]
-    assert policy["podSelector"] == {"matchLabels": {"harnessrl.io/sandbox": name}}
+    assert policy["podSelector"] == {"matchLabels": {"harnessrl.io/sandbox": sandbox_id}}
     assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []
     to_proxy, to_dns = policy["egress"]
     assert to_proxy == {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "harnessrl-proxy"}}}],
@@ -232,9 +243,12 @@ def test_the_grader_pod_is_the_rollout_pods_twin_without_network(kube_api: Any) 
     name = prov.create("rollout-1", grader=True)
     pod = kube_api.get("v1", "Pod", name, "default")
     assert pod["spec"] == rollout["spec"]
-    assert pod["metadata"]["labels"] == {**rollout["metadata"]["labels"], "harnessrl.io/sandbox": name}
+    # Named with the rollout Pod's prefix: the runner may exec into its grader as into its rollout Pod.
+    sandbox_id = name.removeprefix(POOL_SANDBOX.name_prefix)
+    assert name.startswith(POOL_SANDBOX.name_prefix) and sandbox_id != rollout["metadata"]["labels"]["harnessrl.io/sandbox"]
+    assert pod["metadata"]["labels"] == {**rollout["metadata"]["labels"], "harnessrl.io/sandbox": sandbox_id}
     policy = kube_api.get("networking.k8s.io/v1", "NetworkPolicy", name, "default")["spec"]
-    assert policy["podSelector"] == {"matchLabels": {"harnessrl.io/sandbox": name}}
+    assert policy["podSelector"] == {"matchLabels": {"harnessrl.io/sandbox": sandbox_id}}
     assert (policy["ingress"], policy["egress"], policy["policyTypes"]) == ([], [], ["Ingress", "Egress"])
     prov.reap()
     assert sandboxes(kube_api) == ([], [])
@@ -294,3 +308,83 @@ async def test_the_workspace_reaches_the_grader_pod_whole_and_only_up_to_its_lim
         graded = await sb.grade(task, 60)
         assert graded.grade is None and "over the 500000 bytes a grader pod takes" in str(graded.error)
         assert sandboxes(kube_api)[0] == [sb.name]
+
+
+RUNNER_TOKEN = "runner-service-account"
+
+
+@pytest.fixture
+def policed_api(tmp_path: Path) -> Iterator[Any]:
+    """The emulator authorizing by RBAC and admitting by the chart's sandbox policy, holding what the chart and
+    the operator render for run `run` (namespace default): the harnessrl-sandbox ClusterRole, the policy and its
+    binding, the claude-code runners' RoleBinding; RUNNER_TOKEN is those runners' ServiceAccount."""
+    chart = [d for d in render_chart({}) if d["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+             or (d["kind"], d["metadata"]["name"]) == ("ClusterRole", "harnessrl-sandbox")]
+    # Without their owner (no TrainingRun is stored here): what the policy reads is the binding's labels and subjects.
+    bindings = [{**m, "metadata": {k: v for k, v in m["metadata"].items() if k != "ownerReferences"}}
+                for m in children("default") if m["kind"] == "RoleBinding"]
+    with running_emulator(tmp_path, {RUNNER_TOKEN: service_account("default", "run-claude-code-runner")}) as api:
+        api.apply([*chart, *bindings])
+        yield api
+
+
+def policed_provider(api: Any) -> KubernetesProvider:
+    """The claude-code runner's provider, with the config the operator renders, as the runner's ServiceAccount."""
+    rendered = next(m for m in children("default") if m["metadata"]["name"] == "run-claude-code-runner-config")
+    config = KubernetesSandboxConfig.model_validate(yaml.safe_load(rendered["data"]["config.yaml"])["sandbox"])
+    return KubernetesProvider(config.model_copy(update={"pod_start_timeout_s": 30}), pool="claude-code",
+                              runner_id="runner-0", api_client=api.client(RUNNER_TOKEN))
+
+
+async def test_a_runner_grades_a_rollout_in_its_own_pods_under_the_sandbox_policy(policed_api: Any) -> None:
+    """The kubernetes sandbox as the operator deploys it: the runner's own token, RBAC, and the chart's admission
+    policy on every create, exec and delete. Its rollout and grader Pods are its own; it runs and grades."""
+    stop = threading.Event()
+    kubelet = threading.Thread(target=play_kubelet, args=(policed_api, stop), daemon=True)
+    kubelet.start()
+    try:
+        prov = policed_provider(policed_api)
+        async with await prov.open("rollout-p", load_dir(TASKS)["sales-total"]) as sb:
+            assert sb.name.startswith("run.claude-code.")
+            await sb.write_files({"/workspace/answer.txt": "5351\n"})
+            graded = await sb.grade(load_dir(TASKS)["sales-total"], 60)
+            assert graded.grade is not None and graded.grade.reward == 1.0, graded
+        await prov.shutdown()
+    finally:
+        stop.set()
+        kubelet.join(5)
+    assert sandboxes(policed_api) == ([], [])
+    grader_execs = [argv for argv in policed_api.emulator.pod_exec.started if "/tests/test.sh" in " ".join(argv)]
+    assert grader_execs  # the grader Pod was exec'd into, by the runner
+
+
+def test_a_runner_execs_into_no_pod_but_its_own_sandboxes(policed_api: Any) -> None:
+    """The attack: a harness that broke out of its sandbox into the runner uses the runner's token to exec into the
+    learner (the admin, runner and Hub tokens), the proxy, the engine, its own runner Pod, or another run's sandbox
+    in the namespace. The exec is refused before anything runs."""
+    workloads = {m["metadata"]["name"]: m for m in children("default") if m["kind"] in ("StatefulSet", "Deployment", "Job")}
+    targets = {"run-learner-x2x4k": "run-learner", "run-proxy-0": "run-proxy", "run-engine-0": "run-engine",
+               "run-claude-code-runner-5d8f7c9b4-q7w2e": "run-claude-code-runner"}
+    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+             "spec": workloads[workload]["spec"]["template"]["spec"]} for name, workload in targets.items()]
+    other_run = policed_provider(policed_api).config.model_copy(update={"name_prefix": "other.claude-code."})
+    other = kubernetes.pod_manifest(other_run, "other.claude-code.0123456789abcdef", {}, 600)
+    policed_api.apply([*pods, other])  # as an administrator
+    for pod in [*pods, other]:
+        policed_api.patch("v1", "Pod", pod["metadata"]["name"], {"status": {"phase": "Running"}}, "default",
+                          subresource="status")
+    prov = policed_provider(policed_api)
+    for pod in [*pods, other]:
+        with pytest.raises(SandboxError, match="422") as refused:
+            prov.exec(pod["metadata"]["name"], ["cat", "/var/run/secrets/harnessrl/admin-token"], 10)
+        assert "only into its own run's and pool's sandbox Pods" in str(refused.value)
+    assert policed_api.emulator.pod_exec.started == []
+    # Nor can anyone plant a Pod under the runner's prefix for it to exec into.
+    planted = copy.deepcopy(other)
+    planted["metadata"]["name"] = "run.claude-code.0123456789abcdef"
+    with pytest.raises(KubeApiError, match="only the run's runner creates Pods named as its sandboxes"):
+        policed_api.apply(planted)
+    # Its own sandbox: exec works.
+    name = prov.create("rollout-own")
+    policed_api.patch("v1", "Pod", name, {"status": {"phase": "Running"}}, "default", subresource="status")
+    assert prov.exec(name, ["echo", "own"], 10).stdout == "own\n"

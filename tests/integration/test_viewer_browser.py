@@ -1,9 +1,12 @@
 """`harnessrl view` in a real headless Chromium (Debian's chromium and chromium-driver, `make test` installs
-them), driven by Selenium: each page loads, a filter narrows the list, and a token's colour and title are the
-journal's values. Screenshots of each page are kept in the test's tmp dir."""
+them), driven by Selenium: each page loads, a filter narrows the list, a token's colour and title are the
+journal's values, a rollout's call graph shows its breaks, and the side-by-side view compares a task under two
+harnesses and at two policy versions. Screenshots of each page are kept in the test's tmp dir (SCREENSHOTS, when
+set, names a directory to copy three of them to: `SCREENSHOTS=docs/viewer` makes the README's)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ from harnessrl.runtime.serving import run_in_thread, server
 from harnessrl.runtime.viewer.app import create_app
 from harnessrl.runtime.viewer.tokens import Colouring, colour
 
-from tests.fixtures.viewer_run import Run
+from tests.fixtures.viewer_run import BROKEN, Run
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
@@ -109,5 +112,32 @@ def test_the_views_load_filter_and_colour_tokens_as_journaled(browser: Any, view
     token = driver.find_element(By.ID, f"tok-0-{k}")
     assert rgb(token.value_of_css_property("background-color")) == colour(Colouring.version, 1, 0.0, 0.0,
                                                                           seq.policy_versions[k])
-    for name in ("run", "rollouts", "rollout"):
+
+    # From the rollout to the same task under the other harness, side by side.
+    follow(driver, driver.find_element(By.ID, "compare-harness"))
+    a, b = driver.find_element(By.ID, "side-a"), driver.find_element(By.ID, "side-b")
+    assert a.find_element(By.TAG_NAME, "h2").text == "harness mini-swe-agent"
+    assert b.find_element(By.TAG_NAME, "h2").text == "harness oneshot"
+    assert a.location["y"] == b.location["y"] and b.location["x"] > a.location["x"] + a.size["width"] / 2
+    assert a.find_element(By.CSS_SELECTOR, "h3.shown").text == "g0000001-r001"  # the rollout it came from
+    assert b.find_element(By.CSS_SELECTOR, "h3.shown").text == "g0000000-r000"  # the other side's best
+    assert [e.text for e in b.find_elements(By.CSS_SELECTOR, "pre.sampled")] == ["def f(x): return x + 1", " # done"]
+    driver.save_screenshot(str(tmp_path / "compare.png"))
+    # The same task at two policy versions instead.
+    Select(driver.find_element(By.ID, "compare-by")).select_by_value("version")
+    follow(driver, driver.find_element(By.ID, "compare-apply"))
+    # The sides' values were harness names: blank for versions, so they take the task's versions in order.
+    assert [driver.find_element(By.CSS_SELECTOR, f"#side-{s} h2").text for s in "ab"] == ["version 0", "version 1"]
+
+    # A rollout that broke its prefix: each break in its call graph with the proxy's cause.
+    driver.get(f"{viewer_url}/rollouts/{BROKEN}")
+    branches = driver.find_elements(By.CSS_SELECTOR, "#graph li.branch")
+    assert sorted(b.get_attribute("data-cause") for b in branches) == ["", "history_changed", "retry"]
+    assert driver.find_element(By.ID, "breaks").text == "2 root(s), 2 prefix break(s) · history_changed 1 · retry 1"
+    driver.find_element(By.ID, "graph").location_once_scrolled_into_view  # noqa: B018 (scrolls it into view)
+    driver.save_screenshot(str(tmp_path / "graph.png"))
+    for name in ("run", "rollouts", "rollout", "compare", "graph"):
         assert (tmp_path / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+    if os.environ.get("SCREENSHOTS"):  # the README's: SCREENSHOTS=docs/viewer
+        for name in ("run", "compare", "graph"):
+            shutil.copy(tmp_path / f"{name}.png", os.environ["SCREENSHOTS"])

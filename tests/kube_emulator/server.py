@@ -14,7 +14,7 @@ import attrs
 import kmock
 from kmock._internal import rendering
 
-from . import authz, errors
+from . import admission_policy, authz, errors
 from .authz import User
 from .podexec import PodExec
 from .resources import ResourceType
@@ -119,7 +119,15 @@ class KubeEmulator(kmock.KubernetesScaffold):
         route = parse_path(raw_request.path)
         if (route.kind, route.plural, route.subresource) != ("resource", "pods", "exec") or route.name is None:
             raise errors.bad_request(f"no WebSocket endpoint at {raw_request.path}")
-        self._authorize(self._authenticate(raw_request.headers), authz.request_attributes("POST", route, False))
+        user = self._authenticate(raw_request.headers)
+        self._authorize(user, authz.request_attributes("POST", route, False))
+        # Then admission, as for any CONNECT: the object is the request's PodExecOptions.
+        query = raw_request.query
+        options = {"kind": "PodExecOptions", "apiVersion": "v1", "command": query.getall("command", []),
+                   "container": query.get("container", ""),
+                   **{k: query.get(k) in ("true", "1") for k in ("stdin", "stdout", "stderr", "tty")}}
+        self.store.admit_policies(admission_policy.Request("CONNECT", "", "v1", "pods", "exec", "PodExecOptions",
+                                                           route.namespace, route.name, user), options, None)
         pod = self.store.get(self.store.resource_type("", "v1", "pods"), route.namespace, route.name)
         phase = pod.get("status", {}).get("phase")
         if phase != "Running":

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from . import authz, errors, pod_security
+from . import admission_policy, authz, errors, pod_security
 from .builtin_rules import object_meta_causes, semantic_causes
 from .builtin_schema import DecodeError, decode
 from .builtins import (
@@ -67,6 +67,8 @@ ROLE_KEY: StorageKey = (authz.RBAC_GROUP, "roles")
 CLUSTER_ROLE_KEY: StorageKey = (authz.RBAC_GROUP, "clusterroles")
 ROLE_BINDING_KEY: StorageKey = (authz.RBAC_GROUP, "rolebindings")
 CLUSTER_ROLE_BINDING_KEY: StorageKey = (authz.RBAC_GROUP, "clusterrolebindings")
+POLICY_KEY: StorageKey = ("admissionregistration.k8s.io", "validatingadmissionpolicies")
+POLICY_BINDING_KEY: StorageKey = ("admissionregistration.k8s.io", "validatingadmissionpolicybindings")
 # Metadata the server owns: clients cannot change it with an update or a patch.
 _SERVER_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                     "name", "namespace")
@@ -248,6 +250,7 @@ class Store:
                 if k not in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp", "selfLink",
                              "managedFields", "generation", "deletionGracePeriodSeconds")}
         obj["metadata"] = meta
+        requested_name = meta.get("name") or ""  # admission sees the request's name, not a generated one
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         if rt.namespaced:
             if namespace and meta.get("namespace") and meta["namespace"] != namespace:
@@ -275,6 +278,7 @@ class Store:
         obj = self._admit(rt, obj, None)
         self._admit_user(rt, obj, None)
         self._pod_security(rt, obj)
+        self.admit_policies(self._request("CREATE", rt, meta.get("namespace"), requested_name), obj, None)
         created = self._commit(rt.storage_key, "ADDED", obj, None)
         if rt.storage_key == CRD_KEY:
             self._serve_crd(created)
@@ -364,6 +368,27 @@ class Store:
         role = self._role(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"]) or {}
         missing = authz.missing_rights(self.user, namespace, role.get("rules") or [], self._bindings(namespace), self._role)
         return authz.escalation_message(self.user, missing) if missing else None
+
+    # -- ValidatingAdmissionPolicy (admission_policy.py) ----------------------------------------------------
+    def _request(self, operation: str, rt: ResourceType, namespace: str | None, name: str) -> admission_policy.Request:
+        return admission_policy.Request(operation, rt.group, rt.version, rt.plural, None, rt.kind,
+                                        namespace if rt.namespaced else None, name, self.user)
+
+    def admit_policies(self, request: admission_policy.Request, obj: dict[str, Any] | None,
+                       old: dict[str, Any] | None) -> None:
+        """Refuse the request as the stored ValidatingAdmissionPolicies and their bindings decide."""
+        if not self.objects[POLICY_KEY]:
+            return
+        refused = admission_policy.refusal(self.objects[POLICY_KEY].values(), self.objects[POLICY_BINDING_KEY].values(),
+                                           self._params, request, obj, old)
+        if refused is not None:
+            raise refused
+
+    def _params(self, api_version: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
+        mapped = self._plural_of(api_version, kind)
+        if mapped is None:
+            return []
+        return [o for (ns, _), o in self.objects[mapped].items() if ns == (namespace or "")]
 
     def _unknown_fields(self, rt: ResourceType, unknown: list[str]) -> None:
         """Dropped unknown fields: refused under Strict (400, as the server's strict decoder), else a warning."""
@@ -582,6 +607,7 @@ class Store:
                                       f"Precondition failed: {label} in precondition: {preconditions[field]}, "
                                       f"{label} in object meta: {obj['metadata'].get(field)}")
         policy = options.get("propagationPolicy") or ("Orphan" if options.get("orphanDependents") else "Background")
+        self.admit_policies(self._request("DELETE", rt, namespace, name), None, self.render(rt, obj))
         return self.render(rt, self._delete(rt.storage_key, obj, policy))
 
     def _delete(self, key: StorageKey, obj: dict[str, Any], policy: str) -> dict[str, Any]:

@@ -48,3 +48,17 @@ def test_standalone_step_matches_the_learners_gradient(tmp_path: Path) -> None:
     for key, c in theirs.items():
         assert c["step"] == "standalone"
         assert c["grad_norm"] == pytest.approx(ours[key]["grad_norm"], rel=1e-4)
+
+
+def test_each_case_carries_the_operators_plan_for_its_published_shape() -> None:
+    """The plan a GPU run calibrates is the operator's own for that model: the bench's shapes are the published
+    configs the operator knows (runtime/learner/memory.py KNOWN_SHAPES), and the headline fits an 80 GB H100."""
+    from harnessrl.runtime.learner.memory import KNOWN_SHAPES, TrainingSetup, plan_memory
+
+    for shape, repo in (("1.7b", "Qwen/Qwen3-1.7B"), ("4b", "Qwen/Qwen3-4B"), ("8b", "Qwen/Qwen3-8B")):
+        for adapter, rank in (("full", None), ("lora", 16)):
+            setup = TrainingSetup(lora_rank=rank, micro_batch_tokens=16384, max_sequence_tokens=16384,
+                                  gradient_checkpointing=True, gpus=1, gpu_memory_bytes=1)
+            assert bench.planned_peak(shape, adapter, 16384) == plan_memory(KNOWN_SHAPES[repo], setup).peak
+    shape, adapter, tokens = bench.HEADLINE
+    assert bench.planned_peak(shape, adapter, tokens) < 80 * 10**9

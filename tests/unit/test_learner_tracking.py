@@ -3,7 +3,9 @@ failing the start with its reason, a tracker failing mid-run dropped with traini
 
 from __future__ import annotations
 
+import json
 import logging
+import sqlite3
 import struct
 import sys
 import types
@@ -18,8 +20,11 @@ from harnessrl.runtime.contracts.learner_exit import (
     LearnerFailure,
     parse_termination_message,
 )
+from harnessrl.runtime.learner.coordinator import TrainGroup, TrainRollout
 from harnessrl.runtime.learner.metrics import StepMetrics
+from harnessrl.runtime.learner.samples import markdown, pick_samples
 from harnessrl.runtime.learner.tracking import Tracking, missing
+from harnessrl.runtime.trajectory.models import TrainingSequence
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.record_writer import masked_crc32c
 
@@ -202,3 +207,80 @@ def test_a_tracker_that_fails_is_logged_once_without_its_key_and_dropped_while_t
     again.start(first_step=3)
     again.close()
     assert inits[1]["id"] == inits[0]["id"]
+
+
+def train_groups() -> list[TrainGroup]:
+    def rollout(rid: str, reward: float, sequences: int) -> TrainRollout:
+        seq = TrainingSequence(session_id=rid, node_ids=[0], token_ids=[1, 2, 3], loss_mask=[0, 1, 1],
+                               logprobs=[0.0, -0.5, -0.25], policy_versions=[0, 0, 0])
+        return TrainRollout(rollout_id=rid, reward=reward, advantage=reward - 0.5, sequences=[seq] * sequences)
+
+    # Rewards and advantages exact in binary: MLflow writes its table's floats to 10 digits.
+    return [TrainGroup(group_id="g1", task_id="add", harness="codex", rollouts=[
+                rollout("g1-r0", 0.0, 1), rollout("g1-r1", 1.25, 2), rollout("g1-r2", 0.0, 1)]),
+            TrainGroup(group_id="g2", task_id="sort|desc", harness="codex", rollouts=[
+                rollout("g2-r0", 1.0, 1), rollout("g2-r1", 0.5, 1)]),
+            TrainGroup(group_id="g3", task_id="add", harness="claude-code", rollouts=[rollout("g3-r0", 1.0, 3)])]
+
+
+def test_each_harness_samples_its_best_its_worst_and_one_at_random() -> None:
+    samples = pick_samples(train_groups(), 7, "http://127.0.0.1:8765/")
+    picks = [(s.harness, s.pick, s.rollout_id) for s in samples]
+    # claude-code's one rollout is its best and its worst; codex's worst is the last of its equal lowest.
+    assert picks[:3] == [("claude-code", "best", "g3-r0"), ("codex", "best", "g1-r1"), ("codex", "worst", "g1-r2")]
+    assert picks[3][:2] == ("codex", "random") and picks[3][2] in {"g1-r0", "g2-r0", "g2-r1"} and len(picks) == 4
+    best = samples[1]
+    assert (best.task_id, best.reward, best.advantage, best.sequences, best.sampled_tokens, best.link) == (
+        "add", 1.25, 0.75, 2, 4, "http://127.0.0.1:8765/rollouts/g1-r1")
+    # The draw is the step's: a step taken again after a resume logs the same rollouts.
+    assert {pick_samples(train_groups(), 7, None)[3].rollout_id for _ in range(5)} == {picks[3][2]}
+    assert pick_samples(train_groups(), 7, None)[0].link == "/rollouts/g3-r0"
+    assert len({pick_samples(train_groups(), n, None)[3].rollout_id for n in range(40)}) == 3
+
+
+def test_rollout_samples_land_in_each_trackers_own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All four trackers, each real and offline: W&B in offline mode, MLflow's file store, trackio's local
+    database, TensorBoard's event files. Each table is read back from the tracker's own files."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_API_KEY", "")  # restored (unset) after the test: Tracking sets it
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store for those who ask
+    monkeypatch.setenv("TRACKIO_DIR", "")
+    (tmp_path / "wandb-key").write_text("k" * 40)
+    (tmp_path / "mlflow-uri").write_text(f"file://{tmp_path / 'mlruns'}")
+    cfg = config(tmp_path, report_to=["tensorboard", "wandb", "mlflow", "trackio"],
+                 wandb={"api_key_file": str(tmp_path / "wandb-key")},
+                 mlflow={"tracking_uri_file": str(tmp_path / "mlflow-uri")}, viewer_url="http://127.0.0.1:8765")
+    samples = pick_samples(train_groups(), 1, cfg.tracking.viewer_url)
+    tracking = Tracking.open(cfg)
+    tracking.start(first_step=1)
+    tracking.log_step(step(1, 0.5))
+    tracking.log_samples(samples, 1)
+    tracking.close(timeout_s=120)
+    assert set(tracking.backends) == {"tensorboard", "wandb", "mlflow", "trackio"}  # none failed
+    rows = [[s.step, s.harness, s.pick, s.rollout_id, s.task_id, s.reward, s.advantage, s.sequences,
+             s.sampled_tokens, s.link] for s in samples]
+    columns = ["step", "harness", "pick", "rollout_id", "task_id", "reward", "advantage", "sequences",
+               "sampled_tokens", "link"]
+    tracking_dir = cfg.tracking_dir()
+
+    [text] = [(e.step, v) for e in read_events(tracking_dir / "tensorboard") for v in e.summary.value
+              if v.metadata.plugin_data.plugin_name == "text"]
+    assert text[0] == 1 and text[1].tag.startswith("rollouts/samples")
+    table = text[1].tensor.string_val[0].decode().splitlines()
+    assert table[0] == "| " + " | ".join(columns[:-1]) + " |" and len(table) == 2 + len(samples)
+    assert table[4] == ("| 1 | codex | worst | [g1-r2](http://127.0.0.1:8765/rollouts/g1-r2) | add | 0.0000 | -0.5000 "
+                        "| 1 | 2 |")
+    assert r"| sort\|desc |" in markdown([samples[0].model_copy(update={"task_id": "sort|desc"})])  # escaped
+
+    [wandb_table] = (tracking_dir / "wandb").glob("offline-run-*/files/media/table/rollouts/samples_*.table.json")
+    assert json.loads(wandb_table.read_text()) == {"columns": columns, "data": rows}
+
+    [mlflow_table] = (tmp_path / "mlruns").glob("*/*/artifacts/rollouts/samples/step-000001.json")
+    assert json.loads(mlflow_table.read_text()) == {"columns": columns, "data": rows}
+
+    with sqlite3.connect(tracking_dir / "trackio" / "harnessrl.db") as db:
+        logged = [json.loads(m) for (m,) in db.execute("SELECT metrics FROM metrics WHERE step = 1")]
+    [trackio_table] = [m["rollouts/samples"] for m in logged if "rollouts/samples" in m]
+    assert trackio_table["_type"] == "trackio.table"
+    assert trackio_table["_value"] == [dict(zip(columns, row, strict=True)) for row in rows]

@@ -247,6 +247,7 @@ def test_tracker_credentials_come_from_secret_flags_into_files_no_config_holds(
         "wandb": {"apiKeySecret": {"name": "wandb"}},
         # One Secret, two keys: `--secret NAME/KEY=FILE` gives each.
         "mlflow": {"trackingUriSecret": {"name": "mlflow", "key": "uri"}, "tokenSecret": {"name": "mlflow"}},
+        "viewerUrl": "http://127.0.0.1:8765",
     })]
     given = {"wandb": "wandb-key-0123456789", "mlflow/uri": "https://user:pw@mlflow.example", "mlflow/token": "tok-42"}
     for name, value in given.items():
@@ -257,6 +258,7 @@ def test_tracker_credentials_come_from_secret_flags_into_files_no_config_holds(
     plan, _ = plan_run(args(tmp_path, model_dir, files=files, secret=secret))
     tracking = learner_config(plan).tracking
     assert tracking.wandb is not None and tracking.mlflow is not None and tracking.mlflow.token_file is not None
+    assert tracking.viewer_url == "http://127.0.0.1:8765"  # where the rollout samples link
     run_dir = tmp_path / "run"
     for path, value in ((tracking.wandb.api_key_file, given["wandb"]), (tracking.mlflow.tracking_uri_file,
                         given["mlflow/uri"]), (tracking.mlflow.token_file, given["mlflow/token"])):

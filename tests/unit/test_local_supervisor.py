@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from harnessrl.runtime.ports import free_ports
 
-from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
+from harnessrl.local.supervisor import START_MARKER, ProcessSpec, Supervisor, SupervisorError, last_error
 
 # A tiny HTTP server that answers /health with 200, then optionally dies after a delay.
 SERVER = """
@@ -210,3 +210,37 @@ def test_stopping_says_what_it_stops_waits_for_and_kills(tmp_path: Path) -> None
     times = [0.0] + [t for t, _ in said]
     assert max(b - a for a, b in itertools.pairwise(times)) < 3.5
     assert all(m.popen is not None and m.popen.poll() is not None for m in supervisor.procs)
+
+
+def test_the_last_error_since_the_last_start_is_named() -> None:
+    """vLLM exits 0 when its worker dies; the reason is a logger-prefixed exception line in its log."""
+    log = (
+        f"\n{START_MARKER}engine-0: python -m vllm\n"
+        "(Worker pid=1) ERROR [executor.py:1] ValueError: from the first start\n"
+        f"\n{START_MARKER}engine-0: python -m vllm\n"
+        "(Worker pid=2) ERROR [executor.py:1] Traceback (most recent call last):\n"
+        "(Worker pid=2) ERROR [executor.py:1]     raise exc.CppCompileError(cmd, output) from e\n"
+        "(Worker pid=2) ERROR [executor.py:1] torch._inductor.exc.InductorError: CppCompileError: C++ compile error\n"
+        "(APIServer pid=3) INFO shutting down\n"
+    )
+    assert last_error(log) == "torch._inductor.exc.InductorError: CppCompileError: C++ compile error"
+    assert last_error(f"{START_MARKER}x\nINFO all good\n") is None
+    assert last_error(log.rsplit(START_MARKER, 1)[0]) == "ValueError: from the first start"
+
+
+def test_a_restart_says_the_error_that_ended_the_component(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = "import sys; print('RuntimeError: engine core died', file=sys.stderr, flush=True); sys.exit(0)"
+    crash = ProcessSpec(name="engine-0", argv=[sys.executable, "-c", code], env=dict(os.environ),
+                        log=tmp_path / "engine-0.log")
+    supervisor = Supervisor(restart_budget=1, poll_s=0.05)
+    try:
+        managed = supervisor.start(crash)
+        deadline = time.monotonic() + 20
+        while managed.restarts == 0:
+            assert time.monotonic() < deadline
+            supervisor.check()
+            time.sleep(0.05)
+    finally:
+        supervisor.stop_all(grace_s=5)
+    out = capsys.readouterr().out
+    assert "engine-0 exited with status 0; restarting (1/1); its last error: RuntimeError: engine core died" in out

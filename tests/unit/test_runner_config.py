@@ -37,7 +37,7 @@ def test_custom_harness_and_kubernetes_sandbox() -> None:
         **BASE,
         "harness": {"kind": "custom", "name": "my-agent", "command": "a {instruction}", "dialect": "anthropic"},
         "sandbox": {"kind": "kubernetes", "image": "ghcr.io/x/agent:1", "runtime_class_name": "gvisor",
-                    "proxy_pod_labels": {"app": "proxy"}},
+                    "name_prefix": "run.pool.", "proxy_pod_labels": {"app": "proxy"}},
         "tasks": {"kind": "image", "image": "ghcr.io/x/tasks:1"},
     })
     assert isinstance(config.harness, CustomHarnessSpec)
@@ -52,6 +52,9 @@ def test_custom_harness_and_kubernetes_sandbox() -> None:
         ({"concurrency": 0}, "greater than or equal to 1"),
         ({"pool": "Bad_Name"}, "pattern"),
         ({"sandbox": {"kind": "kubernetes", "image": "x"}}, "proxy_pod_labels"),
+        # A prefix that does not end its own names could be the start of another pool's (`run.pool` of `run.pool-2.`).
+        ({"sandbox": {"kind": "kubernetes", "image": "x", "name_prefix": "run.pool", "proxy_pod_labels": {"a": "b"}}},
+         "pattern"),
         ({"unknown": 1}, "Extra inputs"),
     ],
 )

@@ -1,7 +1,7 @@
 """Two tenants, each a namespace with a run of the same name, sharing nothing but the cluster: every attack of
 tenant B's Pods and runner on tenant A's run is refused. The manifests are the operator's (and the chart's RBAC
 and sandbox policy); decisions are the emulator's RBAC (tests/kube_emulator/authz.py), the policy's CEL as the API
-server evaluates it (tests/unit/test_chart_sandbox_policy.py) and NetworkPolicies as a CNI enforces them
+server evaluates it (tests/kube_emulator/admission_policy.py) and NetworkPolicies as a CNI enforces them
 (tests/kube_emulator/network_policy.py)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from harnessrl.operator.plan.placement import ClusterPlacement
 from tests.kube_emulator.authz import Attributes, allowed, service_account
 from tests.kube_emulator.network_policy import PodRef, connection_allowed
 from tests.unit.test_chart_harnessrl import render as render_chart
-from tests.unit.test_chart_sandbox_policy import OWN, denials, runner_objects
+from tests.unit.test_chart_sandbox_policy import EXEC, OWN, PLANT, denials, runner_objects
 from tests.unit.test_operator_manifests import EXAMPLE, POOLS
 
 TENANTS = ("tenant-a", "tenant-b")  # (the example run queues on a Kueue queue named team-a)
@@ -112,3 +112,21 @@ def test_no_credential_or_reference_of_one_tenant_is_in_the_others_manifests() -
         # Every Secret a Pod mounts is the run's own or one its spec names; a Secret volume is always of the Pod's
         # own namespace, so none of them is the other tenant's.
         assert secrets and all(s.startswith("run-") or s in repr(EXAMPLE["spec"]) for s in secrets), secrets
+
+
+def test_one_tenants_runner_execs_only_into_its_own_sandboxes() -> None:
+    """Exec: in A's namespace RBAC refuses B's runner outright (above); in its own, the sandbox policy refuses it
+    every Pod but its run's sandboxes: not its learner (which holds the run's tokens), proxy or engine, and A's
+    run of the same name gives it nothing either."""
+    runner_b = "system:serviceaccount:tenant-b:run-claude-code-runner"
+    params = [m for m in children("tenant-b") if m["kind"] == "RoleBinding"]
+    pod = copy.deepcopy(runner_objects()[0])
+    pod["metadata"]["namespace"] = "tenant-b"
+    assert denials(pod, username=runner_b, operation="CONNECT", params=params) == []  # its own sandbox
+    for name in ("run-learner-x2x4k", "run-proxy-0", "run-engine-0", "run-claude-code-runner-5d8f7c9b4-q7w2e"):
+        target = {"kind": "Pod", "metadata": {"name": name, "namespace": "tenant-b"}}
+        failed = denials(target, username=runner_b, operation="CONNECT", params=params)
+        assert failed and any(EXEC in m for m in failed), (name, failed)
+    # Nor may tenant B's users plant a Pod named as B's run's sandbox, for its runner to exec into.
+    failed = denials(pod, username="bob@tenant-b.example", params=params)
+    assert failed and any(PLANT in m for m in failed), failed

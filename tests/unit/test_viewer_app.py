@@ -15,14 +15,15 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from harnessrl.runtime.contracts.coordinator import Completion, OutcomeKind
+from harnessrl.runtime.contracts.coordinator import Completion, OutcomeKind, wilson_interval
 from harnessrl.runtime.coordinator.journal import Journal, JournalEntry
 from harnessrl.runtime.learner.metrics import MetricsSink
+from harnessrl.runtime.viewer import charts
 from harnessrl.runtime.viewer.app import create_app
 from harnessrl.runtime.viewer.index import RunIndex, entry_head
 from harnessrl.runtime.viewer.tokens import Colouring, colour, css
 
-from tests.fixtures.viewer_run import Run, step_metrics
+from tests.fixtures.viewer_run import BROKEN, EVAL_SOLVED, Run, step_metrics
 
 
 @pytest.fixture()
@@ -170,6 +171,25 @@ def test_a_saved_index_is_taken_while_the_files_it_read_are_unchanged(viewer_run
     assert anew.rows == first.rows and anew.calls(session) == first.calls(session)
 
 
+def test_a_saved_index_of_an_earlier_format_is_built_anew(viewer_run: Run, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(viewer_run.path, run, ignore=shutil.ignore_patterns("viewer"))
+    first = RunIndex(run)
+    first.refresh()
+    first.save()
+    # As the viewer before rows had prefix breaks saved it: no format, and rows without them.
+    snap = json.loads((run / "viewer" / "index.json").read_text())
+    snap.pop("format", None)
+    for row in snap["rows"]:
+        del row["prefix_breaks"], row["unknown_tool_calls"]
+    (run / "viewer" / "index.json").write_text(json.dumps(snap))
+    again = RunIndex(run)
+    assert again.rows == {}
+    again.refresh()
+    assert again.rows[BROKEN].prefix_breaks == viewer_run.entry(BROKEN).completion.prefix_breaks
+    assert again.rows[BROKEN].unknown_tool_calls == 1
+
+
 def append_completion(run: Path, seq: int, **fields: Any) -> None:
     journal = Journal(run / "checkpoints" / "journal.jsonl", fsync=False)
     journal.append(JournalEntry(seq=seq, harness="oneshot", sequences=[], completion=Completion(
@@ -197,3 +217,87 @@ def test_what_a_rollout_wrote_is_shown_as_text_never_as_markup(viewer_run: Run, 
     page = TestClient(create_app(run)).get("/rollouts/g0000021-r000").text
     assert "<script>alert" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(&#34;grader&#34;)&lt;/script&gt;" in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_one_task_under_two_harnesses_side_by_side(client: TestClient, viewer_run: Run) -> None:
+    c = client.get("/api/compare", params={"task": "task-add"}).json()
+    # Blank sides: the task's harnesses in order; each side shows its best rollout.
+    assert (c["query"]["a"], c["query"]["b"]) == ("mini-swe-agent", "oneshot") and c["options"] == [
+        "mini-swe-agent", "oneshot"]
+    assert [r["rollout_id"] for r in c["a"]["rows"]] == ["g0000001-r000", "g0000001-r001"]
+    # Evaluation rollouts of the task count on their side too.
+    assert [r["rollout_id"] for r in c["b"]["rows"]] == ["g0000000-r000", "g0000000-r001", "eval-s0-p0-t0-a0"]
+    assert (c["a"]["solved"], c["a"]["scored"], c["a"]["mean_reward"]) == (1, 2, 0.5)
+    assert c["a"]["shown"]["rollout_id"] == "g0000001-r000" and c["b"]["shown"]["rollout_id"] == "g0000000-r000"
+    assert [x["sampled"] for x in c["calls_b"]] == ["def f(x): return x + 1", " # done"]
+    # A side's rollout picked by hand; and the same task at two policy versions.
+    picked = client.get("/api/compare", params={"task": "task-add", "ra": "g0000001-r001"}).json()
+    assert picked["a"]["shown"]["rollout_id"] == "g0000001-r001" and picked["calls_a"][0]["sampled"] == \
+        "def f(x): return x + 4"
+    by_version = client.get("/api/compare", params={"task": "task-sort", "by": "version"}).json()
+    assert by_version["options"] == ["0", "1"]
+    assert {r["version"] for r in by_version["a"]["rows"]} == {0} and {r["version"] for r in by_version["b"]["rows"]} == {1}
+    assert {r["harness"] for r in by_version["a"]["rows"]} == {"mini-swe-agent"}
+    page = client.get("/compare", params={"task": "task-add", "a": "oneshot", "b": "mini-swe-agent"})
+    assert page.status_code == 200
+    assert page.text.index('id="side-a"') < page.text.index("<h2>harness oneshot</h2>") < page.text.index(
+        'id="side-b"') < page.text.index("<h2>harness mini-swe-agent</h2>")
+    # Reachable from a rollout and from the list.
+    rollout = client.get("/rollouts/g0000001-r001").text
+    assert 'href="http://testserver/compare?task=task-add&amp;by=harness&amp;a=mini-swe-agent&amp;ra=g0000001-r001"' in rollout
+    assert 'href="http://testserver/compare?task=task-add&amp;by=version&amp;a=1&amp;ra=g0000001-r001"' in rollout
+    assert client.get("/rollouts", params={"task": "task-add"}).text.count('class="compare"') == 5  # 4 + its eval
+
+
+def test_the_call_graph_shows_each_sequence_and_each_break_with_the_proxys_cause(client: TestClient,
+                                                                                 viewer_run: Run) -> None:
+    view = client.get(f"/api/rollouts/{BROKEN}").json()
+    graph, entry = view["graph"], viewer_run.entry(BROKEN)
+    # The causes the viewer replays are those the proxy read live, and add up to what the runner reported.
+    assert [t["cause"] for t in graph["turns"]] == [c and c.value for c in viewer_run.causes[BROKEN]] == [
+        None, None, "history_changed", "retry"]
+    assert graph["breaks"] == {k.value: n for k, n in entry.completion.prefix_breaks.items()} == {
+        "history_changed": 1, "retry": 1}
+    [first, second] = graph["roots"]
+    assert (first["turns"], first["cause"], second["turns"], second["cause"]) == ([0, 1], None, [2], "history_changed")
+    [retry] = first["branches"]
+    assert (retry["turns"], retry["after"], retry["cause"]) == ([3], 0, "retry")
+    # Each branch is the journaled training sequence that ends at its last turn.
+    for branch in (first, second, retry):
+        assert entry.sequences[branch["sequence"]].node_ids[-1] == branch["turns"][-1]
+    assert len(entry.sequences) == 3
+    page = client.get(f"/rollouts/{BROKEN}").text
+    assert re.search(r'data-cause="history_changed">\s*<span class="branch-head">sequence \d · <span class="cause '
+                     r'cause-history_changed">history_changed</span> \(a new root\)', page)
+    assert 'href="#calls-3"' in page and 'id="calls-3"' in page
+    plain = client.get("/api/rollouts/g0000001-r001").json()["graph"]
+    assert plain["breaks"] == {} and [b["turns"] for b in plain["roots"]] == [[0, 1]]
+
+
+def test_the_run_page_has_pass_at_1_with_intervals_the_matrix_breaks_and_mismatches(client: TestClient) -> None:
+    assert [r["step"] for r in client.get("/api/evals").json()] == [0, 2]
+    page = client.get("/").text
+    lo, hi = wilson_interval(3, 4)
+    cell = f"0.750 (3/4) <span class=\"interval\">[{lo:.2f}, {hi:.2f}]</span>"
+    row = re.search(r'<tr data-pool="oneshot-pool">(.*?)</tr>', page, re.S)
+    assert row and row[1].count("<td>") == 3 and cell in row[1] and "0.250 (1/4)" in row[1]
+    assert re.search(r"<th>step 0</th><th>step 2</th>", page)
+    # Each plotted pass@1 has its exact value, counts and interval as its hover text.
+    for step, solved in EVAL_SOLVED.items():
+        for harness, n in solved.items():
+            low, high = wilson_interval(n, 4)
+            assert (f"<title>{harness} ({harness}-pool) · step {step} · pass@1 {n / 4:.3f} ({n}/4) · 95% "
+                    f"[{low:.3f}, {high:.3f}]</title>") in page
+    # The broken rollout's two breaks and its call to a tool it was not offered, under its harness.
+    mini = re.search(r'mini-swe-agent</a></td>.*?<td class="breaks">(.*?)</td>\s*<td class="mismatches">(.*?)</td>',
+                     page, re.S)
+    assert mini and (mini[1], mini[2]) == ("history_changed 1, retry 1", "1 / 0")
+    oneshot = re.search(r'oneshot</a></td>.*?<td class="breaks">(.*?)</td>', page, re.S)
+    assert oneshot and oneshot[1] == "0"
+
+
+def test_a_plots_hover_text_is_escaped_text() -> None:
+    m = step_metrics(1).model_copy(update={"mean_reward_by_harness": {"<script>alert(1)</script>": 0.5},
+                                           "solved_rate_by_harness": {}})
+    svg = charts.svg([m])
+    assert "<script>" not in svg and "<title>&lt;script&gt;alert(1)&lt;/script&gt; · step 1 · mean reward 0.500" in svg

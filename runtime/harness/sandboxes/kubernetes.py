@@ -14,6 +14,11 @@ is packed there and carried over through exec, and the task's tests written fres
 ends. (Its one container also runs the candidate's code that a verifier runs: the chart's admission policy allows
 sandbox Pods no second or init container, and the Pod can neither nest namespaces nor switch users.)
 
+Each Pod (and its NetworkPolicy) is named `<run>.<pool>.<id>` (the config's name_prefix and a random id) and
+labelled `harnessrl.io/sandbox: <id>` (a label value holds at most 63 characters; the name may be longer): the
+chart's admission policy lets a runner exec only into Pods named with its own prefix, so the name is what makes a
+grader or rollout Pod its own, and the learner, proxy, engine and other runs' sandboxes out of its reach.
+
 Tasks from an OCI image are mounted into the runner's own pod (an image volume rendered by the operator) and
 read as a directory there; the task files travel into the sandbox Pod through exec.
 """
@@ -75,14 +80,14 @@ def label_value(value: str) -> str:
     return cleaned or "x"
 
 
-def sandbox_labels(config: KubernetesSandboxConfig, pool: str, runner_id: str, rollout_id: str, name: str) -> dict[str, str]:
+def sandbox_labels(config: KubernetesSandboxConfig, pool: str, runner_id: str, rollout_id: str, sandbox_id: str) -> dict[str, str]:
     return {
         **config.labels,
         LABEL_MANAGED: "harnessrl",
         LABEL_POOL: label_value(pool),
         LABEL_RUNNER: label_value(runner_id),
         LABEL_ROLLOUT: label_value(rollout_id),
-        LABEL_SANDBOX: name,
+        LABEL_SANDBOX: sandbox_id,
     }
 
 
@@ -134,7 +139,7 @@ def grader_network_policy_manifest(config: KubernetesSandboxConfig, name: str, l
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
-        "spec": {"podSelector": {"matchLabels": {LABEL_SANDBOX: name}}, "policyTypes": ["Ingress", "Egress"],
+        "spec": {"podSelector": {"matchLabels": {LABEL_SANDBOX: labels[LABEL_SANDBOX]}}, "policyTypes": ["Ingress", "Egress"],
                  "ingress": [], "egress": []},
     }
 
@@ -153,7 +158,7 @@ def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: 
         "kind": "NetworkPolicy",
         "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
         "spec": {
-            "podSelector": {"matchLabels": {LABEL_SANDBOX: name}},
+            "podSelector": {"matchLabels": {LABEL_SANDBOX: labels[LABEL_SANDBOX]}},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],
             "egress": [
@@ -357,8 +362,9 @@ class KubernetesProvider(SandboxProvider):
         """A rollout's Pod and NetworkPolicy, or a grader's (the same Pod; no network)."""
         from kubernetes.client.exceptions import ApiException
 
-        name = f"hrl-{label_value(self.pool)[:20].lower()}-{secrets.token_hex(6)}".replace("_", "-").replace(".", "-")
-        labels = sandbox_labels(self.config, self.pool, self.runner_id, rollout_id, name)
+        sandbox_id = secrets.token_hex(8)
+        name = self.config.name_prefix + sandbox_id
+        labels = sandbox_labels(self.config, self.pool, self.runner_id, rollout_id, sandbox_id)
         ns = self.config.namespace
         policy = (grader_network_policy_manifest if grader else network_policy_manifest)(self.config, name, labels)
         try:
