@@ -116,7 +116,7 @@ def peak_memory(device: torch.device) -> int:
 
 
 def planned_peak(shape: str, adapter: str, seq_len: int) -> int | None:
-    """Peak bytes per GPU that the operator's memory plan (runtime/learner/memory.py) gives this case: what the
+    """Peak bytes per GPU that the operator's memory plan (runtime/contracts/learner_memory.py) gives this case: what the
     measured peak calibrates. None where harnessrl is not importable (the standalone machine)."""
     try:
         from harnessrl.runtime.contracts.learner_memory import ModelShape, TrainingSetup, plan_memory
