@@ -31,8 +31,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
-# The real harness CLIs, installed from npm as a user would (pinned in runtime/harness/versions.json).
-$(TOOLS)/.installed: runtime/harness/versions.json
+# The real harness CLIs, installed from npm as a user would (pinned in runtime/contracts/harness_versions.json).
+$(TOOLS)/.installed: runtime/contracts/harness_versions.json
 	$(PY) -P -m harnessrl.local.install_clis --prefix $(TOOLS)
 	touch $@
 

@@ -29,7 +29,9 @@ from harnessrl.operator.api.harnesspool import HarnessPoolSpec  # noqa: E402
 from harnessrl.operator.api.trainingrun import DEFAULT_ENGINE_IMAGE, TrainingRunSpec  # noqa: E402
 from harnessrl.operator.kube import Owner, proxy, render  # noqa: E402
 from harnessrl.operator.kube import learner as learner_kube  # noqa: E402
-from harnessrl.operator.plan import ClusterPlacement, Images, build_plan  # noqa: E402
+from harnessrl.operator.plan import build_plan  # noqa: E402
+from harnessrl.operator.plan.placement import ClusterPlacement  # noqa: E402
+from harnessrl.operator.plan.types import Images  # noqa: E402
 
 from checks import podspec  # noqa: E402
 

@@ -157,8 +157,8 @@ check_all() {
     'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'
   for h in "${HARNESSES[@]}"; do
     local bin version
-    bin=$(python3 -c "import json; print(json.load(open('runtime/harness/versions.json'))['$h']['bin'])")
-    version=$(python3 -c "import json; print(json.load(open('runtime/harness/versions.json'))['$h']['version'])")
+    bin=$(python3 -c "import json; print(json.load(open('runtime/contracts/harness_versions.json'))['$h']['bin'])")
+    version=$(python3 -c "import json; print(json.load(open('runtime/contracts/harness_versions.json'))['$h']['version'])")
     expect "harness-$h: harnessrl runner --help" run "$(ref "harness-$h")" --help
     if [ "$h" = mini-swe-agent ]; then  # mini has no --version; its package metadata says which release is installed
       expect "harness-$h: $bin $version installed" run --entrypoint python3 "$(ref "harness-$h")" -c \

@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from harnessrl.runtime import serving
-from harnessrl.runtime.server_limits import ServerLimits
+from harnessrl.runtime.contracts.server_limits import ServerLimits
 
 if TYPE_CHECKING:
     import uvicorn

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from typing import Any
 
-from harnessrl.runtime.server_limits import ServerLimits
+from harnessrl.runtime.contracts.server_limits import ServerLimits
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -70,10 +70,10 @@ def main(argv: list[str]) -> int:
 
     logs.configure(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     import kopf
+    from harnessrl.operator.control.leader import LeaderElection, default_namespace
     from harnessrl.operator.endpoints import endpoints, serve_beside
     from harnessrl.operator.handlers import OperatorOptions, build_registry
-    from harnessrl.operator.leader import LeaderElection, default_namespace
-    from harnessrl.operator.plan import Images
+    from harnessrl.operator.plan.types import Images
 
     images = Images().model_copy(
         update={k: v for k, v in {"registry": args.image_registry, "tag": args.image_tag}.items() if v}

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from harnessrl.runtime.server_limits import ServerLimits
+from harnessrl.runtime.contracts.server_limits import ServerLimits
 
 if TYPE_CHECKING:
     import uvicorn

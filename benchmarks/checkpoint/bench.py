@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
 from harnessrl.runtime.learner.loop import Learner
 from harnessrl.runtime.learner.packing import Sample
 from harnessrl.runtime.trajectory.models import TrainingSequence

@@ -18,7 +18,7 @@ backward is twice its forward (dQ, dK, dV, dP) and has no weights. A full fine-t
 attention's backward is the same as a full fine-tune's; the adapters' own FLOPs are left out). Recomputation
 by gradient checkpointing is not counted (hardware FLOPs exceed model FLOPs).
 
-The headline case (HEADLINE) must fit an 80 GB H100 by the operator's own memory plan (runtime/learner/memory.py):
+The headline case (HEADLINE) must fit an 80 GB H100 by the operator's own memory plan (runtime/contracts/learner_memory.py):
 a 4B full fine-tune plans ~87 GiB, so the headline is the 1.7B shape (~43 GiB at 16k tokens).
 """
 
@@ -116,10 +116,10 @@ def peak_memory(device: torch.device) -> int:
 
 
 def planned_peak(shape: str, adapter: str, seq_len: int) -> int | None:
-    """Peak bytes per GPU that the operator's memory plan (runtime/learner/memory.py) gives this case: what the
+    """Peak bytes per GPU that the operator's memory plan (runtime/contracts/learner_memory.py) gives this case: what the
     measured peak calibrates. None where harnessrl is not importable (the standalone machine)."""
     try:
-        from harnessrl.runtime.learner.memory import ModelShape, TrainingSetup, plan_memory
+        from harnessrl.runtime.contracts.learner_memory import ModelShape, TrainingSetup, plan_memory
     except ImportError:
         return None
     model = ModelShape(**{k: v for k, v in SHAPES[shape].items() if k in ModelShape.model_fields})
@@ -131,7 +131,7 @@ def planned_peak(shape: str, adapter: str, seq_len: int) -> int | None:
 
 def learner_step(model: torch.nn.Module, adapter: str, seq_len: int, device: torch.device) -> Callable[[dict[str, Any]], tuple[int, float]]:
     """The learner's own step (PolicyTrainer) on the learner's own model preparation."""
-    from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
+    from harnessrl.runtime.contracts.learner_config import AdapterConfig, GrpoConfig, ModelConfig
     from harnessrl.runtime.learner.packing import Sample
     from harnessrl.runtime.learner.trainer import PolicyTrainer, compute_dtype, prepare_policy
     from harnessrl.runtime.trajectory.models import TrainingSequence

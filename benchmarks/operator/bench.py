@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))  # the emulator lives with the tests
 from harnessrl.operator.api.harnesspool import HarnessPool  # noqa: E402
 from harnessrl.operator.api.trainingrun import TrainingRunSpec  # noqa: E402
 from harnessrl.operator.kube import Owner, render  # noqa: E402
-from harnessrl.operator.plan import ClusterPlacement, build_plan  # noqa: E402
+from harnessrl.operator.plan import build_plan  # noqa: E402
+from harnessrl.operator.plan.placement import ClusterPlacement  # noqa: E402
 
 from tests.kube_emulator.routing import parse_path  # noqa: E402
 from tests.kube_emulator.thread import EmulatorThread  # noqa: E402

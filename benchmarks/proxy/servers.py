@@ -25,8 +25,8 @@ import aiohttp
 import httpx
 import psutil
 import yaml
+from harnessrl.runtime.contracts.proxy_config import worker_ports
 from harnessrl.runtime.ports import free_ports
-from harnessrl.runtime.proxy.workers import worker_ports
 from results import ProcessUsage
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
     harnessrl eval RUN_FILES... --checkpoint DIR|base [--checkpoint ...] --volume CLAIM=DIR --out DIR
                    [--split test] [--harness POOL ...] [--limit N] [--attempts K]
 
-The TrainingRun's plan (operator/plan.py) gives the engine, proxy and runner configs, realised as local
+The TrainingRun's plan (operator/plan/) gives the engine, proxy and runner configs, realised as local
 processes as `harnessrl run` does (harnessrl/local/run.py). The engine and proxy start once; for each checkpoint its
 LoRA adapter is hot-loaded into the engine under its own name, the proxy is told to serve that name (PUT
 /policy), and an eval coordinator (runtime/evaluation) hands every (task × pool × attempt) to the pools'
@@ -40,10 +40,12 @@ from harnessrl.local.run import (
 from harnessrl.local.supervisor import ProcessSpec, Supervisor, SupervisorError
 from harnessrl.operator.api.manifest import ManifestError
 from harnessrl.operator.api.trainingrun import HarnessRef
-from harnessrl.operator.plan import VLLM_LORA_RANKS, Plan, PlanError, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.engine import VLLM_LORA_RANKS
+from harnessrl.operator.plan.types import Plan, PlanError
+from harnessrl.runtime.contracts.coordinator import PoolHarness
+from harnessrl.runtime.contracts.engine_config import EngineConfig, LoraSettings
 from harnessrl.runtime.contracts.proxy import PolicyState, ProxyClient
-from harnessrl.runtime.coordinator.ledger import PoolHarness
-from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
 from harnessrl.runtime.engine.lora import LoraEndpointError, load_lora_adapter
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalResults, EvalStatus
@@ -57,6 +59,7 @@ from harnessrl.runtime.evaluation.matrix import (
 )
 from harnessrl.runtime.evaluation.paired import paired_comparisons
 from harnessrl.runtime.harness.tasks import TaskError, load_dir, split_tasks
+from harnessrl.runtime.programs import python_module
 
 BASE = "base"
 _M = TypeVar("_M", bound=BaseModel)
@@ -289,7 +292,7 @@ def evaluate_checkpoint(setup: Setup, checkpoint: Checkpoint, base: Supervisor, 
     try:
         phase.start(ProcessSpec(
             name="eval-coordinator",
-            argv=[sys.executable, "-m", "harnessrl.runtime.evaluation.coordinator", "--config", str(config_path)],
+            argv=python_module("harnessrl.runtime.evaluation.coordinator", "--config", str(config_path)),
             env={},
             log=out / "logs" / f"eval-coordinator-{checkpoint.label}.log",
             health_url=f"{url}/healthz",

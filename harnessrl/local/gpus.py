@@ -8,11 +8,11 @@ the learner on one device, and a learner of several GPUs ran as one process on o
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from harnessrl.operator.plan import Plan
+from harnessrl.operator.plan.types import Plan
+from harnessrl.runtime.programs import python_module
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
@@ -57,6 +57,8 @@ def learner_argv(gpus: int, config: Path) -> list[str]:
     """`harnessrl learner`, under `harnessrl torchrun` (one process per GPU, FSDP2) when it has several GPUs."""
     learner = ["learner", "--config", str(config)]
     if gpus <= 1:
-        return [sys.executable, "-P", "-m", "harnessrl.cli", *learner]
-    return [sys.executable, "-P", "-m", "harnessrl.cli", "torchrun", "--standalone", f"--nproc-per-node={gpus}",
-            "--no-python", str(Path(sys.executable).parent / "harnessrl"), *learner]
+        return python_module("harnessrl.cli", *learner)
+    # torchrun starts each worker as `<training_script> ARGS` (--no-python): the same bootstrap, under this
+    # interpreter, instead of a console script that may not sit beside it.
+    return python_module("harnessrl.cli", "torchrun", "--standalone", f"--nproc-per-node={gpus}", "--no-python",
+                         *python_module("harnessrl.cli", *learner))

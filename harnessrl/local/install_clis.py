@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from harnessrl.runtime.harness.versions import Pin, pins
+from harnessrl.runtime.contracts.harness_versions import Pin, pins
 
 
 def npm_installed_version(npm_prefix: Path, package: str) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harnessrl.operator.api.common import VolumePath
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.runtime.harness.config import LocalSandboxConfig
+from harnessrl.runtime.contracts.runner_config import LocalSandboxConfig
 from harnessrl.runtime.harness.sandboxes import bwrap
 
 

@@ -39,29 +39,21 @@ from harnessrl.operator.api.common import VolumePath
 from harnessrl.operator.api.harnesspool import HarnessPool
 from harnessrl.operator.api.manifest import ManifestError, load_manifests
 from harnessrl.operator.api.trainingrun import HubSource, TrainingRun, TrainingRunSpec
-from harnessrl.operator.plan import (
-    PATHS,
-    Component,
-    ComponentKind,
-    Placement,
-    Plan,
-    PlanError,
-    build_plan,
-    check_context,
-    check_learner_memory,
-    eval_task_ids_file,
-    pool_names,
-    validation_task_ids_file,
-)
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.engine.launch import engine_argv, engine_env
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.memory import check_context, check_learner_memory
+from harnessrl.operator.plan.placement import PATHS, Placement, eval_task_ids_file, validation_task_ids_file
+from harnessrl.operator.plan.pools import pool_names
+from harnessrl.operator.plan.types import Component, ComponentKind, Plan, PlanError
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.engine_launch import engine_argv, engine_env
+from harnessrl.runtime.contracts.learner_config import LearnerConfig, SyncMode
+from harnessrl.runtime.contracts.learner_memory import context_limit
+from harnessrl.runtime.contracts.runner_config import LocalSandboxConfig, RunnerConfig
 from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published, sync_dir
-from harnessrl.runtime.harness.config import LocalSandboxConfig, RunnerConfig
 from harnessrl.runtime.harness.tasks import SPLITS, Split, TaskError, load_dir, split_tasks
-from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
-from harnessrl.runtime.learner.memory import context_limit
 from harnessrl.runtime.learner.tracking import MODULES, missing
 from harnessrl.runtime.ports import free_ports
+from harnessrl.runtime.programs import python_module
 
 
 class LocalRunError(RuntimeError):
@@ -338,7 +330,7 @@ def process_specs(plan: Plan, run_dir: Path, policy: PublishedPolicy | None = No
             ProcessSpec(
                 name=component.name,
                 argv=learner_argv(component.gpus, path) if learner
-                else [sys.executable, "-P", "-m", "harnessrl.cli", str(component.kind), "--config", str(path)],
+                else python_module("harnessrl.cli", str(component.kind), "--config", str(path)),
                 env={CUDA_VISIBLE_DEVICES: visible_devices(plan, gpu_ids(os.environ))[component.name]} if learner else {},
                 log=logs / f"{component.name}.log",
                 health_url=health,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from harnessrl.runtime.learner.failure import EXIT_FAILED
+from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED
 
 START_MARKER = "=== harnessrl: starting "  # written into a component's log at each start
 

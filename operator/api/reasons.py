@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harnessrl.runtime.learner import failure
+from harnessrl.runtime.contracts import learner_exit as failure
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ CONTEXT_TOO_LONG = _reason(
 LEARNER_MEMORY_TOO_SMALL = _reason(
     "LearnerMemoryTooSmall", "the learner's memory plan exceeds its GPUs (spec.learner.gpuMemoryGib)", warning=True
 )
-# The learner ends itself with these (runtime/learner/failure.py): no restart can help, the run fails at once.
+# The learner ends itself with these (runtime/contracts/learner_exit.py): no restart can help, the run fails at once.
 WEIGHT_SYNC_UNSUPPORTED = _reason(
     failure.WEIGHT_SYNC_UNSUPPORTED, "the engine lacks vLLM's weight-transfer API, or CUDA is missing", warning=True
 )

@@ -21,7 +21,7 @@ from harnessrl.operator.kube.common import MANAGED_BY, MANAGED_BY_LABEL, RUN
 
 __all__ = ["Context", "OperatorOptions", "build_registry"]
 
-# The kinds of children the operator reads from its cache (handlers/cache.py): all a run has but its Secrets (read
+# The kinds of children the operator reads from its cache (control/cache.py): all a run has but its Secrets (read
 # by name only: listing them would read every Secret) and the kinds that need a CRD (JobSet, Kueue's Workload).
 CACHED_CHILDREN = [*CHILD_KINDS, ("v1", "Pod")]
 # Children whose changes (status, deletion) are worth an immediate reconcile of their owner.

@@ -1,6 +1,6 @@
 """Unload from an EnginePool's servers the adapters no run on the pool owns any more: those of a run deleted
 before it finished (a run that finishes unloads its own, runtime/learner/sync.py). Each run's adapters are
-`<run>-v<N>` (plan.py gives a run on a pool its name as adapter prefix); other names are left alone."""
+`<run>-v<N>` (plan/engine.py gives a run on a pool its name as adapter prefix); other names are left alone."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ import logging
 import re
 
 import httpx
-from harnessrl.operator.handlers.apply import Kube
+from harnessrl.operator.control.apply import Kube
 from harnessrl.operator.handlers.context import OperatorOptions
-from harnessrl.operator.plan import (
-    ClusterPlacement,
-    EnginePoolPlan,
-    engine_pool_api_key_secret,
-    engine_pool_store_secret,
-)
+from harnessrl.operator.plan.names import engine_pool_api_key_secret, engine_pool_store_secret
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.types import EnginePoolPlan
 from harnessrl.runtime.contracts.client import bearer
 
 log = logging.getLogger("harnessrl.operator.adapters")

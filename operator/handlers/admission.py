@@ -14,7 +14,7 @@ from typing import Generic, NamedTuple
 
 from harnessrl.operator.api import reasons as R
 from harnessrl.operator.api.common import COMPONENT_LABEL
-from harnessrl.operator.handlers.apply import (
+from harnessrl.operator.control.apply import (
     ChildConflict,
     ChildRefused,
     Kube,
@@ -24,7 +24,8 @@ from harnessrl.operator.handlers.apply import (
 )
 from harnessrl.operator.handlers.status import QueueState
 from harnessrl.operator.kube import Manifest, Owner, kueue
-from harnessrl.operator.plan import Admissible, ComponentKind, stopped
+from harnessrl.operator.plan import stopped
+from harnessrl.operator.plan.types import Admissible, ComponentKind
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("harnessrl.operator.admission")

@@ -1,14 +1,7 @@
-"""What the handlers share: options, the API client, which runs and pools exist, and a reconcile queue.
+"""What the handlers share: options, the API client, which runs and pools exist, their usage and progress, and
+the reconcile queue (operator/control/queue.py) that runs them.
 
-Reconciliation is level-based and keyed by object: any event about a run (its own, a child's, a pool's)
-only *triggers* a reconcile of that run, which re-reads everything. Triggers for a run that is already
-being reconciled coalesce into one more pass, so a burst of events costs at most two passes and two
-passes of one run never overlap. That pass goes to the back of the queue: a key kept busy by its own
-children's events cannot hold a worker while other runs wait (fair queueing). A resync thread triggers
-every known object periodically, which is what restores a child deleted while nobody was watching and
-refreshes progress.
-
-With leader election (operator/leader.py) every replica watches, and only the one holding the Lease
+With leader election (operator/control/leader.py) every replica watches, and only the one holding the Lease
 reconciles: triggers on the others are dropped, and the replica that becomes leader reconciles everything it
 knows at once.
 """
@@ -18,24 +11,22 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
-from collections.abc import Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 
 import kubernetes.client
 from harnessrl.operator.api.enginepool import KIND as ENGINE_POOL_KIND
 from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
-from harnessrl.operator.handlers.apply import Kube, path
-from harnessrl.operator.handlers.cache import ChildCache, KindKey, OnChange
+from harnessrl.operator.control.apply import Kube, path
+from harnessrl.operator.control.backoff import Backoff
+from harnessrl.operator.control.cache import ChildCache, KindKey, OnChange
+from harnessrl.operator.control.leader import Elector, LeaderElection, default_namespace
+from harnessrl.operator.control.queue import Key, ReconcileQueue
 from harnessrl.operator.handlers.metrics import OperatorMetrics, PoolUsages, Usages
-from harnessrl.operator.leader import Elector, LeaderElection, default_namespace
-from harnessrl.operator.plan import Images
+from harnessrl.operator.plan.types import Images
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger("harnessrl.operator")
-Key = tuple[str, str, str]  # (kind, namespace, name)
 
 
 class OperatorOptions(BaseModel):
@@ -58,63 +49,29 @@ class OperatorOptions(BaseModel):
     operator_namespace: str = Field(default_factory=default_namespace, min_length=1, max_length=63)
 
 
-class Backoff:
-    """Per-object retry delays after a refusal only a change can cure (a child the API server refuses, or one
-    another owner holds): doubling from `first` up to `cap`; a new version of the object retries at once. The
-    version is (uid, generation): an object deleted and created again under the same name starts afresh."""
-
-    def __init__(self, first: float, cap: float = 300.0) -> None:
-        self.first, self.cap = first, cap
-        self._entries: dict[tuple[str, str], tuple[Hashable, int, float]] = {}  # key -> (version, failures, not before)
-        self._mu = threading.Lock()
-
-    def due(self, key: tuple[str, str], version: Hashable) -> bool:
-        with self._mu:
-            entry = self._entries.get(key)
-            if entry is None or entry[0] != version:
-                self._entries.pop(key, None)
-                return True
-            return time.monotonic() >= entry[2]
-
-    def failed(self, key: tuple[str, str], version: Hashable) -> float:
-        """Record a refusal; returns the delay before the next try."""
-        with self._mu:
-            entry = self._entries.get(key)
-            failures = entry[1] + 1 if entry is not None and entry[0] == version else 1
-            delay = min(self.first * 2 ** (failures - 1), self.cap)
-            self._entries[key] = (version, failures, time.monotonic() + delay)
-            return delay
-
-    def succeeded(self, key: tuple[str, str]) -> None:
-        with self._mu:
-            self._entries.pop(key, None)
-
-
 class Context:
     def __init__(self, options: OperatorOptions, api: kubernetes.client.ApiClient) -> None:
         self.options = options
         self.kube = Kube(api, timeout=options.request_timeout_s)
         self.refusals = Backoff(options.resync_seconds)
-        self.known: set[Key] = set()
         self.progress: dict[tuple[str, str], CoordinatorStatus] = {}  # (namespace, run) -> last learner status
         self.usage: Usages = {}  # (namespace, run) -> its status.usage as last written
         self.pool_usage: PoolUsages = {}  # (namespace, EnginePool) -> the same
         self._pool_users: dict[tuple[str, str], set[str]] = {}  # (namespace, pool) -> active runs using it
         self._reconcilers: dict[str, Callable[[Context, str, str], None]] = {}
         self._mu = threading.Lock()
-        self._running: set[Key] = set()
-        self._dirty: set[Key] = set()
-        self._executor: ThreadPoolExecutor | None = None
-        self._stop = threading.Event()
-        self._resync: threading.Thread | None = None
         self.metrics = OperatorMetrics()
-        self.metrics.observe_queue(lambda: float(len(self._running)))
+        self.queue = ReconcileQueue(self._reconcile, options.workers, options.resync_seconds, self._observe)
+        self.metrics.observe_queue(self.queue.depth)
         self.metrics.observe_usage(lambda: dict(self.usage), lambda: dict(self.pool_usage))
         for kind in ("TrainingRun", "HarnessPool"):
-            self.metrics.observe_known(kind, functools.partial(self._count, kind))
-        self._leading = threading.Event()
+            self.metrics.observe_known(kind, functools.partial(self.queue.count, kind))
         election = options.leader_election
         self._elector = Elector(self.kube, election, self._lead, self._follow) if election else None
+
+    @property
+    def known(self) -> set[Key]:
+        return self.queue.known
 
     def register(self, kind: str, reconcile: Callable[[Context, str, str], None]) -> None:
         self._reconcilers[kind] = reconcile
@@ -127,42 +84,38 @@ class Context:
 
     # -- lifecycle (kopf startup / cleanup) ---------------------------------------------------------
     def start(self) -> None:
-        self._stop.clear()
         if self.kube.cache is not None:
             self.kube.cache.start()
             if not self.kube.cache.wait_synced(self.options.request_timeout_s):
                 log.warning("some children are not listed yet; reconciles read those from the API server meanwhile")
-        self._executor = ThreadPoolExecutor(self.options.workers, thread_name_prefix="harnessrl-reconcile")
-        self._resync = threading.Thread(target=self._resync_loop, name="harnessrl-resync", daemon=True)
-        self._resync.start()
+        self.queue.start()
         if self._elector is None:
             self._lead()
         else:
             self._elector.start()
 
     def stop(self) -> None:
-        self._stop.set()
         if self.kube.cache is not None:
             self.kube.cache.stop()
         if self._elector is not None:
             self._elector.stop()
-        if self._resync is not None:
-            self._resync.join(timeout=5)
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        self.queue.stop()
 
     def _lead(self) -> None:
-        self._leading.set()
         self.metrics.leader.set(1)
-        with self._mu:
-            keys = sorted(self.known)
-        for key in keys:
-            self.trigger(key)
+        self.queue.lead()
 
     def _follow(self) -> None:
-        self._leading.clear()  # passes in flight finish; nothing new starts
+        self.queue.follow()
         self.metrics.leader.set(0)
+
+    def _reconcile(self, key: Key) -> None:
+        kind, namespace, name = key
+        self._reconcilers[kind](self, namespace, name)
+
+    def _observe(self, kind: str, outcome: str, seconds: float) -> None:
+        self.metrics.reconciles.labels(kind=kind, outcome=outcome).inc()
+        self.metrics.duration.labels(kind=kind).observe(seconds)
 
     def use_pools(self, namespace: str, run: str, pools: set[str]) -> set[str]:
         """Record the pools an active run uses; returns the other runs whose share of a pool changed."""
@@ -184,17 +137,8 @@ class Context:
         with self._mu:
             return set(self._pool_users.get((namespace, pool), ()))
 
-    def _count(self, kind: str) -> float:
-        return float(sum(1 for key in list(self.known) if key[0] == kind))
-
     # -- triggers ---------------------------------------------------------------------------------------
     def seen(self, kind: str, namespace: str, name: str, *, deleted: bool = False) -> None:
-        key = (kind, namespace, name)
-        with self._mu:
-            if deleted:
-                self.known.discard(key)
-            else:
-                self.known.add(key)
         if deleted:
             if kind == RUN_KIND:  # a HarnessPool or EnginePool may have a run's name
                 self.progress.pop((namespace, name), None)
@@ -202,54 +146,14 @@ class Context:
             elif kind == ENGINE_POOL_KIND:
                 self.pool_usage.pop((namespace, name), None)
             self.kube.forget(kind, namespace, name)
-        else:
-            self.trigger(key)
+        self.queue.seen((kind, namespace, name), deleted=deleted)
 
     def trigger(self, key: Key) -> None:
-        with self._mu:
-            if key in self._running:
-                self._dirty.add(key)
-                return
-            if self._executor is None or not self._leading.is_set():
-                return
-            self._running.add(key)
-            self._executor.submit(self._run, key)
+        self.queue.trigger(key)
+
+    def trigger_namespace(self, kind: str, namespace: str) -> None:
+        self.queue.trigger_namespace(kind, namespace)
 
     def busy(self) -> bool:
         """Some reconcile is running or queued."""
-        with self._mu:
-            return bool(self._running)
-
-    def trigger_namespace(self, kind: str, namespace: str) -> None:
-        with self._mu:
-            keys = [k for k in self.known if k[0] == kind and k[1] == namespace]
-        for key in keys:
-            self.trigger(key)
-
-    def _run(self, key: Key) -> None:
-        kind, namespace, name = key
-        outcome, started = "ok", time.monotonic()
-        try:
-            self._reconcilers[kind](self, namespace, name)
-        except ApiException as exc:  # the API is unreachable or busy (5xx, 409, 429): the resync retries it
-            outcome = "api_error"
-            log.warning("reconcile of %s %s/%s: API error %s %s; retrying", kind, namespace, name, exc.status, exc.reason)
-        except Exception:  # a bug: one object's failure must not stop the others; the resync retries it
-            outcome = "error"
-            log.exception("reconcile of %s %s/%s failed", kind, namespace, name)
-        self.metrics.reconciles.labels(kind=kind, outcome=outcome).inc()
-        self.metrics.duration.labels(kind=kind).observe(time.monotonic() - started)
-        with self._mu:
-            if key in self._dirty and not self._stop.is_set() and self._executor is not None and self._leading.is_set():
-                self._dirty.discard(key)
-                self._executor.submit(self._run, key)  # still running (no overlap), queued behind the others
-                return
-            self._dirty.discard(key)
-            self._running.discard(key)
-
-    def _resync_loop(self) -> None:
-        while not self._stop.wait(self.options.resync_seconds):
-            with self._mu:
-                keys = sorted(self.known)
-            for key in keys:
-                self.trigger(key)
+        return self.queue.busy()

@@ -17,14 +17,16 @@ from harnessrl.operator.api.common import API_VERSION
 from harnessrl.operator.api.enginepool import KIND, EnginePoolSpec, EnginePoolStatus
 from harnessrl.operator.api.trainingrun import KIND as RUN_KIND
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
+from harnessrl.operator.control.apply import ChildConflict, ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers import adapters, admission
-from harnessrl.operator.handlers.apply import ChildConflict, ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import engine_pool_status, pool_blocked_status
 from harnessrl.operator.handlers.trainingrun import Manifest, read_status, spec_problems, write_status
 from harnessrl.operator.kube import Owner, engine
 from harnessrl.operator.kube.common import selector
-from harnessrl.operator.plan import ClusterPlacement, ComponentKind, PlanError, build_engine_pool_plan
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.types import ComponentKind, PlanError
 from pydantic import ValidationError
 
 log = logging.getLogger("harnessrl.operator.enginepool")

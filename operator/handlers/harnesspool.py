@@ -23,8 +23,8 @@ from harnessrl.operator.handlers.status import (
 )
 from harnessrl.operator.handlers.trainingrun import read_status, spec_problems, write_status
 from harnessrl.operator.kube.common import COMPONENT, POOL
-from harnessrl.operator.plan import ComponentKind
-from harnessrl.runtime.harness.versions import pin
+from harnessrl.operator.plan.types import ComponentKind
+from harnessrl.runtime.contracts.harness_versions import pin
 from pydantic import ValidationError
 
 

@@ -32,7 +32,7 @@ from harnessrl.operator.api.reasons import (
 from harnessrl.operator.api.status import Condition, ConditionStatus, set_condition, status_time
 from harnessrl.operator.api.trainingrun import RolloutCounts, RunUsage, TrainingRunSpec, TrainingRunStatus
 from harnessrl.runtime.contracts.coordinator import CoordinatorStatus
-from harnessrl.runtime.learner.failure import parse_termination_message
+from harnessrl.runtime.contracts.learner_exit import parse_termination_message
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
@@ -174,7 +174,7 @@ def run_status(
         reason = {"BackoffLimitExceeded": R.RESTART_BUDGET_EXHAUSTED,
                   "DeadlineExceeded": R.DEADLINE_EXCEEDED}.get(failed.get("reason") or "", R.LEARNER_FAILED)
         detail = failed.get("message") or "the learner failed"
-        # A learner that ended itself with a reason (runtime/learner/failure.py) left it in its termination log.
+        # A learner that ended itself with a reason (runtime/contracts/learner_exit.py) left it in its termination log.
         if (said := learner_termination(_pods_of(observed.pods, "learner"))) is not None:
             reason, detail = said
         put(FAILED, "True", reason, f"{detail} (restart budget {spec.learner.restart_budget})")

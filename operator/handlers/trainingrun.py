@@ -23,8 +23,7 @@ from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.manifest import format_errors
 from harnessrl.operator.api.trainingrun import KIND, TrainingRunSpec, TrainingRunStatus
-from harnessrl.operator.handlers import admission
-from harnessrl.operator.handlers.apply import (
+from harnessrl.operator.control.apply import (
     ChildConflict,
     ChildRefused,
     Kube,
@@ -33,6 +32,7 @@ from harnessrl.operator.handlers.apply import (
     ensure_child,
     owner_uid,
 )
+from harnessrl.operator.handlers import admission
 from harnessrl.operator.handlers.claims import claim_holder
 from harnessrl.operator.handlers.context import Context
 from harnessrl.operator.handlers.status import (
@@ -47,17 +47,11 @@ from harnessrl.operator.handlers.status import (
 from harnessrl.operator.kube import Owner, engine, learner, proxy, render, storage
 from harnessrl.operator.kube.common import COMPONENT, MANAGED_BY, POOL, RUN, selector
 from harnessrl.operator.kube.learner import JOBSET_API, JOBSET_GROUP_VERSION
-from harnessrl.operator.plan import (
-    ClusterPlacement,
-    ComponentKind,
-    Plan,
-    PlanError,
-    build_plan,
-    child_name,
-    engine_pool_store_secret,
-    pool_names,
-    pool_share,
-)
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.names import child_name, engine_pool_store_secret
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.pools import pool_names, pool_share
+from harnessrl.operator.plan.types import ComponentKind, Plan, PlanError
 from harnessrl.runtime.contracts.status import fetch
 from pydantic import BaseModel, ValidationError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from harnessrl.operator.kube import engine, learner, network, proxy, runner
 from harnessrl.operator.kube.common import Manifest, Owner
-from harnessrl.operator.plan import Plan
+from harnessrl.operator.plan.types import Plan
 
 __all__ = ["Manifest", "Owner", "render"]
 

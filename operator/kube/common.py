@@ -18,8 +18,8 @@ from harnessrl.operator.api.common import (
     PodOverrides,
 )
 from harnessrl.operator.api.trainingrun import KIND as TRAININGRUN_KIND
-from harnessrl.operator.plan import Component, ComponentKind, SecretFile
-from harnessrl.runtime.harness.sandboxes.kubernetes import RESTRICTED_CONTAINER, restricted_pod
+from harnessrl.operator.plan.types import Component, ComponentKind, SecretFile
+from harnessrl.runtime.contracts.kubernetes import RESTRICTED_CONTAINER, restricted_pod
 from pydantic import BaseModel, ConfigDict
 
 Manifest = dict[str, Any]
@@ -36,7 +36,7 @@ APP_COMPONENT = "app.kubernetes.io/component"
 METRICS = "harnessrl.io/metrics"  # Services with /metrics on their `http` port (the chart's ServiceMonitor)
 CONFIG_HASH = "harnessrl.io/config-hash"
 # On a Job or JobSet: a digest of its Pod template but the scheduling directives (which a suspended Job may change):
-# a live one with another digest cannot take the change and is replaced (handlers/apply.py replacement_reason).
+# a live one with another digest cannot take the change and is replaced (control/apply.py replacement_reason).
 TEMPLATE_HASH = "harnessrl.io/template-hash"
 SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
 CONFIG_DIR = "/etc/harnessrl"

@@ -31,19 +31,15 @@ from harnessrl.operator.kube.common import (
 )
 from harnessrl.operator.kube.network import DEFAULT_OPERATOR_NAMESPACE, operator_peer
 from harnessrl.operator.kube.storage import engine_model
-from harnessrl.operator.plan import (
-    AdapterStorePlan,
-    Component,
-    ComponentKind,
-    EnginePoolPlan,
-    Plan,
+from harnessrl.operator.plan.names import (
     engine_pool_api_key_secret,
     engine_pool_store_secret,
     run_store_secret,
 )
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.engine.launch import engine_command
-from harnessrl.runtime.engine.store_credentials import run_credential
+from harnessrl.operator.plan.types import AdapterStorePlan, Component, ComponentKind, EnginePoolPlan, Plan
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.engine_launch import engine_command
+from harnessrl.runtime.contracts.store_credentials import run_credential
 
 SHM_SIZE = "16Gi"  # NCCL and vLLM's multi-process workers exchange tensors through /dev/shm
 ADAPTER_DIR = "/var/lib/harnessrl/adapters"  # the same path in both containers: the store answers with it

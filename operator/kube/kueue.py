@@ -21,7 +21,7 @@ from typing import Any
 
 from harnessrl.operator.api.common import Toleration
 from harnessrl.operator.kube.common import Manifest, Owner, metadata
-from harnessrl.operator.plan import Admissible, Component, ComponentKind, EnginePoolPlan, Plan
+from harnessrl.operator.plan.types import Admissible, Component, ComponentKind, EnginePoolPlan, Plan
 
 WORKLOAD_API = "kueue.x-k8s.io/v1beta1"
 WORKLOAD_GROUP_VERSION = "/apis/kueue.x-k8s.io/v1beta1"

@@ -29,8 +29,9 @@ from harnessrl.operator.kube.common import (
     writable_scratch,
 )
 from harnessrl.operator.kube.storage import base_model, checkpoint_claim, checkpoint_claim_name, task_index
-from harnessrl.operator.plan import CLUSTER_PATHS, POD_IP_ENV, Plan
-from harnessrl.runtime.learner.failure import EXIT_FAILED
+from harnessrl.operator.plan.placement import CLUSTER_PATHS, POD_IP_ENV
+from harnessrl.operator.plan.types import Plan
+from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED
 
 SHM_SIZE = "8Gi"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -129,7 +130,7 @@ def manifests(plan: Plan, owner: Owner) -> list[Manifest]:
         "parallelism": learner.replicas,
         # Never two learners on one checkpoint volume: a replacement starts once the failed Pod is gone.
         "podReplacementPolicy": "Failed",
-        # The learner exits with EXIT_FAILED when no restart can help (runtime/learner/failure.py): the run
+        # The learner exits with EXIT_FAILED when no restart can help (runtime/contracts/learner_exit.py): the run
         # fails at once with the reason in its termination message, instead of spending the restart budget.
         "podFailurePolicy": {"rules": [
             {"action": "FailJob", "onExitCodes": {"containerName": "learner", "operator": "In",

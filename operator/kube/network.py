@@ -11,8 +11,8 @@ own Pod labelled as the operator matches neither peer. DNS is the cluster's DNS 
 from __future__ import annotations
 
 from harnessrl.operator.kube.common import COMPONENT, RUN, Manifest, Owner, metadata, selector
-from harnessrl.operator.plan import Component, ComponentKind, Plan
-from harnessrl.runtime.harness.sandboxes.kubernetes import tcp_ports
+from harnessrl.operator.plan.types import Component, ComponentKind, Plan
+from harnessrl.runtime.contracts.kubernetes import tcp_ports
 
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 METRICS_SCRAPER = "harnessrl.io/metrics-scraper"

@@ -26,7 +26,9 @@ from harnessrl.operator.kube.common import (
     token_secret,
     volumes_and_mounts,
 )
-from harnessrl.operator.plan import CLUSTER_PATHS, ClusterPlacement, Plan, proxy_headless_name
+from harnessrl.operator.plan.names import proxy_headless_name
+from harnessrl.operator.plan.placement import CLUSTER_PATHS, ClusterPlacement
+from harnessrl.operator.plan.types import Plan
 
 JOURNAL_SIZE = "10Gi"
 

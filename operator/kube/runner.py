@@ -29,8 +29,8 @@ from harnessrl.operator.kube.common import (
     writable_scratch,
 )
 from harnessrl.operator.kube.storage import task_set
-from harnessrl.operator.plan import Component, Plan
-from harnessrl.runtime.harness.config import KubernetesSandboxConfig, RunnerConfig
+from harnessrl.operator.plan.types import Component, Plan
+from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig, RunnerConfig
 
 # What a kubernetes-sandbox runner does in its namespace, and nothing more.
 SANDBOX_CLUSTER_ROLE = "harnessrl-sandbox"  # cluster-scoped like the CRDs: one per cluster, from the chart

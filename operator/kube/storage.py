@@ -5,15 +5,9 @@ from __future__ import annotations
 from harnessrl.operator.api.common import RUN_UID_LABEL, VolumePath
 from harnessrl.operator.api.trainingrun import BaseModelSource
 from harnessrl.operator.kube.common import Manifest, Owner, env_list, metadata, secret_mounts
-from harnessrl.operator.plan import (
-    CLUSTER_PATHS,
-    Component,
-    ComponentKind,
-    Plan,
-    eval_task_ids_file,
-    hub_token_env,
-    validation_task_ids_file,
-)
+from harnessrl.operator.plan.placement import CLUSTER_PATHS, eval_task_ids_file, validation_task_ids_file
+from harnessrl.operator.plan.secret_files import hub_token_env
+from harnessrl.operator.plan.types import Component, ComponentKind, Plan
 
 CHECKPOINT_SIZE = "50Gi"
 
@@ -117,7 +111,7 @@ def task_set(plan: Plan, image: str) -> tuple[list[Manifest], list[Manifest], li
 TASK_INDEX = """\
 import os, pathlib
 from pydantic import TypeAdapter
-from harnessrl.runtime.harness.config import TaskSource
+from harnessrl.runtime.contracts.runner_config import TaskSource
 from harnessrl.runtime.harness.tasks import load_dir, source_dir, split_tasks
 source = TypeAdapter(TaskSource).validate_json(os.environ["HARNESSRL_TASKS"])
 tasks = load_dir(source_dir(source))

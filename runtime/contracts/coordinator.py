@@ -39,6 +39,13 @@ COMPLETIONS_PATH = "/v1/completions"
 STATUS_PATH = "/v1/status"
 
 
+class PoolHarness(BaseModel):
+    """A pool and the harness its runners run (a learner's and an evaluation's config name them)."""
+
+    pool: str = Field(min_length=1, max_length=253)
+    harness: str = Field(min_length=1, max_length=63)
+
+
 class _Wire(BaseModel):
     # Unknown fields are an error: a typo on either side should fail loudly, not be dropped.
     model_config = ConfigDict(extra="forbid")

@@ -21,6 +21,7 @@ from harnessrl.runtime.contracts.coordinator import (
     Lease,
     LeaseRequest,
     OutcomeKind,
+    PoolHarness,
     PoolScore,
 )
 from harnessrl.runtime.coordinator import leases
@@ -32,11 +33,6 @@ class EvalError(leases.CoordinatorError):
 
 
 UnknownRollout = leases.UnknownRollout
-
-
-class PoolHarness(BaseModel):
-    pool: str = Field(min_length=1, max_length=253)
-    harness: str = Field(min_length=1, max_length=63)
 
 
 class SlotStatus(StrEnum):

@@ -41,8 +41,8 @@ from pathlib import Path
 
 from fastapi import FastAPI, Header, HTTPException, Request, Response
 from harnessrl.runtime import logs, serving
-from harnessrl.runtime.engine.store_credentials import owned, run_of
-from harnessrl.runtime.server_limits import ServerLimits
+from harnessrl.runtime.contracts.server_limits import ServerLimits
+from harnessrl.runtime.contracts.store_credentials import owned, run_of
 from pydantic import BaseModel, Field
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ENV = "VLLM_API_KEY"
-
 
 def engine_headers(key_file: Path | None) -> dict[str, str]:
     """The headers that authenticate a call to the engine: none for an engine without a key."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnessrl.runtime.engine.config import EngineConfig
+from harnessrl.runtime.contracts.engine_config import EngineConfig
 from pydantic import BaseModel, Field
 
 POLICY_FILE = "policy.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from harnessrl.runtime.coordinator.ledger import PoolHarness
+from harnessrl.runtime.contracts.coordinator import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field
 
 

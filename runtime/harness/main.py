@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import prometheus_client
 from harnessrl.runtime import logs, serving
+from harnessrl.runtime.contracts.runner_config import RunnerConfig, load_config
 from harnessrl.runtime.harness.adapters import adapter_for
-from harnessrl.runtime.harness.config import RunnerConfig, load_config
 from harnessrl.runtime.harness.runner import Runner
 from harnessrl.runtime.harness.sandboxes import SandboxError, make_provider
 from harnessrl.runtime.harness.tasks import load_dir, source_dir

@@ -52,8 +52,8 @@ from harnessrl.runtime.contracts.proxy import (
     SessionInfo,
     SessionStatus,
 )
+from harnessrl.runtime.contracts.runner_config import Dialect, RunnerConfig
 from harnessrl.runtime.harness.adapters.base import Adapter, HarnessStatus, RunContext, RunOutput
-from harnessrl.runtime.harness.config import Dialect, RunnerConfig
 from harnessrl.runtime.harness.metrics import RunnerMetrics
 from harnessrl.runtime.harness.sandboxes.base import Sandbox, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task

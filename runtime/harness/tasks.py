@@ -28,7 +28,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from harnessrl.runtime.harness.config import DirTasks, HubTasks, TaskSource
+from harnessrl.runtime.contracts.runner_config import DirTasks, HubTasks, TaskSource
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # validation: held out from training like test, but read to pick the best checkpoint, so test stays unbiased.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from harnessrl.runtime.learner.config import Balance
+from harnessrl.runtime.contracts.learner_config import Balance
 from harnessrl.runtime.learner.packing import Sample
 
 

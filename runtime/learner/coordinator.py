@@ -33,11 +33,11 @@ from harnessrl.runtime.contracts.coordinator import (
     OutcomeKind,
     PoolRollouts,
 )
+from harnessrl.runtime.contracts.learner_config import EvalSchedule, GrpoConfig, RewardConfig
 from harnessrl.runtime.coordinator import leases
 from harnessrl.runtime.coordinator import ledger as L
 from harnessrl.runtime.coordinator.leases import CoordinatorError, UnknownRollout
 from harnessrl.runtime.learner import evaluation as E
-from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, RewardConfig
 from harnessrl.runtime.learner.reward import group_advantages, reward, scale_batch
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.trajectory.models import TrainingSequence

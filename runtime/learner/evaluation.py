@@ -28,8 +28,8 @@ from harnessrl.runtime.contracts.coordinator import (
     PoolScore,
     eval_regressions,
 )
+from harnessrl.runtime.contracts.learner_config import EvalSchedule
 from harnessrl.runtime.coordinator import ledger as L
-from harnessrl.runtime.learner.config import EvalSchedule
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
+from harnessrl.runtime.contracts.learner_config import HubExport
 from harnessrl.runtime.learner.checkpoint import CheckpointMeta
-from harnessrl.runtime.learner.config import HubExport
 from harnessrl.runtime.learner.evaluation import best_round, mean_pass_at_1, read_records
 from harnessrl.runtime.learner.metrics import StepMetrics
 

@@ -2,7 +2,7 @@
 fatal exit status.
 
 torchrun's agent ends with an uncaught ChildFailedError, status 1, whatever its workers exited with: a learner's
-EXIT_FAILED (78: a failure no restart can fix, runtime/learner/failure.py) reached the Job as 1, so its
+EXIT_FAILED (78: a failure no restart can fix, runtime/contracts/learner_exit.py) reached the Job as 1, so its
 podFailurePolicy rule on 78 never fired and the restart budget went to failures no restart fixes. This runs
 torchrun in this process, prints its report, and exits 78 if any worker did, else 1.
 """
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from harnessrl.runtime.learner.failure import EXIT_FAILED, EXIT_RESTART
+from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED, EXIT_RESTART
 
 
 def exit_status(failures: Mapping[int, Any]) -> int:

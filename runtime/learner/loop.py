@@ -16,6 +16,12 @@ from typing import TypeVar
 import httpx
 import torch
 from harnessrl.runtime.contracts.coordinator import read_runner_token
+from harnessrl.runtime.contracts.learner_config import LearnerConfig, SyncMode
+from harnessrl.runtime.contracts.learner_exit import (
+    WEIGHT_SYNC_FAILED,
+    WEIGHT_SYNC_UNSUPPORTED,
+    LearnerFailure,
+)
 from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
@@ -30,11 +36,9 @@ from harnessrl.runtime.learner.checkpoint import (
     take_snapshot,
     write_checkpoint,
 )
-from harnessrl.runtime.learner.config import LearnerConfig, SyncMode
 from harnessrl.runtime.learner.coordinator import Artifacts, Batch, Coordinator, CoordinatorState
 from harnessrl.runtime.learner.distributed import World
 from harnessrl.runtime.learner.evaluation import EvalLog, read_records
-from harnessrl.runtime.learner.failure import WEIGHT_SYNC_FAILED, WEIGHT_SYNC_UNSUPPORTED, LearnerFailure
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.metrics import (
     MetricsSink,

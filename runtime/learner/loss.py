@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from harnessrl.runtime.learner.config import GrpoConfig
+from harnessrl.runtime.contracts.learner_config import GrpoConfig
 
 
 def per_sequence(x: torch.Tensor, segments: torch.Tensor | None) -> torch.Tensor:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from harnessrl.runtime import logs
-from harnessrl.runtime.learner.config import load_config
+from harnessrl.runtime.contracts.learner_config import load_config
 from pydantic import ValidationError
 
 
@@ -23,8 +23,8 @@ def main(argv: list[str]) -> int:
         print(f"harnessrl learner: bad config {args.config}: {exc}")
         return 2
     logs.configure(cfg.log_level)
+    from harnessrl.runtime.contracts.learner_exit import LearnerFailure, write_termination_log
     from harnessrl.runtime.learner.distributed import init_world
-    from harnessrl.runtime.learner.failure import LearnerFailure, write_termination_log
     from harnessrl.runtime.learner.loop import Learner, build_trainer
     from harnessrl.runtime.learner.ranks import follow
     from harnessrl.runtime.learner.trainer import resolve_device

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, OutcomeKind
-from harnessrl.runtime.learner.config import RewardConfig
+from harnessrl.runtime.contracts.learner_config import RewardConfig
 
 
 def reward(outcome: OutcomeKind, correctness: float, tool_calls: int, cfg: RewardConfig,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from harnessrl.runtime.learner.config import HarnessWeight
+from harnessrl.runtime.contracts.learner_config import HarnessWeight
 
 
 def swrr_cycle(harnesses: Sequence[HarnessWeight]) -> list[int]:

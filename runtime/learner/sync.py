@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import httpx
 from harnessrl.runtime.contracts.client import bearer
+from harnessrl.runtime.contracts.learner_config import EngineLink, ModelConfig, ProxyLink, SyncMode
 from harnessrl.runtime.contracts.proxy import PolicyState, ProxyClient, SequencesResponse
 from harnessrl.runtime.engine.adapter_store import StoredAdapter, adapter_tar
 from harnessrl.runtime.engine.api_key import engine_headers
@@ -31,7 +32,6 @@ from harnessrl.runtime.engine.lora import (
     unload_lora_adapter,
 )
 from harnessrl.runtime.engine.restart import PublishedPolicy, write_published
-from harnessrl.runtime.learner.config import EngineLink, ModelConfig, ProxyLink, SyncMode
 from harnessrl.runtime.trajectory.models import TrainingSequence
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,14 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from harnessrl.runtime.contracts.coordinator import EvalRecord
-from harnessrl.runtime.learner.config import LearnerConfig, MlflowLink, Tracker, TrackioLink, WandbLink
-from harnessrl.runtime.learner.failure import TRACKER_UNAVAILABLE, LearnerFailure
+from harnessrl.runtime.contracts.learner_config import (
+    LearnerConfig,
+    MlflowLink,
+    Tracker,
+    TrackioLink,
+    WandbLink,
+)
+from harnessrl.runtime.contracts.learner_exit import TRACKER_UNAVAILABLE, LearnerFailure
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.samples import COLUMNS, RolloutSample, markdown, table_rows
 

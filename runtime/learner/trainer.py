@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from harnessrl.runtime.contracts.learner_config import AdapterConfig, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.balance import balanced
-from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.distributed import World, all_max, all_sum, device_for, rank_share, shard
 from harnessrl.runtime.learner.loss import (
     importance_weights,

@@ -28,16 +28,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
-from harnessrl.runtime.contracts.proxy import PolicyState
-from harnessrl.runtime.engine.lora import server_root
-from harnessrl.runtime.learner.config import EngineLink
-from harnessrl.runtime.learner.failure import (
+from harnessrl.runtime.contracts.learner_config import EngineLink
+from harnessrl.runtime.contracts.learner_exit import (
     WEIGHT_SYNC_ADDRESS,
     WEIGHT_SYNC_HUNG,
     WEIGHT_SYNC_REJECTED,
     WEIGHT_SYNC_UNSUPPORTED,
     LearnerFailure,
 )
+from harnessrl.runtime.contracts.proxy import PolicyState
+from harnessrl.runtime.engine.lora import server_root
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

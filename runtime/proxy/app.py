@@ -10,9 +10,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.routing import APIRoute
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
 from harnessrl.runtime.proxy.admin import proxy_state, router
 from harnessrl.runtime.proxy.calls import dialect_call, error_answer
-from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.dialects.base import DialectError
 from harnessrl.runtime.proxy.dialects.routes import dialect_for_path
 from harnessrl.runtime.proxy.state import build_state

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harnessrl.runtime.proxy.config import UpstreamLimits
+from harnessrl.runtime.contracts.proxy_config import UpstreamLimits
 from harnessrl.runtime.proxy.dialects.base import CanonicalRequest, DialectError, EncodedMessages
 from harnessrl.runtime.proxy.dialects.shared_tools import tools_json
 from harnessrl.runtime.proxy.dialects.upstream import STREAM_CHUNK, Completion, CompletionChunk

@@ -19,8 +19,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from harnessrl.runtime import logs
+    from harnessrl.runtime.contracts.proxy_config import load_config
     from harnessrl.runtime.proxy.allocator import use_mimalloc
-    from harnessrl.runtime.proxy.config import load_config
 
     try:
         config = load_config(args.config)
@@ -70,5 +70,5 @@ def main(argv: list[str]) -> int:
     return 0 if server.started else 3  # uvicorn's own code for a failed startup (say, an unreadable journal)
 
 
-if __name__ == "__main__":  # how the supervisor starts a worker (python -m, no console script needed)
+if __name__ == "__main__":  # how the supervisor starts a worker (runtime/programs.py)
     sys.exit(main(sys.argv[1:]))

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harnessrl.runtime.contracts.proxy import CreateSessionRequest, PolicyState
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
 from harnessrl.runtime.engine.api_key import engine_headers
-from harnessrl.runtime.proxy.config import ProxyConfig
 from harnessrl.runtime.proxy.engines import EngineClient, EnginePool, make_client
 from harnessrl.runtime.proxy.gc_policy import COLLECTOR
 from harnessrl.runtime.proxy.journal import Journal, read_records

@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig, worker_port, worker_ports
+from harnessrl.runtime.programs import python_module
 
 log = logging.getLogger("harnessrl.proxy.workers")
 
@@ -42,19 +42,16 @@ QUICK_EXITS_ALLOWED = 5  # in a row, per worker, before the supervisor gives up 
 STOP_GRACE_S = 10.0
 
 
-def worker_port(replica_port: int, index: int) -> int:
-    return replica_port + 1 + index
-
-
-def worker_ports(replica_port: int, workers: int) -> list[int]:
-    """The workers' own ports, after the replica's (none for a replica of one process, which serves at its port)."""
-    return [worker_port(replica_port, k) for k in range(workers)] if workers > 1 else []
-
-
 def proxy_ports(config: ProxyConfig) -> frozenset[int]:
     """Every port this proxy serves at, where a call may be relayed to (relay.py): the replica's port and its
     workers' own (the same on every replica), and `relay_ports` (replicas that serve at other ports)."""
     return frozenset((config.port, *worker_ports(config.port, config.workers), *config.relay_ports))
+
+
+def worker_command(proxy_args: list[str], index: int, heartbeat_fd: int) -> list[str]:
+    """Worker `index` of a replica started with `harnessrl proxy` arguments `proxy_args`."""
+    return python_module("harnessrl.runtime.proxy.main", *proxy_args, "--worker", str(index),
+                         "--heartbeat-fd", str(heartbeat_fd))
 
 
 def worker_config(config: ProxyConfig, index: int) -> ProxyConfig:
@@ -245,10 +242,9 @@ class Supervisor:
             os.close(self.beats.pop(index))
         beats, beat = os.pipe()
         os.set_blocking(beats, False)
-        argv = [sys.executable, "-P", "-m", "harnessrl.runtime.proxy.main", *self.worker_argv,
-                "--worker", str(index), "--heartbeat-fd", str(beat)]
         try:
-            self.procs[index] = subprocess.Popen(argv, preexec_fn=die_with_parent, pass_fds=(beat,))
+            self.procs[index] = subprocess.Popen(worker_command(self.worker_argv, index, beat),
+                                                 preexec_fn=die_with_parent, pass_fds=(beat,))
         finally:
             os.close(beat)
         self.beats[index] = beats

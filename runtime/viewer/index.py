@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, OutcomeKind
+from harnessrl.runtime.contracts.learner_config import GrpoConfig, RewardConfig
 from harnessrl.runtime.coordinator.journal import JournalEntry
-from harnessrl.runtime.learner.config import GrpoConfig, RewardConfig
 from harnessrl.runtime.learner.evaluation import is_eval_rollout
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.reward import group_advantages, reward

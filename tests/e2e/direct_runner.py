@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from harnessrl.operator.plan import ClusterPlacement, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
 from harnessrl.runtime.contracts.coordinator import (
     Completion,
     Lease,
@@ -34,12 +35,12 @@ from harnessrl.runtime.contracts.coordinator import (
     OutcomeKind,
     Timings,
 )
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
 from harnessrl.runtime.contracts.proxy import CreateSessionRequest, ProxyClient
+from harnessrl.runtime.contracts.runner_config import CustomHarnessSpec
 from harnessrl.runtime.harness.adapters.base import RunContext
 from harnessrl.runtime.harness.adapters.custom import Custom
-from harnessrl.runtime.harness.config import CustomHarnessSpec
 from harnessrl.runtime.harness.tasks import Task, load_dir, split_tasks
-from harnessrl.runtime.learner.config import LearnerConfig
 
 from harnessrl.local.run import read_inputs
 from tests.e2e import program_worker

@@ -79,7 +79,7 @@ SEEDS, REDUCED_STEPS, REDUCED_ATTEMPTS, TRAIN_BUDGET_S = 3, 30, 8, 600
 
 def learner_config(setup: Any, label: str, seed: int, engine: Any, proxy: Any, workdir: Path) -> dict[str, Any]:
     """The setup's planned learner config, placed on this test's engine, proxy and directory."""
-    from harnessrl.runtime.learner.config import LearnerConfig
+    from harnessrl.runtime.contracts.learner_config import LearnerConfig
 
     from tests.fixtures.runner_token import runner_token_file
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harnessrl.runtime.coordinator.ledger import PoolHarness
+from harnessrl.runtime.contracts.coordinator import PoolHarness
 from harnessrl.runtime.coordinator.server import MAX_BODY_BYTES
 from harnessrl.runtime.evaluation.config import EvalConfig
 

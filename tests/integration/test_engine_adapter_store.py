@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harnessrl.runtime.engine.store_credentials import run_credential
-from harnessrl.runtime.learner.config import EngineLink, SyncMode
+from harnessrl.runtime.contracts.learner_config import EngineLink, SyncMode
+from harnessrl.runtime.contracts.store_credentials import run_credential
 from harnessrl.runtime.learner.sync import LoraSync
 
 from tests.fixtures.adapter_store import STORE_TOKEN as TOKEN

@@ -19,12 +19,13 @@ import pytest
 import yaml
 from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.kube import Owner, engine
-from harnessrl.operator.plan import ClusterPlacement, build_engine_pool_plan
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.runtime.contracts.learner_config import EngineLink, SyncMode
+from harnessrl.runtime.contracts.proxy_config import UpstreamLimits
 from harnessrl.runtime.engine.api_key import engine_headers
 from harnessrl.runtime.engine.lora import LoraEndpointError, unload_lora_adapter
-from harnessrl.runtime.learner.config import EngineLink, SyncMode
 from harnessrl.runtime.learner.sync import LoraSync
-from harnessrl.runtime.proxy.config import UpstreamLimits
 from harnessrl.runtime.proxy.dialects.base import DialectError
 from harnessrl.runtime.proxy.engines import Engine, EngineClient, make_client
 

@@ -33,8 +33,8 @@ from harnessrl.runtime.contracts.coordinator import (
     LeaseRequest,
     LeaseResponse,
     OutcomeKind,
+    PoolHarness,
 )
-from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults, EvalStatus, create_app
 

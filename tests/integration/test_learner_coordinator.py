@@ -18,9 +18,9 @@ import httpx
 import pytest
 from harnessrl.runtime.contracts.client import bearer
 from harnessrl.runtime.contracts.coordinator import Completion, LeaseResponse, OutcomeKind
+from harnessrl.runtime.contracts.learner_config import GrpoConfig, HarnessWeight, ProxyLink, RewardConfig
 from harnessrl.runtime.coordinator.journal import Journal
 from harnessrl.runtime.coordinator.server import create_app
-from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, ProxyLink, RewardConfig
 from harnessrl.runtime.learner.coordinator import Coordinator
 from harnessrl.runtime.learner.metrics import MetricsSink, StepMetrics
 from harnessrl.runtime.learner.schedule import GroupPlanner

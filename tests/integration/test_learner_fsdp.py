@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from harnessrl.runtime.contracts.learner_config import AdapterConfig, ModelConfig
 from harnessrl.runtime.learner.checkpoint import latest_checkpoint, load_optimizer_state
-from harnessrl.runtime.learner.config import AdapterConfig, ModelConfig
 from harnessrl.runtime.learner.packing import split_by_tokens, split_mini_batches
 from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
+from harnessrl.runtime.contracts.learner_config import HubExport
 from harnessrl.runtime.learner.checkpoint import take_snapshot, write_checkpoint
-from harnessrl.runtime.learner.config import HubExport
 from harnessrl.runtime.learner.coordinator import CoordinatorState
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.metrics import StepMetrics

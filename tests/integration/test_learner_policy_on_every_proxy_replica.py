@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from harnessrl.runtime.contracts.learner_config import ProxyLink
 from harnessrl.runtime.contracts.proxy import PolicyState
-from harnessrl.runtime.learner.config import ProxyLink
 from harnessrl.runtime.learner.sync import ProxyControl
 
 from tests.fixtures.proxy_server import ProxyFactory

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from harnessrl.runtime.learner.config import load_config
+from harnessrl.runtime.contracts.learner_config import load_config
 from harnessrl.runtime.learner.distributed import World
 from harnessrl.runtime.learner.loop import build_trainer
 

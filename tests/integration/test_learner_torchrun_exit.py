@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 from harnessrl.operator.kube.learner import CONFIG_DIR, TORCHRUN
-from harnessrl.runtime.learner.failure import EXIT_FAILED, WEIGHT_SYNC_UNSUPPORTED, parse_termination_message
+from harnessrl.runtime.contracts.learner_exit import (
+    EXIT_FAILED,
+    WEIGHT_SYNC_UNSUPPORTED,
+    parse_termination_message,
+)
 
 from tests.fixtures.runner_token import runner_token_file
 from tests.ports import free_port

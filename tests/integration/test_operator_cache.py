@@ -1,4 +1,4 @@
-"""The operator's child cache (operator/handlers/cache.py) against the API emulator over HTTP: what it holds
+"""The operator's child cache (operator/control/cache.py) against the API emulator over HTTP: what it holds
 follows the server through its label-filtered watch, across a stream that ends and a history compacted away,
 and a kind the server does not serve is read from the server instead."""
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harnessrl.operator.handlers.apply import Kube, path
-from harnessrl.operator.handlers.cache import ChildCache, Store
+from harnessrl.operator.control.apply import Kube, path
+from harnessrl.operator.control.cache import ChildCache, Store
 
 from tests.kube_emulator.server import KubeEmulator
 

@@ -21,9 +21,9 @@ import pytest
 import yaml
 from harnessrl.operator.handlers import Context, OperatorOptions, build_registry
 from harnessrl.operator.kube.common import labels
-from harnessrl.operator.plan import ComponentKind
+from harnessrl.operator.plan.types import ComponentKind
+from harnessrl.runtime.contracts.store_credentials import run_credential
 from harnessrl.runtime.engine.adapter_store import adapter_tar, create_app
-from harnessrl.runtime.engine.store_credentials import run_credential
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -1,4 +1,4 @@
-"""Leader election on a Lease of the API emulator (operator/leader.py), and two `harnessrl operator` processes of
+"""Leader election on a Lease of the API emulator (operator/control/leader.py), and two `harnessrl operator` processes of
 which only the Lease holder reconciles: it hands over on shutdown and is replaced after a crash."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harnessrl.operator.handlers.apply import Kube
-from harnessrl.operator.leader import LEASE_API, Elector, LeaderElection
+from harnessrl.operator.control.apply import Kube
+from harnessrl.operator.control.leader import LEASE_API, Elector, LeaderElection
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_operator_main import stop_process

@@ -21,13 +21,18 @@ from typing import Any
 import pytest
 import yaml
 from harnessrl.operator.api.reasons import CHILD_REFUSED
+from harnessrl.operator.control.apply import PLURALS
 from harnessrl.operator.handlers import CACHED_CHILDREN, OperatorOptions, build_registry
-from harnessrl.operator.handlers.apply import PLURALS
-from harnessrl.runtime.contracts.coordinator import Completion, CoordinatorStatus, LeaseRequest
-from harnessrl.runtime.coordinator.ledger import PoolHarness
-from harnessrl.runtime.harness.config import KubernetesSandboxConfig
+from harnessrl.runtime.contracts.coordinator import Completion, CoordinatorStatus, LeaseRequest, PoolHarness
+from harnessrl.runtime.contracts.learner_config import (
+    EvalSchedule,
+    GrpoConfig,
+    HarnessWeight,
+    RewardConfig,
+    TaskSource,
+)
+from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig
 from harnessrl.runtime.harness.sandboxes.kubernetes import pod_manifest as sandbox_pod
-from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
 from harnessrl.runtime.learner.coordinator import Coordinator
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from prometheus_client import generate_latest

@@ -89,8 +89,8 @@ async def test_a_stream_whose_harness_left_before_the_body_releases_its_inflight
     engine's in-flight counts must still return to 0. The app runs in-process, driven over ASGI by this test
     in the role of the server (a real server cannot be made to pause in exactly that spot); the engine is the
     scripted stand-in over loopback."""
+    from harnessrl.runtime.contracts.proxy_config import ProxyConfig
     from harnessrl.runtime.proxy.app import create_app
-    from harnessrl.runtime.proxy.config import ProxyConfig
 
     (tmp_path / "token").write_text("admin")
     app = create_app(ProxyConfig(upstream_urls=[slow_engine.root_url], served_model="tiny",

@@ -24,8 +24,8 @@ MAX_BODY = 64 * 1024
 
 @pytest.fixture(scope="module")
 def proxy_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from harnessrl.runtime.contracts.proxy_config import ProxyConfig
     from harnessrl.runtime.proxy.app import create_app
-    from harnessrl.runtime.proxy.config import ProxyConfig
 
     from tests.fakes.scripted_engine import ScriptedEngine, ScriptedEngineServer, make_tokenizer
 

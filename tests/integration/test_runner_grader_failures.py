@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 from harnessrl.runtime.contracts.coordinator import SCORED_OUTCOMES, Lease, OutcomeKind
+from harnessrl.runtime.contracts.runner_config import RunnerConfig
 from harnessrl.runtime.harness.adapters import adapter_for
-from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.runner import Runner
 from harnessrl.runtime.harness.sandboxes.local import LocalProvider
 from harnessrl.runtime.harness.tasks import load_dir

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.harness.versions import pins
+from harnessrl.runtime.contracts.harness_versions import pins
 
 from harnessrl.local.install_clis import install, launcher_target
 

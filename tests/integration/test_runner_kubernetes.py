@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harnessrl.runtime.harness.config import KubernetesSandboxConfig, Resources
+from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig, Resources
 from harnessrl.runtime.harness.sandboxes import kubernetes
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.kubernetes import STDERR_LIMIT, STDOUT_LIMIT, KubernetesProvider

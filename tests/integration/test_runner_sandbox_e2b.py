@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harnessrl.runtime.harness.config import E2BSandboxConfig
+from harnessrl.runtime.contracts.runner_config import E2BSandboxConfig
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.e2b import E2BProvider
 from harnessrl.runtime.harness.tasks import load_dir

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.harness.config import LocalSandboxConfig
+from harnessrl.runtime.contracts.runner_config import LocalSandboxConfig
 from harnessrl.runtime.harness.sandboxes.local import LocalProvider, tagged_pids
 from harnessrl.runtime.harness.tasks import load_dir
 

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from harnessrl.runtime.coordinator.ledger import PoolHarness
+from harnessrl.runtime.contracts.coordinator import PoolHarness
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, create_app
 
@@ -157,7 +157,7 @@ def test_a_body_over_the_servers_limit_is_refused_before_it_is_read() -> None:
     """A server whose app reads whatever body comes (as starlette's `request.body()` does): a declared body over
     the server's limit never reaches the app, and a chunked one (no size up front) is cut at the limit."""
     from harnessrl.runtime import serving
-    from harnessrl.runtime.server_limits import ServerLimits
+    from harnessrl.runtime.contracts.server_limits import ServerLimits
 
     read: list[int] = []
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from harnessrl.runtime.learner.config import AdapterConfig, ModelConfig
+from harnessrl.runtime.contracts.learner_config import AdapterConfig, ModelConfig
 from harnessrl.runtime.learner.packing import Sample, pack_flat
 from harnessrl.runtime.learner.trainer import load_policy, sequence_logps
 from harnessrl.runtime.trajectory.models import TrainingSequence

@@ -190,7 +190,7 @@ def test_pvc_paths_stay_inside_the_volume() -> None:
 
 
 def test_known_harnesses_are_the_ones_the_runner_pins() -> None:
-    pins = json.loads((ROOT / "runtime" / "harness" / "versions.json").read_text())
+    pins = json.loads((ROOT / "runtime" / "contracts" / "harness_versions.json").read_text())
     assert set(KNOWN_HARNESSES) == set(pins)
 
 

@@ -52,8 +52,8 @@ def test_standalone_step_matches_the_learners_gradient(tmp_path: Path) -> None:
 
 def test_each_case_carries_the_operators_plan_for_its_published_shape() -> None:
     """The plan a GPU run calibrates is the operator's own for that model: the bench's shapes are the published
-    configs the operator knows (runtime/learner/memory.py KNOWN_SHAPES), and the headline fits an 80 GB H100."""
-    from harnessrl.runtime.learner.memory import KNOWN_SHAPES, TrainingSetup, plan_memory
+    configs the operator knows (runtime/contracts/learner_memory.py KNOWN_SHAPES), and the headline fits an 80 GB H100."""
+    from harnessrl.runtime.contracts.learner_memory import KNOWN_SHAPES, TrainingSetup, plan_memory
 
     for shape, repo in (("1.7b", "Qwen/Qwen3-1.7B"), ("4b", "Qwen/Qwen3-4B"), ("8b", "Qwen/Qwen3-8B")):
         for adapter, rank in (("full", None), ("lora", 16)):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from harnessrl.runtime.learner.memory import GIB, ModelShape, TrainingSetup, fits, plan_memory
+from harnessrl.runtime.contracts.learner_memory import GIB, ModelShape, TrainingSetup, fits, plan_memory
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "learner"))

@@ -45,7 +45,7 @@ def test_chart_renders_valid_manifests(case: str) -> None:
         if doc["kind"] not in CUSTOM_KINDS:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     deployment = next(d for d in docs if d["kind"] == "Deployment")
-    # Two replicas, one reconciling: the Lease holder (operator/leader.py); a rolling update hands it over.
+    # Two replicas, one reconciling: the Lease holder (operator/control/leader.py); a rolling update hands it over.
     assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -106,7 +106,7 @@ def test_operator_may_block_owner_deletion_of_what_it_owns(case: str) -> None:
     only from a subject that may update the owner's finalizers and delete the owner. Every child the operator
     renders carries such a reference, so each Role/ClusterRole it runs under must hold both for each owner kind."""
     from harnessrl.operator.api.common import GROUP
-    from harnessrl.operator.handlers.apply import PLURALS
+    from harnessrl.operator.control.apply import PLURALS
 
     from tests.unit.test_operator_manifests import VARIANTS, manifests
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harnessrl.runtime.harness.config import KubernetesSandboxConfig
+from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig
 from harnessrl.runtime.harness.sandboxes.kubernetes import (
     grader_network_policy_manifest,
     network_policy_manifest,

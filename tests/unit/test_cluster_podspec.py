@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harnessrl.operator.plan import Images
+from harnessrl.operator.plan.types import Images
 
 from checks import podspec
 from checks.cluster import pods, rendered

@@ -30,6 +30,7 @@ from harnessrl.runtime.contracts.coordinator import (
     LeaseResponse,
     OutcomeKind,
 )
+from harnessrl.runtime.contracts.learner_config import ProxyLink
 from harnessrl.runtime.contracts.proxy import (
     CreateSessionRequest,
     CreateSessionResponse,
@@ -40,11 +41,10 @@ from harnessrl.runtime.contracts.proxy import (
     SessionInfo,
     SessionStatus,
 )
+from harnessrl.runtime.contracts.runner_config import RunnerConfig
 from harnessrl.runtime.contracts.status import fetch
 from harnessrl.runtime.harness.adapters import adapter_for
-from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.runner import Runner
-from harnessrl.runtime.learner.config import ProxyLink
 from harnessrl.runtime.learner.sync import ProxyControl
 from harnessrl.runtime.trajectory.models import TrainingSequence
 from starlette.applications import Starlette

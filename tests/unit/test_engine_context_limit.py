@@ -18,8 +18,10 @@ import pytest
 import yaml
 from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.reasons import CONTEXT_TOO_LONG
-from harnessrl.operator.plan import ClusterPlacement, ContextTooLong, build_engine_pool_plan
-from harnessrl.runtime.learner.memory import KNOWN_SHAPES, context_limit
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.types import ContextTooLong
+from harnessrl.runtime.contracts.learner_memory import KNOWN_SHAPES, context_limit
 
 from harnessrl.local.run import main
 from tests.unit.test_local_plan import args

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.engine.launch import VLLM_SERVER_MODULE, engine_command
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.engine_launch import VLLM_SERVER_MODULE, engine_command
 from harnessrl.runtime.engine.lora import server_root
 from pydantic import ValidationError
 

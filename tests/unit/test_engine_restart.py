@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.engine.config import EngineConfig, LoraSettings
-from harnessrl.runtime.engine.launch import engine_argv
+from harnessrl.runtime.contracts.engine_config import EngineConfig, LoraSettings
+from harnessrl.runtime.contracts.engine_launch import engine_argv
 from harnessrl.runtime.engine.restart import PublishedPolicy, engine_on, read_published, write_published
 from pydantic import ValidationError
 

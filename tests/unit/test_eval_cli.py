@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.engine.config import EngineConfig
+from harnessrl.runtime.contracts.engine_config import EngineConfig
 
 from harnessrl.local import evaluate as ev
 
@@ -121,8 +121,7 @@ def test_plan_for_eval_serves_adapters_and_keeps_only_chosen_pools(tmp_path: Pat
 
 
 def test_finished_results_are_reused_only_for_the_same_evaluation(tmp_path: Path) -> None:
-    from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind
-    from harnessrl.runtime.coordinator.ledger import PoolHarness
+    from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind, PoolHarness
     from harnessrl.runtime.coordinator.service import commit
     from harnessrl.runtime.evaluation.config import EvalConfig
     from harnessrl.runtime.evaluation.coordinator import EvalCoordinator

@@ -12,10 +12,10 @@ from harnessrl.runtime.contracts.coordinator import (
     Completion,
     LeaseRequest,
     OutcomeKind,
+    PoolHarness,
     PoolScore,
     wilson_interval,
 )
-from harnessrl.runtime.coordinator.ledger import PoolHarness
 from harnessrl.runtime.coordinator.service import commit
 from harnessrl.runtime.evaluation.config import EvalConfig
 from harnessrl.runtime.evaluation.coordinator import EvalCoordinator, EvalResults

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import torch
+from harnessrl.runtime.contracts.learner_config import AdapterConfig, GrpoConfig, LearnerConfig, ModelConfig
 from harnessrl.runtime.learner import loop
 from harnessrl.runtime.learner.background import LatestOnlyWorker
-from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, LearnerConfig, ModelConfig
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.loop import Learner
 from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy

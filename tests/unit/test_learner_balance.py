@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from harnessrl.runtime.contracts.learner_config import AdapterConfig, Balance, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.balance import balanced
-from harnessrl.runtime.learner.config import AdapterConfig, Balance, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.packing import Sample
 from harnessrl.runtime.learner.trainer import PolicyTrainer, load_policy
 from harnessrl.runtime.trajectory.models import TrainingSequence

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
-from harnessrl.runtime.learner.config import LearnerConfig, load_config
+from harnessrl.runtime.contracts.learner_config import LearnerConfig, load_config
 from harnessrl.runtime.learner.main import main
 from harnessrl.runtime.learner.sync import RestartSync
 from pydantic import ValidationError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from harnessrl.runtime.contracts.coordinator import AckStatus, Completion, LeaseRequest, OutcomeKind
-from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, RewardConfig
+from harnessrl.runtime.contracts.learner_config import GrpoConfig, HarnessWeight, RewardConfig
 from harnessrl.runtime.learner.coordinator import (
     Coordinator,
     CoordinatorError,

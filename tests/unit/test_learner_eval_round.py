@@ -6,9 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.contracts.coordinator import AckStatus, Completion, LeaseRequest
-from harnessrl.runtime.coordinator.ledger import PoolHarness
-from harnessrl.runtime.learner.config import EvalSchedule, GrpoConfig, HarnessWeight, RewardConfig, TaskSource
+from harnessrl.runtime.contracts.coordinator import AckStatus, Completion, LeaseRequest, PoolHarness
+from harnessrl.runtime.contracts.learner_config import (
+    EvalSchedule,
+    GrpoConfig,
+    HarnessWeight,
+    RewardConfig,
+    TaskSource,
+)
 from harnessrl.runtime.learner.coordinator import (
     Coordinator,
     CoordinatorError,

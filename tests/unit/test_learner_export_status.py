@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harnessrl.runtime.contracts.learner_config import HubExport
 from harnessrl.runtime.learner.checkpoint import CheckpointMeta
-from harnessrl.runtime.learner.config import HubExport
 from harnessrl.runtime.learner.coordinator import Artifacts
 from harnessrl.runtime.learner.hub import HubExporter
 from harnessrl.runtime.learner.loop import export_checkpoint

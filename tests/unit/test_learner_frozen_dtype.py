@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from harnessrl.runtime.learner.config import AdapterConfig, ModelConfig
+from harnessrl.runtime.contracts.learner_config import AdapterConfig, ModelConfig
 from harnessrl.runtime.learner.trainer import load_policy
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from harnessrl.runtime.learner.config import GrpoConfig
+from harnessrl.runtime.contracts.learner_config import GrpoConfig
 from harnessrl.runtime.learner.loss import loss_normalizer
 from harnessrl.runtime.learner.packing import Sample, pack, pack_flat, split_by_tokens, split_mini_batches
 from harnessrl.runtime.learner.trainer import PolicyTrainer, sequence_logps

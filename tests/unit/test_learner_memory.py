@@ -1,4 +1,4 @@
-"""The learner's memory plan (runtime/learner/memory.py) and the operator's refusal of a spec that cannot fit."""
+"""The learner's memory plan (runtime/contracts/learner_memory.py) and the operator's refusal of a spec that cannot fit."""
 
 from __future__ import annotations
 
@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 import yaml
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.plan import LearnerMemoryError, check_learner_memory
-from harnessrl.runtime.learner.memory import GIB, KNOWN_SHAPES, ModelShape, TrainingSetup, fits, plan_memory
+from harnessrl.operator.plan.memory import LearnerMemoryError, check_learner_memory
+from harnessrl.runtime.contracts.learner_memory import (
+    GIB,
+    KNOWN_SHAPES,
+    ModelShape,
+    TrainingSetup,
+    fits,
+    plan_memory,
+)
 
 from tests.unit.test_operator_plan import EXAMPLE, ROOT, example_plan
 

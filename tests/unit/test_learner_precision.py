@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from harnessrl.runtime.learner.config import AdapterConfig, GrpoConfig, ModelConfig
+from harnessrl.runtime.contracts.learner_config import AdapterConfig, GrpoConfig, ModelConfig
 from harnessrl.runtime.learner.packing import Sample
 from harnessrl.runtime.learner.trainer import PolicyTrainer, compute_dtype, load_policy
 from harnessrl.runtime.trajectory.models import TrainingSequence

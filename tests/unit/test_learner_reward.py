@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 from harnessrl.runtime.contracts.coordinator import OutcomeKind
-from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, RewardConfig
+from harnessrl.runtime.contracts.learner_config import GrpoConfig, HarnessWeight, RewardConfig
 from harnessrl.runtime.learner.reward import group_advantages, reward, scale_batch
 from harnessrl.runtime.learner.schedule import GroupPlanner, swrr_cycle, task_for_group
 from trl.trainer.utils import nanstd

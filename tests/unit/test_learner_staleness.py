@@ -9,7 +9,7 @@ step's batch says how many rollouts it trained and how many of them were stale, 
 from __future__ import annotations
 
 from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind
-from harnessrl.runtime.learner.config import GrpoConfig, HarnessWeight, RewardConfig
+from harnessrl.runtime.contracts.learner_config import GrpoConfig, HarnessWeight, RewardConfig
 from harnessrl.runtime.learner.coordinator import Batch, Coordinator
 from harnessrl.runtime.learner.schedule import GroupPlanner
 from harnessrl.runtime.trajectory.models import TrainingSequence

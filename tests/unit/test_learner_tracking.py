@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolScore
-from harnessrl.runtime.learner.config import LearnerConfig
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
+from harnessrl.runtime.contracts.learner_exit import (
+    TRACKER_UNAVAILABLE,
+    LearnerFailure,
+    parse_termination_message,
+)
 from harnessrl.runtime.learner.coordinator import TrainGroup, TrainRollout
-from harnessrl.runtime.learner.failure import TRACKER_UNAVAILABLE, LearnerFailure, parse_termination_message
 from harnessrl.runtime.learner.metrics import StepMetrics
 from harnessrl.runtime.learner.samples import markdown, pick_samples
 from harnessrl.runtime.learner.tracking import Tracking, missing

@@ -4,9 +4,8 @@ card and report give the chosen checkpoint's test pass@1."""
 
 from __future__ import annotations
 
-from harnessrl.runtime.contracts.coordinator import EvalRecord, eval_regressions
-from harnessrl.runtime.coordinator.ledger import PoolHarness
-from harnessrl.runtime.learner.config import EvalSchedule, TaskSource
+from harnessrl.runtime.contracts.coordinator import EvalRecord, PoolHarness, eval_regressions
+from harnessrl.runtime.contracts.learner_config import EvalSchedule, TaskSource
 from harnessrl.runtime.learner.evaluation import best_round, is_eval_rollout, mean_pass_at_1, record
 from harnessrl.runtime.learner.hub import why_main
 

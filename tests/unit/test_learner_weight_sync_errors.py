@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from harnessrl.runtime.contracts.proxy import PolicyState
-from harnessrl.runtime.learner.config import EngineLink, SyncMode
-from harnessrl.runtime.learner.failure import (
+from harnessrl.runtime.contracts.learner_config import EngineLink, SyncMode
+from harnessrl.runtime.contracts.learner_exit import (
     EXIT_FAILED,
     EXIT_RESTART,
     WEIGHT_SYNC_FAILED,
@@ -23,6 +22,7 @@ from harnessrl.runtime.learner.failure import (
     LearnerFailure,
     parse_termination_message,
 )
+from harnessrl.runtime.contracts.proxy import PolicyState
 from harnessrl.runtime.learner.loop import with_retries
 from harnessrl.runtime.learner.sync import LoraSync, publish_policy
 from harnessrl.runtime.learner.weight_transfer import (

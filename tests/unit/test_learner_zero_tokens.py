@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from harnessrl.runtime.contracts.coordinator import Completion, LeaseRequest, OutcomeKind
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
 from harnessrl.runtime.coordinator.journal import JournalEntry
-from harnessrl.runtime.learner.config import LearnerConfig
 from harnessrl.runtime.learner.loop import Learner
 from harnessrl.runtime.trajectory.models import TrainingSequence
 

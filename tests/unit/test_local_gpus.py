@@ -6,11 +6,13 @@ every GPU and took cuda:0, and `learner.gpus: 2` ran one process."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from harnessrl.runtime.programs import BOOTSTRAP
 
 from harnessrl.local import gpus
 from harnessrl.local.run import main, plan_run, process_specs
@@ -45,7 +47,8 @@ def test_each_engine_and_the_learner_get_gpus_of_their_own(tmp_path: Path, model
                     "quickstart-proxy": None, "quickstart-oneshot-runner": None}
     learner = specs["quickstart-learner"].argv
     assert learner[3:7] == ["harnessrl.cli", "torchrun", "--standalone", "--nproc-per-node=2"]
-    assert learner[7] == "--no-python" and learner[8].endswith("/harnessrl") and learner[9] == "learner"
+    # torchrun starts each worker by the same bootstrap under this interpreter (runtime/programs.py).
+    assert learner[7:12] == ["--no-python", sys.executable, "-c", BOOTSTRAP, "harnessrl.cli"] and learner[12] == "learner"
     # One GPU: the learner itself, no torchrun.
     plan, _ = plan_run(quickstart_on_gpus(tmp_path, model_dir, {"gpus": 2}, {"gpus": 1}))
     specs = {s.name: s for s in process_specs(plan, tmp_path / "run")}

@@ -167,7 +167,7 @@ def test_replace_restarts_a_component_on_a_new_spec_outside_the_budget(tmp_path:
 
 
 def test_a_component_that_exits_failed_is_not_restarted(tmp_path: Path) -> None:
-    from harnessrl.runtime.learner.failure import EXIT_FAILED
+    from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED
 
     log = tmp_path / "learner.log"
     sup = Supervisor(restart_budget=3, poll_s=0.05)

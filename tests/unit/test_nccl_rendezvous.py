@@ -13,9 +13,9 @@ import socket
 
 import pytest
 import yaml
-from harnessrl.operator.plan import POD_IP_ENV
-from harnessrl.runtime.learner.config import EngineLink, LearnerConfig, SyncMode
-from harnessrl.runtime.learner.failure import EXIT_FAILED, WEIGHT_SYNC_ADDRESS, LearnerFailure
+from harnessrl.operator.plan.placement import POD_IP_ENV
+from harnessrl.runtime.contracts.learner_config import EngineLink, LearnerConfig, SyncMode
+from harnessrl.runtime.contracts.learner_exit import EXIT_FAILED, WEIGHT_SYNC_ADDRESS, LearnerFailure
 from harnessrl.runtime.learner.weight_transfer import NcclSync
 
 from tests.ports import free_port

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnessrl.operator.handlers.context import Backoff
+from harnessrl.operator.control.backoff import Backoff
 
 KEY = ("default", "run-a")
 

@@ -23,19 +23,13 @@ from harnessrl.operator.handlers.status import (
 )
 from harnessrl.operator.kube import Owner, engine, kueue, render
 from harnessrl.operator.kube.common import selector
-from harnessrl.operator.plan import (
-    CLUSTER_PATHS,
-    ClusterPlacement,
-    ComponentKind,
-    EnginePoolUnavailable,
-    PlanError,
-    build_engine_pool_plan,
-    build_plan,
-    stopped,
-)
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.learner.config import LearnerConfig
-from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.operator.plan import build_plan, stopped
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import CLUSTER_PATHS, ClusterPlacement
+from harnessrl.operator.plan.types import ComponentKind, EnginePoolUnavailable, PlanError
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
 
 from harnessrl.local.run import LocalPlacement
 

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from harnessrl.operator.plan import Images
-from harnessrl.runtime.harness.versions import pins
+from harnessrl.operator.plan.types import Images
+from harnessrl.runtime.contracts.harness_versions import pins
 
 from harnessrl.cli import COMMANDS
 

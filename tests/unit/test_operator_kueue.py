@@ -10,7 +10,9 @@ import pytest
 import yaml
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.kube import kueue, render
-from harnessrl.operator.plan import ClusterPlacement, PlanError, build_plan, stopped
+from harnessrl.operator.plan import build_plan, stopped
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.types import PlanError
 
 from tests.unit.test_operator_manifests import EXAMPLE, K8S_VERSION, OWNER, POOLS, ROOT
 

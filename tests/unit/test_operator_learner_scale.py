@@ -15,7 +15,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from harnessrl.operator.plan import PlanError
+from harnessrl.operator.plan.types import PlanError
 
 from tests.unit.test_operator_manifests import K8S_VERSION, manifests
 
@@ -121,7 +121,7 @@ def test_nccl_sync_needs_an_unsharded_learner() -> None:
 def test_a_suspended_jobset_moves_to_its_admitted_nodes_and_keeps_everything_else() -> None:
     """Kueue's admission of a multi-node run: the live JobSet (suspended, with the server's defaults) gets the
     desired Pod template's nodeSelector and tolerations; the rest of each replicated Job stays as it is live."""
-    from harnessrl.operator.handlers.apply import suspended_template_patch
+    from harnessrl.operator.control.apply import suspended_template_patch
 
     live = copy.deepcopy(manifests(learner={"gpus": 4, "nodes": 2}, suspend=True)[("JobSet", "run-learner")])
     live_pod = live["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
@@ -144,7 +144,7 @@ def test_a_running_learner_keeps_its_placement_and_says_it_waits_for_its_next_st
                                                                                    kind: str) -> None:
     """A running Job's Pod template is fixed: a placement edit (spec.pod) waits for the learner's next start, and
     the operator says so (status.py's SpecApplied); a suspended Job that has not started since moves at once."""
-    from harnessrl.operator.handlers.apply import deferred_change
+    from harnessrl.operator.control.apply import deferred_change
 
     live = copy.deepcopy(manifests(learner=learner)[(kind, "run-learner")])
     placed = manifests(learner=learner, pod={"nodeSelector": {"gpu": "h100"}})[(kind, "run-learner")]

@@ -14,15 +14,16 @@ import pytest
 import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.handlers.apply import drifted, holder, patch_body, quantity_value, replacement_reason
+from harnessrl.operator.control.apply import drifted, holder, patch_body, quantity_value, replacement_reason
 from harnessrl.operator.kube import Owner, proxy, render
 from harnessrl.operator.kube import learner as learner_kube
 from harnessrl.operator.kube.common import POD_PLACEHOLDER
-from harnessrl.operator.plan import CLUSTER_PATHS, ClusterPlacement, build_plan
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.harness.config import RunnerConfig
-from harnessrl.runtime.learner.config import LearnerConfig
-from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.placement import CLUSTER_PATHS, ClusterPlacement
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.learner_config import LearnerConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
+from harnessrl.runtime.contracts.runner_config import RunnerConfig
 
 from tests.kube_emulator.builtin_rules import selector_matches, semantic_causes
 

@@ -10,9 +10,15 @@ import pytest
 import yaml
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
-from harnessrl.operator.plan import ClusterPlacement, ComponentKind, Images, PlanError, build_plan, child_name
-from harnessrl.runtime.engine.config import EngineConfig
-from harnessrl.runtime.harness.config import (
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.names import child_name
+from harnessrl.operator.plan.placement import ClusterPlacement
+from harnessrl.operator.plan.types import ComponentKind, Images, PlanError
+from harnessrl.runtime.contracts.engine_config import EngineConfig
+from harnessrl.runtime.contracts.harness_versions import pin
+from harnessrl.runtime.contracts.learner_config import LearnerConfig, SyncMode, TrackingConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
+from harnessrl.runtime.contracts.runner_config import (
     CustomHarnessSpec,
     DirTasks,
     E2BSandboxConfig,
@@ -21,9 +27,6 @@ from harnessrl.runtime.harness.config import (
     LocalSandboxConfig,
     RunnerConfig,
 )
-from harnessrl.runtime.harness.versions import pin
-from harnessrl.runtime.learner.config import LearnerConfig, SyncMode, TrackingConfig
-from harnessrl.runtime.proxy.config import ProxyConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "trainingrun.yaml").read_text())
@@ -266,7 +269,7 @@ def test_tracking_reaches_the_learner_with_each_credential_a_secret_file() -> No
 
 
 def test_a_pools_replicas_are_split_among_the_runs_using_it() -> None:
-    from harnessrl.operator.plan import pool_share
+    from harnessrl.operator.plan.pools import pool_share
 
     assert [pool_share(5, {"a", "b"}, r) for r in ("a", "b")] == [3, 2]
     assert [pool_share(5, {"a", "b", "c"}, r) for r in ("a", "b", "c")] == [2, 2, 1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.proxy.config import ProxyConfig, load_config
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig, load_config
 from harnessrl.runtime.proxy.main import main
 from pydantic import ValidationError
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.proxy.config import ProxyConfig
+from harnessrl.runtime.contracts.proxy_config import ProxyConfig
 from harnessrl.runtime.proxy.main import main
 from harnessrl.runtime.proxy.metrics import ProxyMetrics, merged_exposition
 from harnessrl.runtime.proxy.workers import (

@@ -7,11 +7,11 @@ import tomllib
 
 import pytest
 import yaml
+from harnessrl.runtime.contracts.harness_versions import pins
+from harnessrl.runtime.contracts.runner_config import CustomHarnessSpec, KnownHarnessSpec
 from harnessrl.runtime.harness.adapters import KNOWN, adapter_for
 from harnessrl.runtime.harness.adapters.base import HarnessStatus, RunContext, RunOutput
 from harnessrl.runtime.harness.adapters.custom import Custom
-from harnessrl.runtime.harness.config import CustomHarnessSpec, KnownHarnessSpec
-from harnessrl.runtime.harness.versions import pins
 
 CTX = RunContext(
     instruction="Sum the `amount` column; write it to answer.txt. Don't 'quote' me.",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harnessrl.runtime.harness.config import (
+from harnessrl.runtime.contracts.runner_config import (
     CustomHarnessSpec,
     KubernetesSandboxConfig,
     LocalSandboxConfig,

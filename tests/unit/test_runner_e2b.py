@@ -9,7 +9,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from harnessrl.runtime.harness.config import E2BSandboxConfig
+from harnessrl.runtime.contracts.runner_config import E2BSandboxConfig
 from harnessrl.runtime.harness.sandboxes import remote
 from harnessrl.runtime.harness.sandboxes.e2b import create_kwargs, public_url
 

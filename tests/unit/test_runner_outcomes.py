@@ -26,8 +26,8 @@ from harnessrl.runtime.contracts.proxy import (
     SessionInfo,
     SessionStatus,
 )
+from harnessrl.runtime.contracts.runner_config import RunnerConfig
 from harnessrl.runtime.harness.adapters import adapter_for
-from harnessrl.runtime.harness.config import RunnerConfig
 from harnessrl.runtime.harness.runner import Runner
 from harnessrl.runtime.harness.sandboxes.base import (
     ExecResult,

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from harnessrl.runtime.harness.config import LocalSandboxConfig
+from harnessrl.runtime.contracts.runner_config import LocalSandboxConfig
 from harnessrl.runtime.harness.sandboxes.base import SandboxError
 from harnessrl.runtime.harness.sandboxes.bwrap import BwrapPlan, bwrap_argv, install_root, tool_roots
 from harnessrl.runtime.harness.sandboxes.local import LocalProvider, inside_url

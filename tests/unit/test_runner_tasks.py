@@ -81,7 +81,7 @@ def test_hub_snapshot_is_loaded_through_huggingface_hub(
     """A task set pushed to the local Hub stand-in (it serves model-type repos) is downloaded with
     huggingface_hub.snapshot_download over HTTP and loaded."""
     import huggingface_hub.constants
-    from harnessrl.runtime.harness.config import HubTasks
+    from harnessrl.runtime.contracts.runner_config import HubTasks
     from harnessrl.runtime.harness.tasks import source_dir
 
     from tests.fixtures.hub_server import Commit, Repo

@@ -14,7 +14,9 @@ from harnessrl.operator.api.enginepool import EnginePoolSpec
 from harnessrl.operator.api.harnesspool import HarnessPoolSpec
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.kube import Owner, engine, render
-from harnessrl.operator.plan import ClusterPlacement, build_engine_pool_plan, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.engine import build_engine_pool_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
 
 from tests.kube_emulator.network_policy import PodRef, connection_allowed
 
@@ -77,7 +79,7 @@ def test_a_runner_cannot_borrow_another_runs_sandbox_policy_by_its_id() -> None:
     sandboxes, but the sandbox id label is its to choose: it gives a Pod run b's id, so that b's per-sandbox
     NetworkPolicy (egress to b's proxy) selects it too. b's proxy admits any source when b has an E2B pool (its
     sandboxes call from outside the cluster); here b's proxy has no ingress policy, which is that case."""
-    from harnessrl.runtime.harness.config import KubernetesSandboxConfig
+    from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig
     from harnessrl.runtime.harness.sandboxes.kubernetes import network_policy_manifest, sandbox_labels
 
     def config(run: str) -> KubernetesSandboxConfig:

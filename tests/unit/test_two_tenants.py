@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from harnessrl.operator.api.trainingrun import TrainingRunSpec
 from harnessrl.operator.kube import Owner, render
-from harnessrl.operator.plan import ClusterPlacement, build_plan
+from harnessrl.operator.plan import build_plan
+from harnessrl.operator.plan.placement import ClusterPlacement
 
 from tests.kube_emulator.authz import Attributes, allowed, service_account
 from tests.kube_emulator.network_policy import PodRef, connection_allowed

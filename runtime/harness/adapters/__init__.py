@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harnessrl.runtime.contracts.runner_config import CustomHarnessSpec, KnownHarnessSpec
 from harnessrl.runtime.harness.adapters.base import Adapter
 from harnessrl.runtime.harness.adapters.claude_code import ClaudeCode
 from harnessrl.runtime.harness.adapters.codex import Codex
@@ -10,7 +11,6 @@ from harnessrl.runtime.harness.adapters.gemini_cli import GeminiCli
 from harnessrl.runtime.harness.adapters.mini_swe_agent import MiniSweAgent
 from harnessrl.runtime.harness.adapters.opencode import OpenCode
 from harnessrl.runtime.harness.adapters.qwen_code import QwenCode
-from harnessrl.runtime.harness.config import CustomHarnessSpec, KnownHarnessSpec
 
 KNOWN: dict[str, type[Adapter]] = {
     a.name: a for a in (ClaudeCode, Codex, OpenCode, GeminiCli, QwenCode, MiniSweAgent)
@@ -26,7 +26,7 @@ def adapter_for(spec: KnownHarnessSpec | CustomHarnessSpec) -> Adapter:
     if spec.version is not None and spec.version != adapter.version:
         raise ValueError(
             f"harness {spec.name!r} version {spec.version!r} is not the pinned {adapter.version!r} "
-            "(runtime/harness/versions.json): its adapter is written for that release"
+            "(runtime/contracts/harness_versions.json): its adapter is written for that release"
         )
     return adapter
 

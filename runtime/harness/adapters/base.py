@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from harnessrl.runtime.harness.config import Dialect
-from harnessrl.runtime.harness.versions import Pin, pin
+from harnessrl.runtime.contracts.harness_versions import Pin, pin
+from harnessrl.runtime.contracts.runner_config import Dialect
 from pydantic import BaseModel, ConfigDict, Field
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import ClassVar
 
+from harnessrl.runtime.contracts.runner_config import PLACEHOLDERS, CustomHarnessSpec
 from harnessrl.runtime.harness.adapters.base import QUIET_ENV, Adapter, Invocation, RunContext
-from harnessrl.runtime.harness.config import PLACEHOLDERS, CustomHarnessSpec
 
 
 class Custom(Adapter):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from harnessrl.runtime.contracts.runner_config import Dialect
 from harnessrl.runtime.harness.adapters.base import (
     QUIET_ENV,
     Adapter,
@@ -17,7 +18,6 @@ from harnessrl.runtime.harness.adapters.base import (
     parse_json_output,
     tail,
 )
-from harnessrl.runtime.harness.config import Dialect
 
 # Gemini CLI's documented exit code when the session turn limit (model.maxSessionTurns) is reached.
 EXIT_TURN_LIMIT = 53

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from harnessrl.runtime.contracts.runner_config import Dialect
 from harnessrl.runtime.harness.adapters.base import (
     QUIET_ENV,
     Adapter,
@@ -14,7 +15,6 @@ from harnessrl.runtime.harness.adapters.base import (
     RunOutput,
     tail,
 )
-from harnessrl.runtime.harness.config import Dialect
 
 PROVIDER = "harnessrl"
 

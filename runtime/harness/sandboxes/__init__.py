@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnessrl.runtime.harness.config import (
+from harnessrl.runtime.contracts.runner_config import (
     E2BSandboxConfig,
     KubernetesSandboxConfig,
     LocalSandboxConfig,

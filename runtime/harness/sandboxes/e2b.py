@@ -14,7 +14,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from harnessrl.runtime.harness.config import E2BSandboxConfig
+from harnessrl.runtime.contracts.runner_config import E2BSandboxConfig
 from harnessrl.runtime.harness.sandboxes import remote
 from harnessrl.runtime.harness.sandboxes.base import ExecResult, SandboxError, SandboxProvider
 from harnessrl.runtime.harness.tasks import Task

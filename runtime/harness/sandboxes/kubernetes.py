@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harnessrl.runtime.harness.config import KubernetesSandboxConfig
+from harnessrl.runtime.contracts.kubernetes import RESTRICTED_CONTAINER, restricted_pod, tcp_ports
+from harnessrl.runtime.contracts.runner_config import KubernetesSandboxConfig
 from harnessrl.runtime.harness.sandboxes import remote
 from harnessrl.runtime.harness.sandboxes.base import (
     OUTPUT_LIMIT,
@@ -94,15 +95,6 @@ def owner_selector(pool: str, runner_id: str) -> str:
     return f"{LABEL_MANAGED}=harnessrl,{LABEL_POOL}={label_value(pool)},{LABEL_RUNNER}={label_value(runner_id)}"
 
 
-# Pod Security "restricted": what every container, and every Pod running as `uid`, must set.
-RESTRICTED_CONTAINER: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
-def restricted_pod(uid: int) -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
-            "seccompProfile": {"type": "RuntimeDefault"}}
-
-
 def pod_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str], deadline_s: int) -> dict[str, Any]:
     mounts = {"workspace": config.workdir, "home": HOME, "tests": TESTS, "logs": LOGS}
     container: dict[str, Any] = {
@@ -156,11 +148,6 @@ def grader_network_policy_manifest(config: KubernetesSandboxConfig, name: str, l
         "spec": {"podSelector": own_selector(config, labels), "policyTypes": ["Ingress", "Egress"],
                  "ingress": [], "egress": []},
     }
-
-
-def tcp_ports(first: int, last: int | None = None) -> dict[str, Any]:
-    """A NetworkPolicy port entry: one port, or the range first..last."""
-    return {"protocol": "TCP", "port": first, **({"endPort": last} if last is not None and last > first else {})}
 
 
 def network_policy_manifest(config: KubernetesSandboxConfig, name: str, labels: dict[str, str]) -> dict[str, Any]:

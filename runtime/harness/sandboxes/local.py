@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from harnessrl.runtime.harness.config import LocalSandboxConfig
+from harnessrl.runtime.contracts.runner_config import LocalSandboxConfig
 from harnessrl.runtime.harness.sandboxes import bwrap, netrelay
 from harnessrl.runtime.harness.sandboxes.base import (
     OUTPUT_LIMIT,

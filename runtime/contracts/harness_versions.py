@@ -1,4 +1,4 @@
-"""The pinned harness CLIs (versions.json): one place that says which release of each CLI we run."""
+"""The pinned harness CLIs (harness_versions.json): one place that says which release of each CLI we run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, RootModel
 
-VERSIONS_FILE = Path(__file__).with_name("versions.json")
+VERSIONS_FILE = Path(__file__).with_name("harness_versions.json")
 
 
 class Pin(BaseModel):

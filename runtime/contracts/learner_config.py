@@ -14,7 +14,7 @@ from typing import Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from harnessrl.runtime.coordinator.ledger import PoolHarness
+from harnessrl.runtime.contracts.coordinator import PoolHarness
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Balance = Literal["token", "rollout", "harness"]

@@ -21,7 +21,7 @@ from harnessrl.operator.kube.common import SCHEDULING_DIRECTIVES, TEMPLATE_HASH
 from kubernetes.client.exceptions import ApiException
 
 if TYPE_CHECKING:
-    from harnessrl.operator.handlers.cache import ChildCache
+    from harnessrl.operator.control.cache import ChildCache
 
 Manifest = dict[str, Any]
 Snapshot = dict[tuple[str, str, str], Manifest]  # (apiVersion, kind, name) -> live object

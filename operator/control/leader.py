@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-log = logging.getLogger("harnessrl.operator.leader")
+log = logging.getLogger("harnessrl.operator.control.leader")
 LEASE_API = "coordination.k8s.io/v1"
 Manifest = dict[str, Any]
 

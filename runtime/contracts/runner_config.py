@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from harnessrl.runtime.server_limits import ServerLimits
+from harnessrl.runtime.contracts.server_limits import ServerLimits
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, Tag, model_validator
 
 # The four wire dialects the capture proxy speaks (names as in runtime/proxy/dialects/routes.py).

@@ -1,11 +1,14 @@
 """EngineConfig: how one vLLM OpenAI server is started. Owned by the engine component; the operator renders it
-(into a Deployment's args/env, or a local process via `launch.engine_command`)."""
+(into a Deployment's args/env, or a local process) through `engine_launch.engine_command`."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# The variable vLLM reads the key an EnginePool's servers require from (runtime/engine/api_key.py).
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 class LoraSettings(BaseModel):
