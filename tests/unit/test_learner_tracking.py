@@ -246,6 +246,10 @@ def test_rollout_samples_land_in_each_trackers_own_store(tmp_path: Path, monkeyp
     monkeypatch.setenv("WANDB_API_KEY", "")  # restored (unset) after the test: Tracking sets it
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store for those who ask
     monkeypatch.setenv("TRACKIO_DIR", "")
+    # trackio reads TRACKIO_DIR once, at import (as the learner's one process does): an import by an earlier test
+    # of this session would keep its directory, so this test imports it afresh (restored after).
+    for name in [m for m in sys.modules if m == "trackio" or m.startswith("trackio.")]:
+        monkeypatch.delitem(sys.modules, name)
     (tmp_path / "wandb-key").write_text("k" * 40)
     (tmp_path / "mlflow-uri").write_text(f"file://{tmp_path / 'mlruns'}")
     cfg = config(tmp_path, report_to=["tensorboard", "wandb", "mlflow", "trackio"],
