@@ -152,12 +152,18 @@ def test_a_list_row_is_read_from_the_record_before_its_sequences(viewer_run: Run
     assert line.find(b',"sequences":') > line.find(b"PASS")
 
 
-def test_a_saved_index_is_taken_while_the_files_it_read_are_unchanged(viewer_run: Run, tmp_path: Path) -> None:
+def saved_index(viewer_run: Run, tmp_path: Path) -> tuple[Path, RunIndex]:
+    """A copy of the run without its viewer folder, and its index built and saved."""
     run = tmp_path / "run"
     shutil.copytree(viewer_run.path, run, ignore=shutil.ignore_patterns("viewer"))
     first = RunIndex(run)
     first.refresh()
     first.save()
+    return run, first
+
+
+def test_a_saved_index_is_taken_while_the_files_it_read_are_unchanged(viewer_run: Run, tmp_path: Path) -> None:
+    run, first = saved_index(viewer_run, tmp_path)
     session = first.rows["g0000003-r000"].session_id
     again = RunIndex(run)  # before any refresh: all of it from the snapshot
     assert again.rows == first.rows and again.calls(session) == first.calls(session) and again.rows
@@ -172,11 +178,7 @@ def test_a_saved_index_is_taken_while_the_files_it_read_are_unchanged(viewer_run
 
 
 def test_a_saved_index_of_an_earlier_format_is_built_anew(viewer_run: Run, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    shutil.copytree(viewer_run.path, run, ignore=shutil.ignore_patterns("viewer"))
-    first = RunIndex(run)
-    first.refresh()
-    first.save()
+    run, _ = saved_index(viewer_run, tmp_path)
     # As the viewer before rows had prefix breaks saved it: no format, and rows without them.
     snap = json.loads((run / "viewer" / "index.json").read_text())
     snap.pop("format", None)
