@@ -360,7 +360,6 @@ class LocalSandbox(Sandbox):
         readers = [asyncio.ensure_future(_tail(proc.stdout, out)), asyncio.ensure_future(_tail(proc.stderr, err))]
         limit_mb = self.provider.config.max_disk_mb
         watchdog = asyncio.ensure_future(self._watch_disk(disk, proc.pid, limit_mb)) if limit_mb else None
-        timed_out = False
         try:
             timed_out = not await _exited(proc, timeout_s)
         finally:
